@@ -1,0 +1,92 @@
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use loadfleet_agent::session::{self, AgentConfig, SessionEnd};
+use loadfleet_agent::sys;
+
+/// A loadfleet agent: joins a coordinator and sends its share of the load.
+#[derive(Debug, Parser)]
+#[command(name = "loadfleet-agent", version)]
+struct Cli {
+    /// Coordinator address, e.g. http://10.0.0.5:7070.
+    #[arg(long, env = "LOADFLEET_COORDINATOR")]
+    coordinator: String,
+    /// Shared secret the coordinator expects (prefer the environment variable:
+    /// command lines are visible to other users).
+    #[arg(long, env = "LOADFLEET_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Name in the report (default: host name and process id).
+    #[arg(long, env = "LOADFLEET_AGENT_ID")]
+    id: Option<String>,
+    /// Label used by plans to weight this agent's share.
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Local address to send load from (e.g. 127.0.0.2), so several agents on
+    /// one machine look like distinct hosts to the target.
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// Pin the agent to these CPUs (e.g. 1 or 2-3), before any thread starts.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Worker threads (default: the CPUs the agent may run on).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// How long to keep trying to reach the coordinator.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    connect_timeout: Duration,
+    /// Announce a different protocol version (for testing refusals).
+    #[arg(long, hide = true, default_value_t = loadfleet_proto::PROTOCOL_VERSION)]
+    protocol_version: u32,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(SessionEnd::Finished) => ExitCode::SUCCESS,
+        Ok(SessionEnd::Stopped) => ExitCode::from(3),
+        Err(e) => {
+            eprintln!("loadfleet-agent: error: {e:#}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
+    if let Some(list) = &cli.cpus {
+        sys::pin_to_cpus(&sys::parse_cpu_list(list)?)?;
+    }
+    let workers = match cli.workers {
+        Some(0) => anyhow::bail!("--workers must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let config = AgentConfig {
+        coordinator: cli.coordinator,
+        token: cli.token,
+        id: cli
+            .id
+            .unwrap_or_else(|| format!("{}-{}", sys::hostname(), std::process::id())),
+        label: cli.label,
+        source: cli.bind,
+        workers,
+        connect_timeout: cli.connect_timeout,
+        protocol_version: cli.protocol_version,
+    };
+    // The control plane gets its own small runtime; the workers each run
+    // their own, so the session never competes with the request path.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    runtime.block_on(session::run(config))
+}

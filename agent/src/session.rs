@@ -1,0 +1,368 @@
+//! The control stream: register, answer clock pings, take the assignment,
+//! run the workers, stream their snapshots, and stop on our own when the
+//! coordinator goes quiet (the dead-man switch).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use loadfleet_proto::partition::Interleave;
+use loadfleet_proto::schedule::ArrivalSchedule;
+use loadfleet_proto::v1::{self, agent_message, coordinator_message, control_client::ControlClient};
+use loadfleet_proto::PROTOCOL_HEADER;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{HttpClient, Template};
+use crate::sys;
+use crate::worker::{self, WorkerEvent, WorkerPlan};
+
+/// How the agent was started.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub coordinator: String,
+    pub token: String,
+    pub id: String,
+    pub label: String,
+    pub source: Option<IpAddr>,
+    pub workers: usize,
+    pub connect_timeout: Duration,
+    /// Only used by tests: announce this protocol version instead of ours.
+    pub protocol_version: u32,
+}
+
+/// How a session ended, for the exit status.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// The schedule ran and every snapshot was delivered.
+    Finished,
+    /// The coordinator told us to stop early; what we measured was delivered.
+    Stopped,
+}
+
+/// The agent's clock: nanoseconds since this process's epoch (monotonic).
+struct Clock(Instant);
+
+impl Clock {
+    fn now_ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+/// Connects, retrying while the coordinator is not up yet (agents are often
+/// started before it, e.g. as a Kubernetes Indexed Job).
+async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
+    let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
+        .with_context(|| format!("--coordinator {:?} is not a valid URL (expected http://HOST:PORT)", config.coordinator))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .keep_alive_timeout(Duration::from_secs(3));
+    let deadline = Instant::now() + config.connect_timeout;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(ControlClient::new(channel)),
+            Err(e) if Instant::now() + backoff < deadline => {
+                tracing::info!("coordinator not reachable yet ({e}); retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => {
+                return Err(anyhow!(e)).with_context(|| {
+                    format!(
+                        "cannot reach the coordinator at {} within {:?}",
+                        config.coordinator, config.connect_timeout
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// Runs one session from registration to the end of the run.
+pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
+    let clock = Clock(Instant::now());
+    let mut client = connect(&config).await?;
+
+    let (out_tx, out_rx) = mpsc::channel::<v1::AgentMessage>(4096);
+    let send = |kind: agent_message::Kind| v1::AgentMessage { kind: Some(kind) };
+    out_tx
+        .send(send(agent_message::Kind::Hello(v1::Hello {
+            protocol_version: config.protocol_version,
+            agent_id: config.id.clone(),
+            host: sys::hostname(),
+            host_addresses: config.source.map(|ip| ip.to_string()).into_iter().collect(),
+            cpus: config.workers as u32,
+            label: config.label.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        })))
+        .await
+        .context("internal: the outbound queue closed before hello")?;
+
+    let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
+    let bearer = format!("Bearer {}", config.token)
+        .parse()
+        .context("--token contains characters that cannot go in a header")?;
+    request.metadata_mut().insert("authorization", bearer);
+    request.metadata_mut().insert(
+        PROTOCOL_HEADER,
+        config
+            .protocol_version
+            .to_string()
+            .parse()
+            .context("internal: protocol version header")?,
+    );
+    let mut inbound = client
+        .session(request)
+        .await
+        .map_err(refusal)?
+        .into_inner();
+
+    let mut dead_man = Duration::from_secs(3);
+    let mut last_heard = Instant::now();
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(500));
+    let stop = CancellationToken::new();
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<WorkerEvent>();
+    let mut workers_running = 0usize;
+    let mut started = false;
+    let mut snapshots = 0u64;
+    let mut in_flight_at_end = 0u64;
+    let mut cut_short = false;
+    let mut threads = Vec::new();
+    let mut cpu = CpuSampler::new();
+    let mut cpu_interval: Option<(Instant, Duration, u64)> = None;
+
+    let result = loop {
+        tokio::select! {
+            msg = inbound.message() => {
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break Err(anyhow!("the coordinator closed the control stream")),
+                    Err(status) => break Err(refusal(status)),
+                };
+                last_heard = Instant::now();
+                match msg.kind {
+                    Some(coordinator_message::Kind::Welcome(w)) => {
+                        if w.dead_man_secs > 0 {
+                            dead_man = Duration::from_secs(u64::from(w.dead_man_secs));
+                        }
+                        tracing::info!("joined the fleet as agent {}", w.agent_index);
+                    }
+                    Some(coordinator_message::Kind::Ping(p)) => {
+                        let recv = clock.now_ns();
+                        let pong = send(agent_message::Kind::Pong(v1::Pong {
+                            seq: p.seq,
+                            coordinator_send_ns: p.coordinator_send_ns,
+                            agent_recv_ns: recv,
+                            agent_send_ns: clock.now_ns(),
+                        }));
+                        if out_tx.send(pong).await.is_err() {
+                            break Err(anyhow!("the control stream closed"));
+                        }
+                    }
+                    Some(coordinator_message::Kind::Assignment(a)) => {
+                        if started {
+                            break Err(anyhow!("the coordinator sent a second assignment"));
+                        }
+                        started = true;
+                        let start = clock.0 + Duration::from_nanos(a.start_at_agent_ns);
+                        let plans = match plan_workers(&a, &config, start) {
+                            Ok(p) => p,
+                            Err(e) => break Err(e.context("the assignment cannot be carried out")),
+                        };
+                        cpu_interval = Some((start, plans[0].interval, 0));
+                        workers_running = plans.len();
+                        for plan in plans {
+                            threads.push(spawn_worker(plan, ev_tx.clone(), stop.clone())?);
+                        }
+                        tracing::info!("assignment taken: {} workers, start in {:?}",
+                            workers_running, start.saturating_duration_since(Instant::now()));
+                    }
+                    Some(coordinator_message::Kind::Heartbeat(_)) => {}
+                    Some(coordinator_message::Kind::Stop(s)) => {
+                        tracing::warn!("coordinator asked to stop: {}", s.reason);
+                        cut_short = true;
+                        stop.cancel();
+                        if workers_running == 0 {
+                            break Ok(SessionEnd::Stopped);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Some(ev) = ev_rx.recv() => match ev {
+                WorkerEvent::Snapshots(snaps) => {
+                    for s in snaps {
+                        snapshots += 1;
+                        if out_tx.send(send(agent_message::Kind::Snapshot(s))).await.is_err() {
+                            stop.cancel();
+                            break;
+                        }
+                    }
+                }
+                WorkerEvent::Done { in_flight_at_end: n } => {
+                    in_flight_at_end += n;
+                    workers_running -= 1;
+                    if workers_running == 0 {
+                        // The last partial interval's CPU use, then done.
+                        if let Some((start, interval, _)) = cpu_interval {
+                            let idx = Instant::now().saturating_duration_since(start).as_nanos() as u64
+                                / interval.as_nanos().max(1) as u64;
+                            snapshots += 1;
+                            let _ = out_tx.send(send(agent_message::Kind::Snapshot(cpu.snapshot(idx)))).await;
+                        }
+                        let fin = send(agent_message::Kind::Finished(v1::Finished {
+                            in_flight_at_end,
+                            cut_short,
+                            snapshots,
+                        }));
+                        let _ = out_tx.send(fin).await;
+                        break Ok(if cut_short { SessionEnd::Stopped } else { SessionEnd::Finished });
+                    }
+                }
+            },
+            _ = heartbeat.tick() => {
+                if last_heard.elapsed() > dead_man {
+                    break Err(anyhow!(
+                        "no word from the coordinator for {:?}; stopped sending (dead-man switch)",
+                        last_heard.elapsed()
+                    ));
+                }
+                let hb = send(agent_message::Kind::Heartbeat(v1::Heartbeat { now_ns: clock.now_ns() }));
+                if out_tx.try_send(hb).is_err() {
+                    tracing::debug!("outbound queue full; skipping a heartbeat");
+                }
+                // Per-interval CPU use, on the same interval grid as the workers.
+                if let Some((start, interval, next)) = cpu_interval.as_mut() {
+                    let boundary = *start + *interval * (*next as u32 + 1);
+                    if Instant::now() >= boundary {
+                        snapshots += 1;
+                        let _ = out_tx.try_send(send(agent_message::Kind::Snapshot(cpu.snapshot(*next))));
+                        *next += 1;
+                    }
+                }
+            }
+        }
+    };
+    // Whatever happened, nothing keeps firing after the session ends.
+    stop.cancel();
+    if result.is_ok() {
+        // Let the outbound queue drain and the coordinator close the stream.
+        drop(out_tx);
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Ok(Some(_)) = inbound.message().await {}
+        })
+        .await;
+    }
+    for t in threads {
+        if result.is_ok() {
+            let _ = t.join();
+        }
+    }
+    result
+}
+
+/// Turns a refused call into a message that says what to fix.
+fn refusal(status: tonic::Status) -> anyhow::Error {
+    match status.code() {
+        tonic::Code::Unauthenticated => anyhow!("the coordinator refused this agent: {} (check --token / LOADFLEET_TOKEN)", status.message()),
+        tonic::Code::FailedPrecondition => anyhow!("the coordinator refused this agent: {}", status.message()),
+        tonic::Code::ResourceExhausted => anyhow!("the coordinator has no room for this agent: {}", status.message()),
+        _ => anyhow!("control stream failed: {} ({:?})", status.message(), status.code()),
+    }
+}
+
+fn plan_workers(a: &v1::Assignment, config: &AgentConfig, start: Instant) -> anyhow::Result<Vec<WorkerPlan>> {
+    let schedule = a.schedule.as_ref().ok_or_else(|| anyhow!("assignment has no schedule"))?;
+    let schedule = Arc::new(ArrivalSchedule::from_proto(schedule)?);
+    let interleave = Arc::new(Interleave::new(&a.weights)?);
+    let template = a.request.as_ref().ok_or_else(|| anyhow!("assignment has no request"))?;
+    let template = Template::from_proto(template)?;
+    if a.interval_ns == 0 {
+        bail!("assignment interval is 0");
+    }
+    let workers = config.workers.max(1);
+    let cap = u64::from(a.max_in_flight.max(1));
+    let conns = (a.connections as usize).max(1);
+    Ok((0..workers)
+        .map(|w| {
+            // Split the agent's cap and pool across workers, remainder first.
+            let share = |total: u64| total / workers as u64 + u64::from((w as u64) < total % workers as u64);
+            WorkerPlan {
+                schedule: schedule.clone(),
+                interleave: interleave.clone(),
+                agent_index: a.agent_index as usize,
+                worker_index: w,
+                workers,
+                start,
+                interval: Duration::from_nanos(a.interval_ns),
+                warmup: Duration::from_nanos(a.warmup_ns),
+                duration: Duration::from_nanos(a.duration_ns),
+                drain: Duration::from_nanos(a.drain_ns),
+                max_in_flight: share(cap).max(1),
+                max_lag: Duration::from_nanos(a.max_lag_ns),
+                client: HttpClient::new(
+                    template.clone(),
+                    Duration::from_nanos(a.timeout_ns.max(1)),
+                    share(conns as u64).max(1) as usize,
+                    config.source,
+                ),
+            }
+        })
+        .collect())
+}
+
+fn spawn_worker(
+    plan: WorkerPlan,
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    stop: CancellationToken,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let name = format!("worker-{}", plan.worker_index);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot build a worker runtime")?;
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || runtime.block_on(worker::run(plan, events, stop)))
+        .context("cannot start a worker thread")
+}
+
+/// Process and host CPU use per interval.
+struct CpuSampler {
+    process: f64,
+    host: Option<(u64, u64)>,
+}
+
+impl CpuSampler {
+    fn new() -> Self {
+        Self {
+            process: sys::process_cpu_seconds(),
+            host: sys::host_cpu_jiffies(),
+        }
+    }
+
+    fn snapshot(&mut self, index: u64) -> v1::Snapshot {
+        let process = sys::process_cpu_seconds();
+        let host = sys::host_cpu_jiffies();
+        let host_cpu = match (self.host, host) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+            _ => 0.0,
+        };
+        let cpu_seconds = (process - self.process).max(0.0);
+        self.process = process;
+        self.host = host;
+        v1::Snapshot {
+            interval_index: index,
+            cpu_seconds,
+            host_cpu,
+            unsent: HashMap::new(),
+            ..Default::default()
+        }
+    }
+}

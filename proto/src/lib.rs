@@ -1,0 +1,31 @@
+//! The loadfleet wire contract.
+//!
+//! Coordinator and agents must give every message exactly one meaning, so the
+//! functions that interpret them live here, next to the generated types, as
+//! plain code without I/O: a schedule description becomes arrival instants
+//! ([`schedule`]), a fleet schedule is cut into agent slices ([`partition`]),
+//! and histograms cross the wire as compressed HdrHistogram V2 bytes
+//! ([`histogram`]). Both sides link this crate, so they cannot disagree.
+
+pub mod histogram;
+pub mod partition;
+pub mod schedule;
+
+/// Generated protobuf and tonic code for `loadfleet.v1`.
+pub mod v1 {
+    tonic::include_proto!("loadfleet.v1");
+}
+
+/// Version of the control protocol. Coordinator and agent refuse to work
+/// together unless they agree, because a silently different interpretation of
+/// a field would corrupt the merged numbers rather than fail loudly.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// gRPC metadata key carrying [`PROTOCOL_VERSION`], checked before any message
+/// flows so a mismatch is refused with a clear status.
+pub const PROTOCOL_HEADER: &str = "loadfleet-protocol";
+
+/// Unsent reason: the agent's in-flight cap was reached at the arrival.
+pub const UNSENT_CONCURRENCY_LIMIT: &str = "concurrency_limit";
+/// Unsent reason: the agent was further behind schedule than the max lag.
+pub const UNSENT_LATE: &str = "late";

@@ -1,0 +1,335 @@
+//! Command-line surface of `loadfleet-testbed`.
+//!
+//! Every flag value is checked while clap parses it (newtypes with `FromStr`,
+//! small value-parser functions, `requires` between flags), so a bad value is
+//! reported by clap with the flag's name and exit status 2, before anything
+//! is bound or pinned.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::Semaphore;
+
+use crate::{Config, Limit};
+
+/// A configurable HTTP/1.1 target that reproduces overload shapes: a fixed or
+/// jittered service delay, a bounded pool that answers 503 after a wait
+/// timeout, an admission semaphore that answers 429 fast, and injected 500s.
+///
+/// After binding it prints one line, `listening on <addr>`, to stdout.
+/// `GET /health` answers 200 at once, bypassing admission, pool and delay.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "loadfleet-testbed", version)]
+pub struct Cli {
+    /// Address to listen on; port 0 picks a free port (see the stdout line).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Service delay of every request, spent waiting (not burning CPU) while
+    /// holding a pool slot, e.g. "100ms".
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub delay: Duration,
+
+    /// Add a uniformly random extra delay in 0..=DURATION to every request.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub delay_jitter: Duration,
+
+    /// At most N requests do their work at once (a bounded connection pool).
+    /// Without it, every request works at once.
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    pub pool: Option<usize>,
+
+    /// How long a request waits for a pool slot before it is answered 503.
+    /// Without it, requests queue for a slot without limit.
+    #[arg(long, value_name = "DURATION", requires = "pool", value_parser = parse_duration)]
+    pub pool_timeout: Option<Duration>,
+
+    /// At most N requests admitted (waiting for the pool or working), checked
+    /// before the pool; the others are answered 429.
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    pub admission: Option<usize>,
+
+    /// How long a request may wait for admission before it is answered 429
+    /// [default: 0s, i.e. reject at once].
+    #[arg(long, value_name = "DURATION", requires = "admission", value_parser = parse_duration)]
+    pub admission_timeout: Option<Duration>,
+
+    /// Fraction (0..=1) of requests answered 500 after doing their work.
+    #[arg(long, value_name = "FRACTION", default_value = "0")]
+    pub error_rate: ErrorRate,
+
+    /// Tokio worker threads [default: the CPUs this process may run on,
+    /// after --cpus]. With 1, a single-threaded runtime is used.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<NonZeroUsize>,
+
+    /// Pin the whole process to these CPUs, e.g. "0", "0,1" or "0-3,6", so
+    /// that a load generator on the same machine can be kept off them.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<CpuList>,
+}
+
+impl Cli {
+    /// The server configuration these flags describe.
+    pub fn config(&self) -> Config {
+        Config {
+            delay: self.delay,
+            delay_jitter: self.delay_jitter,
+            pool: self.pool.map(|permits| Limit {
+                permits,
+                // No timeout: a pool without one is a plain queue.
+                timeout: self.pool_timeout,
+            }),
+            admission: self.admission.map(|permits| Limit {
+                permits,
+                // Admission exists to reject fast, so it does not wait
+                // unless asked to.
+                timeout: Some(self.admission_timeout.unwrap_or(Duration::ZERO)),
+            }),
+            error_rate: self.error_rate,
+        }
+    }
+}
+
+/// Parses a human duration such as "100ms", "2s" or "1m 30s".
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|err| format!("{err} (expected a duration such as \"100ms\" or \"2s\")"))
+}
+
+/// Parses a permit count for `--pool` / `--admission`: at least 1 (zero would
+/// make every request fail, which is not an experiment) and no more than a
+/// tokio semaphore can hold.
+fn parse_limit(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|err| format!("{err} (expected a whole number of at least 1)"))?;
+    if n == 0 {
+        return Err("must be at least 1".to_owned());
+    }
+    if n > Semaphore::MAX_PERMITS {
+        return Err(format!("must be at most {}", Semaphore::MAX_PERMITS));
+    }
+    Ok(n)
+}
+
+/// The fraction of requests to answer 500, always within `0.0..=1.0`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, PartialOrd)]
+pub struct ErrorRate(f64);
+
+impl ErrorRate {
+    /// No injected errors.
+    pub const NONE: ErrorRate = ErrorRate(0.0);
+
+    /// Checks that `fraction` is a number within `0.0..=1.0`.
+    pub fn new(fraction: f64) -> Result<Self, String> {
+        if (0.0..=1.0).contains(&fraction) {
+            Ok(ErrorRate(fraction))
+        } else {
+            Err(format!(
+                "must be a fraction between 0 and 1 (e.g. 0.05), got {fraction}"
+            ))
+        }
+    }
+
+    /// The fraction, within `0.0..=1.0`.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for ErrorRate {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let fraction: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("must be a fraction between 0 and 1 (e.g. 0.05), got {s:?}"))?;
+        ErrorRate::new(fraction)
+    }
+}
+
+/// A set of CPU indices, written like Linux's cpulist format: "0", "0,1",
+/// "0-3,6". Kept sorted and without duplicates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(Vec<usize>);
+
+impl CpuList {
+    /// The highest CPU index a `cpu_set_t` can hold, plus one.
+    pub const MAX_CPUS: usize = 1024;
+
+    /// The CPU indices, ascending.
+    pub fn cpus(&self) -> &[usize] {
+        &self.0
+    }
+}
+
+impl FromStr for CpuList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parse_cpu = |part: &str| -> Result<usize, String> {
+            let cpu: usize = part.trim().parse().map_err(|_| {
+                format!("{part:?} is not a CPU number (expected e.g. \"0\", \"0,1\" or \"0-3\")")
+            })?;
+            if cpu >= Self::MAX_CPUS {
+                return Err(format!(
+                    "CPU {cpu} is out of range (at most {})",
+                    Self::MAX_CPUS - 1
+                ));
+            }
+            Ok(cpu)
+        };
+        let mut cpus = Vec::new();
+        for item in s.split(',') {
+            if item.trim().is_empty() {
+                return Err(format!(
+                    "empty entry in CPU list {s:?} (expected e.g. \"0\", \"0,1\" or \"0-3\")"
+                ));
+            }
+            match item.split_once('-') {
+                Some((first, last)) => {
+                    let (first, last) = (parse_cpu(first)?, parse_cpu(last)?);
+                    if first > last {
+                        return Err(format!("range {:?} runs backwards", item.trim()));
+                    }
+                    cpus.extend(first..=last);
+                }
+                None => cpus.push(parse_cpu(item)?),
+            }
+        }
+        cpus.sort_unstable();
+        cpus.dedup();
+        Ok(CpuList(cpus))
+    }
+}
+
+impl fmt::Display for CpuList {
+    /// Writes the canonical cpulist form, merging runs into ranges.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0.as_slice();
+        let mut first_item = true;
+        while let Some((&start, _)) = rest.split_first() {
+            let run = rest
+                .iter()
+                .enumerate()
+                .take_while(|&(i, &cpu)| cpu == start + i)
+                .count();
+            let end = start + run - 1;
+            if !first_item {
+                f.write_str(",")?;
+            }
+            first_item = false;
+            if run == 1 {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{end}")?;
+            }
+            rest = &rest[run..];
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn cpu_lists_parse_and_print_canonically() {
+        let list: CpuList = "3, 0-1,1,6-7".parse().unwrap();
+        assert_eq!(list.cpus(), &[0, 1, 3, 6, 7]);
+        assert_eq!(list.to_string(), "0-1,3,6-7");
+        assert_eq!("0".parse::<CpuList>().unwrap().to_string(), "0");
+    }
+
+    #[test]
+    fn bad_cpu_lists_are_rejected() {
+        for bad in ["", ",", "a", "1-", "-1", "3-1", "0,,1", "1024", "0-99999"] {
+            assert!(bad.parse::<CpuList>().is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn error_rate_must_be_a_fraction() {
+        assert_eq!("0".parse::<ErrorRate>().unwrap().get(), 0.0);
+        assert_eq!("1".parse::<ErrorRate>().unwrap().get(), 1.0);
+        assert_eq!("0.25".parse::<ErrorRate>().unwrap().get(), 0.25);
+        for bad in ["2", "-0.1", "NaN", "inf", "x"] {
+            assert!(bad.parse::<ErrorRate>().is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn flags_become_config() {
+        let cli = Cli::try_parse_from([
+            "loadfleet-testbed",
+            "--delay",
+            "100ms",
+            "--pool",
+            "10",
+            "--pool-timeout",
+            "2s",
+            "--admission",
+            "12",
+        ])
+        .unwrap();
+        let config = cli.config();
+        assert_eq!(config.delay, Duration::from_millis(100));
+        assert_eq!(
+            config.pool,
+            Some(Limit {
+                permits: 10,
+                timeout: Some(Duration::from_secs(2))
+            })
+        );
+        assert_eq!(
+            config.admission,
+            Some(Limit {
+                permits: 12,
+                timeout: Some(Duration::ZERO)
+            })
+        );
+        assert!(!config.is_trivial());
+    }
+
+    #[test]
+    fn defaults_are_the_cheap_path() {
+        let cli = Cli::try_parse_from(["loadfleet-testbed"]).unwrap();
+        assert_eq!(cli.listen, "127.0.0.1:8080".parse().unwrap());
+        assert!(cli.config().is_trivial());
+    }
+
+    #[test]
+    fn invalid_combinations_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--pool-timeout", "1s"], "--pool"),
+            (&["--admission-timeout", "1s"], "--admission"),
+            (&["--pool", "0"], "--pool"),
+            (&["--admission", "0"], "--admission"),
+            (&["--error-rate", "2"], "--error-rate"),
+            (&["--delay", "soon"], "--delay"),
+            (&["--workers", "0"], "--workers"),
+            (&["--cpus", "2-1"], "--cpus"),
+        ];
+        for (args, flag) in cases {
+            let err = Cli::try_parse_from(std::iter::once("loadfleet-testbed").chain(args.iter().copied()))
+                .expect_err("bad flags were accepted");
+            let message = err.to_string();
+            assert!(message.contains(flag), "{args:?}: {message}");
+            assert_eq!(err.exit_code(), 2, "{args:?}");
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! `loadfleet-testbed`: the built-in HTTP target and the ground truth of
+//! loadfleet's accuracy tests.
+//!
+//! Its behaviour is known exactly from its flags, so a load test run against
+//! it can be checked: a fixed service delay bounds latency from below, a
+//! bounded pool with a wait timeout produces the slow 503s of a saturated
+//! connection pool, an admission semaphore in front of the pool produces the
+//! fast 429s of admission control, and error injection produces 500s at a
+//! known rate. These are the overload shapes PRODUCT.md's lessons come from;
+//! keeping 429 and 503 apart is lesson 3.
+//!
+//! The same binary is the target in benchmarks, so the default path (no
+//! delay, no gates, no errors) answers from a static body without locks or
+//! per-request allocations of its own.
+//!
+//! Readiness is explicit: after binding, the binary prints one line,
+//! `listening on <addr>`, to stdout, which is how tests and the coordinator
+//! learn the port when listening on port 0.
+
+mod affinity;
+pub mod cli;
+mod server;
+
+use std::time::Duration;
+
+pub use affinity::pin_to_cpus;
+pub use cli::{Cli, CpuList, ErrorRate};
+pub use server::serve;
+
+/// How the testbed behaves for every request except `GET /health`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// Fixed service delay, spent holding a pool slot.
+    pub delay: Duration,
+    /// Upper bound of a uniform random delay added to `delay`.
+    pub delay_jitter: Duration,
+    /// The bounded pool; its timeout ends in 503. `None`: unbounded.
+    pub pool: Option<Limit>,
+    /// The admission semaphore, checked before the pool; its timeout ends in
+    /// 429. `None`: everyone is admitted.
+    pub admission: Option<Limit>,
+    /// Fraction of requests answered 500 after their work.
+    pub error_rate: ErrorRate,
+}
+
+impl Config {
+    /// True when requests need no work at all, so the server may answer them
+    /// on the spot (the benchmark path).
+    pub fn is_trivial(&self) -> bool {
+        self.delay.is_zero()
+            && self.delay_jitter.is_zero()
+            && self.pool.is_none()
+            && self.admission.is_none()
+            && self.error_rate.get() == 0.0
+    }
+}
+
+/// A bound on concurrent requests, with how long a request may wait for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// How many requests may hold a permit at once; at least 1.
+    pub permits: usize,
+    /// How long to wait for a permit: `None` without limit, zero not at all.
+    pub timeout: Option<Duration>,
+}

@@ -1,0 +1,267 @@
+//! The accept loop and the request handler.
+
+use std::convert::Infallible;
+use std::future::{self, Future};
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::Service;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+use tracing::{debug, warn};
+
+use crate::{Config, Limit};
+
+/// Shortest pause after an accept error that is not about one connection.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// Longest pause after repeated accept errors.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Serves HTTP/1.1 on `listener` with the behaviour `config` describes until
+/// `shutdown` completes.
+///
+/// One task per connection; keep-alive as hyper does it by default. Accept
+/// errors never end the loop: running out of file descriptors under overload
+/// is exactly the situation the testbed exists to produce, so it backs off
+/// briefly and keeps accepting.
+pub async fn serve(listener: TcpListener, config: Arc<Config>, shutdown: impl Future<Output = ()>) {
+    let service = Testbed(Arc::new(Shared::new(&config)));
+    let mut http = http1::Builder::new();
+    // A load generator may leave keep-alive connections idle between bursts;
+    // the target must not be the one closing them. (Also avoids hyper's
+    // default 30s timeout, which needs a timer we do not otherwise use.)
+    http.header_read_timeout(None);
+
+    tokio::pin!(shutdown);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut shutdown => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                accepted
+            }
+            Err(err) if is_connection_error(&err) => {
+                // The peer gave up before we accepted; nothing to wait for.
+                debug!(%err, "accept failed for one connection");
+                continue;
+            }
+            Err(err) => {
+                warn!(%err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        // Small responses must not wait for Nagle's algorithm, or latency
+        // measurements would include up to 40ms of delayed-ACK interplay.
+        if let Err(err) = stream.set_nodelay(true) {
+            debug!(%peer, %err, "could not set TCP_NODELAY");
+        }
+        let connection = http.serve_connection(TokioIo::new(stream), service.clone());
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                debug!(%peer, %err, "connection ended with an error");
+            }
+        });
+    }
+}
+
+/// Errors from `accept` that concern one connection only, not the listener.
+fn is_connection_error(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// State shared by all connections: built once, then only read, so the
+/// request path takes no locks.
+struct Shared {
+    delay: Duration,
+    /// Jitter in nanoseconds, so the random draw is a plain integer range.
+    jitter_nanos: u64,
+    pool: Option<Gate>,
+    admission: Option<Gate>,
+    error_rate: f64,
+    /// Nothing to do per request: answer without spawning a future.
+    trivial: bool,
+}
+
+impl Shared {
+    fn new(config: &Config) -> Self {
+        Shared {
+            delay: config.delay,
+            jitter_nanos: u64::try_from(config.delay_jitter.as_nanos()).unwrap_or(u64::MAX),
+            pool: config.pool.as_ref().map(Gate::new),
+            admission: config.admission.as_ref().map(Gate::new),
+            error_rate: config.error_rate.get(),
+            trivial: config.is_trivial(),
+        }
+    }
+
+    /// This request's service delay: the fixed delay plus its jitter draw.
+    fn service_delay(&self) -> Duration {
+        if self.jitter_nanos == 0 {
+            return self.delay;
+        }
+        let jitter = rand::random_range(0..=self.jitter_nanos);
+        self.delay.saturating_add(Duration::from_nanos(jitter))
+    }
+
+    /// Whether this request is one of the injected errors.
+    fn inject_error(&self) -> bool {
+        // random() is in [0, 1), so a rate of 1 always strikes and 0 never.
+        self.error_rate > 0.0 && rand::random::<f64>() < self.error_rate
+    }
+}
+
+/// A semaphore with how long a request may wait for it.
+struct Gate {
+    permits: Semaphore,
+    /// `None` waits without limit; zero does not wait at all.
+    timeout: Option<Duration>,
+}
+
+impl Gate {
+    fn new(limit: &Limit) -> Self {
+        Gate {
+            permits: Semaphore::new(limit.permits),
+            timeout: limit.timeout,
+        }
+    }
+
+    /// Takes a permit, waiting at most the gate's timeout; `None` if none
+    /// could be had in time.
+    async fn enter(&self) -> Option<SemaphorePermit<'_>> {
+        // Fast path: no timer and no waiter registration when a permit is free.
+        match self.permits.try_acquire() {
+            Ok(permit) => return Some(permit),
+            Err(TryAcquireError::Closed) => return None,
+            Err(TryAcquireError::NoPermits) => {}
+        }
+        match self.timeout {
+            None => self.permits.acquire().await.ok(),
+            Some(timeout) if timeout.is_zero() => None,
+            Some(timeout) => tokio::time::timeout(timeout, self.permits.acquire())
+                .await
+                .ok()
+                .and_then(Result::ok),
+        }
+    }
+}
+
+/// The hyper service: a cheap handle to [`Shared`], cloned per connection.
+#[derive(Clone)]
+struct Testbed(Arc<Shared>);
+
+impl Service<Request<Incoming>> for Testbed {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Reply;
+
+    fn call(&self, request: Request<Incoming>) -> Reply {
+        // Health checks must answer even while the target is overloaded,
+        // which is when the coordinator most needs to know it is alive.
+        if request.method() == Method::GET && request.uri().path() == "/health" {
+            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
+        }
+        // In benchmarks the testbed must cost as little as possible: with no
+        // delay, gates or errors configured, and no body to drain, answer
+        // right here without boxing a future or touching the Arc.
+        if self.0.trivial && request.body().is_end_stream() {
+            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
+        }
+        Reply::Work(Box::pin(handle(Arc::clone(&self.0), request)))
+    }
+}
+
+/// The future of one request: answered at once, or after doing its work.
+enum Reply {
+    Ready(future::Ready<Result<Response<Full<Bytes>>, Infallible>>),
+    Work(Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>),
+}
+
+impl Future for Reply {
+    type Output = Result<Response<Full<Bytes>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Reply::Ready(ready) => Pin::new(ready).poll(cx),
+            Reply::Work(work) => work.as_mut().poll(cx),
+        }
+    }
+}
+
+/// One request that has work to do: drain the body, pass admission and the
+/// pool, wait out the service delay, then answer.
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    // Read the whole body so the connection stays reusable (keep-alive).
+    let mut body = request.into_body();
+    while let Some(frame) = body.frame().await {
+        if let Err(err) = frame {
+            debug!(%err, "reading the request body failed");
+            return Ok(reply(StatusCode::BAD_REQUEST, b"bad request body\n"));
+        }
+    }
+
+    // Admission is held while waiting for the pool and while working, so it
+    // bounds everything in the server, and it is checked first so that
+    // rejections are fast (429) rather than slow (503 after the pool wait).
+    let _admitted = match &shared.admission {
+        Some(gate) => match gate.enter().await {
+            Some(permit) => Some(permit),
+            None => return Ok(reply(StatusCode::TOO_MANY_REQUESTS, b"not admitted\n")),
+        },
+        None => None,
+    };
+    let _slot = match &shared.pool {
+        Some(gate) => match gate.enter().await {
+            Some(permit) => Some(permit),
+            None => return Ok(reply(StatusCode::SERVICE_UNAVAILABLE, b"pool timeout\n")),
+        },
+        None => None,
+    };
+
+    // A sleep, not a spin: the delay stands for waiting on a backend while
+    // holding a pooled connection, which costs time but no CPU.
+    let delay = shared.service_delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+
+    if shared.inject_error() {
+        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, b"injected error\n"));
+    }
+    Ok(reply(StatusCode::OK, b"ok\n"))
+}
+
+/// A plain-text response with a static body (no copy, no allocation for it).
+fn reply(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    response
+}

@@ -39,7 +39,10 @@ impl Template {
         match uri.scheme_str() {
             Some("http") => {}
             Some(other) => bail!("target url scheme {other:?} is not supported yet; use http://"),
-            None => bail!("target url {:?} has no scheme; use http://HOST:PORT/PATH", t.url),
+            None => bail!(
+                "target url {:?} has no scheme; use http://HOST:PORT/PATH",
+                t.url
+            ),
         }
         if uri.host().is_none() {
             bail!("target url {:?} has no host", t.url);

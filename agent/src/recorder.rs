@@ -87,8 +87,16 @@ impl Interval {
             unsent,
             completed: self.completed,
             completed_in_window: self.completed_in_window,
-            status: self.status.iter().map(|&(c, n)| (u32::from(c), n)).collect(),
-            errors: self.errors.iter().map(|&(k, n)| (k.to_string(), n)).collect(),
+            status: self
+                .status
+                .iter()
+                .map(|&(c, n)| (u32::from(c), n))
+                .collect(),
+            errors: self
+                .errors
+                .iter()
+                .map(|&(k, n)| (k.to_string(), n))
+                .collect(),
             latency,
             service_time: encode_or_empty(&self.service_time),
             warmup_latency: encode_or_empty(&self.warmup_latency),

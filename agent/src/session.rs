@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use loadfleet_proto::partition::Interleave;
 use loadfleet_proto::schedule::ArrivalSchedule;
-use loadfleet_proto::v1::{self, agent_message, coordinator_message, control_client::ControlClient};
+use loadfleet_proto::v1::{
+    self, agent_message, control_client::ControlClient, coordinator_message,
+};
 use loadfleet_proto::PROTOCOL_HEADER;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -57,7 +59,12 @@ impl Clock {
 /// started before it, e.g. as a Kubernetes Indexed Job).
 async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
     let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
-        .with_context(|| format!("--coordinator {:?} is not a valid URL (expected http://HOST:PORT)", config.coordinator))?
+        .with_context(|| {
+            format!(
+                "--coordinator {:?} is not a valid URL (expected http://HOST:PORT)",
+                config.coordinator
+            )
+        })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(1))
@@ -117,11 +124,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
             .parse()
             .context("internal: protocol version header")?,
     );
-    let mut inbound = client
-        .session(request)
-        .await
-        .map_err(refusal)?
-        .into_inner();
+    let mut inbound = client.session(request).await.map_err(refusal)?.into_inner();
 
     let mut dead_man = Duration::from_secs(3);
     let mut last_heard = Instant::now();
@@ -270,18 +273,40 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
 /// Turns a refused call into a message that says what to fix.
 fn refusal(status: tonic::Status) -> anyhow::Error {
     match status.code() {
-        tonic::Code::Unauthenticated => anyhow!("the coordinator refused this agent: {} (check --token / LOADFLEET_TOKEN)", status.message()),
-        tonic::Code::FailedPrecondition => anyhow!("the coordinator refused this agent: {}", status.message()),
-        tonic::Code::ResourceExhausted => anyhow!("the coordinator has no room for this agent: {}", status.message()),
-        _ => anyhow!("control stream failed: {} ({:?})", status.message(), status.code()),
+        tonic::Code::Unauthenticated => anyhow!(
+            "the coordinator refused this agent: {} (check --token / LOADFLEET_TOKEN)",
+            status.message()
+        ),
+        tonic::Code::FailedPrecondition => {
+            anyhow!("the coordinator refused this agent: {}", status.message())
+        }
+        tonic::Code::ResourceExhausted => anyhow!(
+            "the coordinator has no room for this agent: {}",
+            status.message()
+        ),
+        _ => anyhow!(
+            "control stream failed: {} ({:?})",
+            status.message(),
+            status.code()
+        ),
     }
 }
 
-fn plan_workers(a: &v1::Assignment, config: &AgentConfig, start: Instant) -> anyhow::Result<Vec<WorkerPlan>> {
-    let schedule = a.schedule.as_ref().ok_or_else(|| anyhow!("assignment has no schedule"))?;
+fn plan_workers(
+    a: &v1::Assignment,
+    config: &AgentConfig,
+    start: Instant,
+) -> anyhow::Result<Vec<WorkerPlan>> {
+    let schedule = a
+        .schedule
+        .as_ref()
+        .ok_or_else(|| anyhow!("assignment has no schedule"))?;
     let schedule = Arc::new(ArrivalSchedule::from_proto(schedule)?);
     let interleave = Arc::new(Interleave::new(&a.weights)?);
-    let template = a.request.as_ref().ok_or_else(|| anyhow!("assignment has no request"))?;
+    let template = a
+        .request
+        .as_ref()
+        .ok_or_else(|| anyhow!("assignment has no request"))?;
     let template = Template::from_proto(template)?;
     if a.interval_ns == 0 {
         bail!("assignment interval is 0");
@@ -292,7 +317,9 @@ fn plan_workers(a: &v1::Assignment, config: &AgentConfig, start: Instant) -> any
     Ok((0..workers)
         .map(|w| {
             // Split the agent's cap and pool across workers, remainder first.
-            let share = |total: u64| total / workers as u64 + u64::from((w as u64) < total % workers as u64);
+            let share = |total: u64| {
+                total / workers as u64 + u64::from((w as u64) < total % workers as u64)
+            };
             WorkerPlan {
                 schedule: schedule.clone(),
                 interleave: interleave.clone(),

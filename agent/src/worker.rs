@@ -26,6 +26,9 @@ use crate::recorder::Recorder;
 /// Sleeps longer than this also watch for a stop, so a long pause in the
 /// schedule cannot delay stopping; shorter ones just check the flag after.
 const WATCHED_SLEEP: Duration = Duration::from_millis(20);
+/// How early the coarse sleep ends: tokio's timer wheel has 1 ms slots and
+/// the wake-up itself can come a little after the slot.
+const TIMER_GRANULARITY: Duration = Duration::from_millis(2);
 
 /// What a worker reports to the session.
 pub enum WorkerEvent {
@@ -59,7 +62,11 @@ pub async fn run(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, stop: C
     local.run_until(schedule_loop(plan, events, stop)).await;
 }
 
-async fn schedule_loop(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, stop: CancellationToken) {
+async fn schedule_loop(
+    plan: WorkerPlan,
+    events: UnboundedSender<WorkerEvent>,
+    stop: CancellationToken,
+) {
     let recorder = Rc::new(RefCell::new(Recorder::new()));
     let in_flight = Rc::new(Cell::new(0u64));
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
@@ -76,7 +83,9 @@ async fn schedule_loop(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, s
         Ok(slice) => slice,
         Err(e) => {
             tracing::error!("cannot take my slice: {e}");
-            let _ = events.send(WorkerEvent::Done { in_flight_at_end: 0 });
+            let _ = events.send(WorkerEvent::Done {
+                in_flight_at_end: 0,
+            });
             return;
         }
     };
@@ -88,16 +97,8 @@ async fn schedule_loop(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, s
 
     for offset_ns in mine {
         let intended = plan.start + Duration::from_nanos(offset_ns);
-        let now = Instant::now();
-        if now < intended {
-            if intended - now > WATCHED_SLEEP {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(intended) => {}
-                    _ = stop.cancelled() => break,
-                }
-            } else {
-                tokio::time::sleep_until(intended).await;
-            }
+        if !wait_until(intended, &stop).await {
+            break;
         }
         if stop.is_cancelled() {
             break;
@@ -147,6 +148,32 @@ async fn schedule_loop(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, s
     let _ = events.send(WorkerEvent::Done {
         in_flight_at_end: in_flight.get(),
     });
+}
+
+/// Waits for an arrival's instant; false when stopped meanwhile.
+///
+/// tokio's timer rounds deadlines up to whole milliseconds, which alone
+/// would put up to 1 ms of lag on every arrival. So the coarse sleep ends a
+/// couple of milliseconds early and the rest is a yielding spin: other tasks (responses
+/// being read) still run, and only an otherwise idle worker pays CPU for the
+/// precision.
+async fn wait_until(intended: Instant, stop: &CancellationToken) -> bool {
+    let early = intended.checked_sub(TIMER_GRANULARITY).unwrap_or(intended);
+    let now = Instant::now();
+    if now < early {
+        if early - now > WATCHED_SLEEP {
+            tokio::select! {
+                _ = tokio::time::sleep_until(early) => {}
+                _ = stop.cancelled() => return false,
+            }
+        } else {
+            tokio::time::sleep_until(early).await;
+        }
+    }
+    while Instant::now() < intended {
+        tokio::task::yield_now().await;
+    }
+    true
 }
 
 /// Timing facts of one request, fixed when it is sent.

@@ -1,1 +1,43 @@
-fn main(){}
+use std::process::ExitCode;
+
+use clap::Parser;
+use loadfleet_coordinator::cli::{Cli, Command};
+use loadfleet_coordinator::run::BadInput;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("loadfleet-coordinator: error: cannot start the runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => loadfleet_coordinator::run::run(*args).await,
+        }
+    });
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("loadfleet-coordinator: error: {e:#}");
+            if e.downcast_ref::<BadInput>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(3)
+            }
+        }
+    }
+}

@@ -59,7 +59,8 @@ pub fn merge_into(into: &mut Histogram<u64>, bytes: &[u8]) -> Result<(), CodecEr
         return Ok(());
     }
     let h = decode(bytes)?;
-    into.add(&h).map_err(|e| CodecError::Decode(format!("{e:?}")))
+    into.add(&h)
+        .map_err(|e| CodecError::Decode(format!("{e:?}")))
 }
 
 #[cfg(test)]

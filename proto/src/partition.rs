@@ -63,7 +63,10 @@ impl Interleave {
             let (best, _) = current
                 .iter()
                 .enumerate()
-                .fold((0, i64::MIN), |acc, (i, &c)| if c > acc.1 { (i, c) } else { acc });
+                .fold(
+                    (0, i64::MIN),
+                    |acc, (i, &c)| if c > acc.1 { (i, c) } else { acc },
+                );
             current[best] -= total;
             table.push(best as u32);
         }
@@ -156,7 +159,10 @@ mod tests {
     fn bad_weights_are_refused() {
         assert_eq!(Interleave::new(&[]), Err(PartitionError::NoAgents));
         assert_eq!(Interleave::new(&[1, 0]), Err(PartitionError::ZeroWeight(1)));
-        assert!(matches!(Interleave::new(&[u32::MAX, 2]), Err(PartitionError::TooHeavy(_))));
+        assert!(matches!(
+            Interleave::new(&[u32::MAX, 2]),
+            Err(PartitionError::TooHeavy(_))
+        ));
         let s = crate::schedule::ArrivalSchedule::constant(1.0, 1, Process::Uniform).unwrap();
         let i = Interleave::equal(2).unwrap();
         assert!(AgentSlice::new(&s, &i, 2).is_err());
@@ -171,7 +177,10 @@ mod tests {
             }),
             1..4,
         );
-        let process = prop_oneof![Just(Process::Uniform), any::<u64>().prop_map(|seed| Process::Poisson { seed })];
+        let process = prop_oneof![
+            Just(Process::Uniform),
+            any::<u64>().prop_map(|seed| Process::Poisson { seed })
+        ];
         (stages, process).prop_map(|(s, p)| ArrivalSchedule::new(s, p).unwrap())
     }
 

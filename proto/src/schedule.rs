@@ -224,7 +224,8 @@ impl Iterator for Arrivals<'_> {
             // the schedule's end is exclusive.
             if local < mass {
                 let offset_s = invert_in_stage(s, local);
-                let offset_ns = ((offset_s * 1e9).round() as u64).min(s.duration_ns.saturating_sub(1));
+                let offset_ns =
+                    ((offset_s * 1e9).round() as u64).min(s.duration_ns.saturating_sub(1));
                 return Some(self.stage_start_ns + offset_ns);
             }
             self.stage += 1;
@@ -283,9 +284,21 @@ mod tests {
     fn zero_rate_is_a_pause() {
         let s = ArrivalSchedule::new(
             vec![
-                Stage { duration_ns: S, from_rps: 10.0, to_rps: 10.0 },
-                Stage { duration_ns: S, from_rps: 0.0, to_rps: 0.0 },
-                Stage { duration_ns: S, from_rps: 10.0, to_rps: 10.0 },
+                Stage {
+                    duration_ns: S,
+                    from_rps: 10.0,
+                    to_rps: 10.0,
+                },
+                Stage {
+                    duration_ns: S,
+                    from_rps: 0.0,
+                    to_rps: 0.0,
+                },
+                Stage {
+                    duration_ns: S,
+                    from_rps: 10.0,
+                    to_rps: 10.0,
+                },
             ],
             Process::Uniform,
         )
@@ -299,7 +312,11 @@ mod tests {
     fn ramp_follows_the_rate() {
         // 0 -> 1000 rps over 10 s: second i carries about 100*i + 50 arrivals.
         let s = ArrivalSchedule::new(
-            vec![Stage { duration_ns: 10 * S, from_rps: 0.0, to_rps: 1000.0 }],
+            vec![Stage {
+                duration_ns: 10 * S,
+                from_rps: 0.0,
+                to_rps: 1000.0,
+            }],
             Process::Uniform,
         )
         .unwrap();
@@ -309,7 +326,10 @@ mod tests {
         }
         for (i, &n) in per_sec.iter().enumerate() {
             let expected = 100.0 * i as f64 + 50.0;
-            assert!((n as f64 - expected).abs() <= 1.0, "second {i}: {n} vs {expected}");
+            assert!(
+                (n as f64 - expected).abs() <= 1.0,
+                "second {i}: {n} vs {expected}"
+            );
         }
         assert_eq!(per_sec.iter().sum::<u64>(), 5000);
     }
@@ -318,10 +338,16 @@ mod tests {
     fn bad_rates_are_refused() {
         assert_eq!(
             ArrivalSchedule::constant(-1.0, S, Process::Uniform),
-            Err(ScheduleError::BadRate { stage: 0, rate: -1.0 })
+            Err(ScheduleError::BadRate {
+                stage: 0,
+                rate: -1.0
+            })
         );
         assert!(ArrivalSchedule::constant(f64::NAN, S, Process::Uniform).is_err());
-        assert_eq!(ArrivalSchedule::new(vec![], Process::Uniform), Err(ScheduleError::Empty));
+        assert_eq!(
+            ArrivalSchedule::new(vec![], Process::Uniform),
+            Err(ScheduleError::Empty)
+        );
     }
 
     #[test]

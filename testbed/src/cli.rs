@@ -325,8 +325,10 @@ mod tests {
             (&["--cpus", "2-1"], "--cpus"),
         ];
         for (args, flag) in cases {
-            let err = Cli::try_parse_from(std::iter::once("loadfleet-testbed").chain(args.iter().copied()))
-                .expect_err("bad flags were accepted");
+            let err = Cli::try_parse_from(
+                std::iter::once("loadfleet-testbed").chain(args.iter().copied()),
+            )
+            .expect_err("bad flags were accepted");
             let message = err.to_string();
             assert!(message.contains(flag), "{args:?}: {message}");
             assert_eq!(err.exit_code(), 2, "{args:?}");

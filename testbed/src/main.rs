@@ -78,9 +78,7 @@ async fn run(listen: SocketAddr, config: Arc<Config>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("--listen {listen}: cannot bind"))?;
-    let local = listener
-        .local_addr()
-        .context("reading the bound address")?;
+    let local = listener.local_addr().context("reading the bound address")?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {local}")
         .and_then(|()| stdout.flush())
@@ -96,7 +94,8 @@ async fn run(listen: SocketAddr, config: Arc<Config>) -> anyhow::Result<()> {
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut terminate = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     Ok(async move {
         tokio::select! {
             _ = interrupt.recv() => {}

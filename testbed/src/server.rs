@@ -251,7 +251,10 @@ async fn handle(
     }
 
     if shared.inject_error() {
-        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, b"injected error\n"));
+        return Ok(reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            b"injected error\n",
+        ));
     }
     Ok(reply(StatusCode::OK, b"ok\n"))
 }

@@ -1,0 +1,322 @@
+//! The merged state of a run: every agent's snapshots added together.
+//!
+//! Snapshots are deltas, so merging is addition: counts are summed and
+//! histograms are added bucket by bucket, which makes the result independent
+//! of the order and grouping in which snapshots arrive. Percentiles are only
+//! ever read from merged histograms, never averaged.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
+use loadfleet_proto::v1;
+
+/// Outcome classes in report order.
+pub const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
+
+/// Counts and histograms summed over any set of snapshots.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: BTreeMap<String, u64>,
+    pub completed: u64,
+    pub completed_in_window: u64,
+    pub status: BTreeMap<u32, u64>,
+    pub errors: BTreeMap<String, u64>,
+    pub latency: BTreeMap<String, Histogram<u64>>,
+    pub service_time: Histogram<u64>,
+    pub warmup_latency: Histogram<u64>,
+    pub lag: Histogram<u64>,
+    pub cpu_seconds: f64,
+    /// Sum and number of host-CPU samples, to report the mean.
+    pub host_cpu: (f64, u64),
+}
+
+impl Default for Merged {
+    fn default() -> Self {
+        Self {
+            intended: 0,
+            sent: 0,
+            unsent: BTreeMap::new(),
+            completed: 0,
+            completed_in_window: 0,
+            status: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            latency: BTreeMap::new(),
+            service_time: new_histogram(),
+            warmup_latency: new_histogram(),
+            lag: new_histogram(),
+            cpu_seconds: 0.0,
+            host_cpu: (0.0, 0),
+        }
+    }
+}
+
+impl Merged {
+    /// Adds one snapshot. On corrupt histogram bytes nothing is added, so a
+    /// bad snapshot cannot leave counts and histograms disagreeing.
+    pub fn add(&mut self, s: &v1::Snapshot) -> Result<(), CodecError> {
+        let mut latency: Vec<(String, Histogram<u64>)> = Vec::new();
+        for (class, bytes) in &s.latency {
+            let mut h = new_histogram();
+            merge_into(&mut h, bytes)?;
+            latency.push((class.clone(), h));
+        }
+        let mut service = new_histogram();
+        merge_into(&mut service, &s.service_time)?;
+        let mut warmup = new_histogram();
+        merge_into(&mut warmup, &s.warmup_latency)?;
+        let mut lag = new_histogram();
+        merge_into(&mut lag, &s.lag)?;
+
+        self.intended += s.intended;
+        self.sent += s.sent;
+        for (reason, n) in &s.unsent {
+            *self.unsent.entry(reason.clone()).or_default() += n;
+        }
+        self.completed += s.completed;
+        self.completed_in_window += s.completed_in_window;
+        for (code, n) in &s.status {
+            *self.status.entry(*code).or_default() += n;
+        }
+        for (kind, n) in &s.errors {
+            *self.errors.entry(kind.clone()).or_default() += n;
+        }
+        for (class, h) in latency {
+            add_hist(self.latency.entry(class).or_insert_with(new_histogram), &h);
+        }
+        add_hist(&mut self.service_time, &service);
+        add_hist(&mut self.warmup_latency, &warmup);
+        add_hist(&mut self.lag, &lag);
+        self.cpu_seconds += s.cpu_seconds;
+        if s.host_cpu > 0.0 {
+            self.host_cpu.0 += s.host_cpu;
+            self.host_cpu.1 += 1;
+        }
+        Ok(())
+    }
+
+    pub fn unsent_total(&self) -> u64 {
+        self.unsent.values().sum()
+    }
+
+    pub fn errors_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// Latency over every outcome class.
+    pub fn latency_all(&self) -> Histogram<u64> {
+        let mut all = new_histogram();
+        for h in self.latency.values() {
+            add_hist(&mut all, h);
+        }
+        all
+    }
+
+    /// Completions per status class (1xx..5xx) and "error".
+    pub fn by_class(&self) -> BTreeMap<&'static str, u64> {
+        let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for (&code, &n) in &self.status {
+            *out.entry(class_of(code)).or_default() += n;
+        }
+        let errors = self.errors_total();
+        if errors > 0 {
+            out.insert("error", errors);
+        }
+        out
+    }
+}
+
+/// The report's class name for a status code.
+pub fn class_of(code: u32) -> &'static str {
+    match code {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Both sides are auto-resizing, so `add` can only fail on a precision
+/// mismatch, which cannot happen between histograms made by `new_histogram`.
+fn add_hist(into: &mut Histogram<u64>, from: &Histogram<u64>) {
+    if let Err(e) = into.add(from) {
+        tracing::error!("histogram merge failed: {e:?}");
+    }
+}
+
+/// The whole run's merged state: totals, per agent, per interval.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    pub totals: Merged,
+    pub agents: Vec<Merged>,
+    pub intervals: BTreeMap<u64, IntervalAgg>,
+}
+
+/// One second of the run, all agents together.
+#[derive(Debug, Clone, Default)]
+pub struct IntervalAgg {
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    pub classes: BTreeMap<&'static str, u64>,
+    pub errors: u64,
+    pub in_flight: u64,
+    pub latency: Option<Histogram<u64>>,
+    pub max_lag_us: u64,
+    /// Per-class latency for the HdrHistogram interval log.
+    pub latency_by_class: BTreeMap<String, Histogram<u64>>,
+}
+
+impl Aggregate {
+    pub fn new(agents: usize) -> Self {
+        Self {
+            totals: Merged::default(),
+            agents: vec![Merged::default(); agents],
+            intervals: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one agent's snapshot to the totals, its agent and its interval.
+    pub fn add(&mut self, agent: usize, s: &v1::Snapshot) -> Result<(), CodecError> {
+        // Decode once into a one-snapshot Merged, then add that everywhere.
+        let mut one = Merged::default();
+        one.add(s)?;
+        merge(&mut self.totals, &one);
+        if let Some(a) = self.agents.get_mut(agent) {
+            merge(a, &one);
+        }
+        let iv = self.intervals.entry(s.interval_index).or_default();
+        iv.intended += one.intended;
+        iv.sent += one.sent;
+        iv.unsent += one.unsent_total();
+        iv.completed += one.completed;
+        for (class, n) in one.by_class() {
+            *iv.classes.entry(class).or_default() += n;
+        }
+        iv.errors += one.errors_total();
+        iv.in_flight += s.in_flight;
+        if !one.lag.is_empty() {
+            iv.max_lag_us = iv.max_lag_us.max(one.lag.max());
+        }
+        let all = one.latency_all();
+        if !all.is_empty() {
+            add_hist(iv.latency.get_or_insert_with(new_histogram), &all);
+        }
+        for (class, h) in &one.latency {
+            add_hist(
+                iv.latency_by_class
+                    .entry(class.clone())
+                    .or_insert_with(new_histogram),
+                h,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Adds an already decoded `Merged` into another.
+fn merge(into: &mut Merged, from: &Merged) {
+    into.intended += from.intended;
+    into.sent += from.sent;
+    for (k, v) in &from.unsent {
+        *into.unsent.entry(k.clone()).or_default() += v;
+    }
+    into.completed += from.completed;
+    into.completed_in_window += from.completed_in_window;
+    for (k, v) in &from.status {
+        *into.status.entry(*k).or_default() += v;
+    }
+    for (k, v) in &from.errors {
+        *into.errors.entry(k.clone()).or_default() += v;
+    }
+    for (k, h) in &from.latency {
+        add_hist(
+            into.latency.entry(k.clone()).or_insert_with(new_histogram),
+            h,
+        );
+    }
+    add_hist(&mut into.service_time, &from.service_time);
+    add_hist(&mut into.warmup_latency, &from.warmup_latency);
+    add_hist(&mut into.lag, &from.lag);
+    into.cpu_seconds += from.cpu_seconds;
+    into.host_cpu.0 += from.host_cpu.0;
+    into.host_cpu.1 += from.host_cpu.1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadfleet_proto::histogram::encode;
+    use proptest::prelude::*;
+
+    fn snapshot(index: u64, values: &[u64], code: u32) -> v1::Snapshot {
+        let mut h = new_histogram();
+        for &v in values {
+            h.record(v).unwrap();
+        }
+        let n = values.len() as u64;
+        v1::Snapshot {
+            interval_index: index,
+            intended: n + 1,
+            sent: n,
+            unsent: [("late".to_string(), 1)].into_iter().collect(),
+            completed: n,
+            completed_in_window: n / 2,
+            status: [(code, n)].into_iter().collect(),
+            latency: [(class_of(code).to_string(), encode(&h).unwrap())]
+                .into_iter()
+                .collect(),
+            service_time: encode(&h).unwrap(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn corrupt_snapshot_adds_nothing() {
+        let mut a = Aggregate::new(1);
+        let mut s = snapshot(0, &[5, 6], 200);
+        s.service_time = vec![9, 9, 9];
+        assert!(a.add(0, &s).is_err());
+        assert_eq!(a.totals.intended, 0);
+    }
+
+    proptest! {
+        /// However snapshots are spread over agents and intervals, the totals
+        /// equal the sum of the parts and the merged histogram equals one
+        /// histogram of every value; intended == sent + unsent holds.
+        #[test]
+        fn totals_are_exact_sums(
+            parts in prop::collection::vec(
+                (0usize..4, 0u64..10, prop::collection::vec(1u64..10_000_000, 0..50), prop_oneof![Just(200u32), Just(429), Just(503)]),
+                1..30)
+        ) {
+            let mut agg = Aggregate::new(4);
+            let mut whole = new_histogram();
+            let mut count = 0u64;
+            for (agent, index, values, code) in &parts {
+                agg.add(*agent, &snapshot(*index, values, *code)).unwrap();
+                for &v in values { whole.record(v).unwrap(); }
+                count += values.len() as u64;
+            }
+            let t = &agg.totals;
+            prop_assert_eq!(t.completed, count);
+            prop_assert_eq!(t.intended, t.sent + t.unsent_total());
+            let all = t.latency_all();
+            prop_assert_eq!(all.len(), whole.len());
+            if !whole.is_empty() {
+                prop_assert_eq!(all.value_at_quantile(0.99), whole.value_at_quantile(0.99));
+                prop_assert_eq!(all.max(), whole.max());
+            }
+            let per_agent: u64 = agg.agents.iter().map(|a| a.completed).sum();
+            prop_assert_eq!(per_agent, count);
+            let per_interval: u64 = agg.intervals.values().map(|i| i.completed).sum();
+            prop_assert_eq!(per_interval, count);
+            let status_sum: u64 = t.status.values().sum();
+            prop_assert_eq!(status_sum, count);
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Command-line interface. Flags parse into precise types (durations,
+//! rates, thresholds), so a bad value is refused by name before anything runs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::thresholds::Threshold;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadfleet-coordinator",
+    version,
+    about = "Run a distributed open-model load test and report what really happened"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a load test with a local or remote fleet of agents.
+    Run(Box<RunArgs>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProcessArg {
+    /// Evenly spaced arrivals.
+    Uniform,
+    /// Poisson arrivals (seeded, reproducible).
+    Poisson,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Target URL. Without it, a local run starts the built-in testbed and
+    /// aims at it.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Fleet-wide arrival rate in requests per second (open model).
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// Length of the schedule, warm-up included (e.g. 30s, 2m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Leading part of the schedule whose requests are reported apart.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub warmup: Option<Duration>,
+    /// How long agents wait for in-flight requests after the schedule ends.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub drain: Duration,
+    /// Arrival process.
+    #[arg(long, value_enum, default_value_t = ProcessArg::Uniform)]
+    pub process: ProcessArg,
+    /// Seed of the Poisson process.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Most requests in flight at once per agent; arrivals beyond are counted
+    /// unsent (`concurrency_limit`), never queued.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
+    /// An arrival later than this behind schedule is counted unsent (`late`).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub max_lag: Duration,
+    /// Per-request timeout.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Keep-alive connections per agent.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: u32,
+    /// HTTP method.
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// Extra request header, `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
+    /// 'errors<1%' (repeatable). A failed one makes the exit status 1.
+    #[arg(long = "threshold")]
+    pub thresholds: Vec<Threshold>,
+    /// Start N agent processes on this machine.
+    #[arg(long, conflicts_with = "expect_agents")]
+    pub local_agents: Option<u32>,
+    /// Wait for N remote agents to join before starting.
+    #[arg(long)]
+    pub expect_agents: Option<u32>,
+    /// Address the control plane listens on (agents dial it).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Shared secret agents must present. Required with --expect-agents;
+    /// a local run makes a random one.
+    #[arg(long, env = "LOADFLEET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// How long to wait for the expected agents.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub agent_timeout: Duration,
+    /// Folder for report.json, report.html and the interval log (default: a
+    /// fresh loadfleet-out-<time> folder).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Service delay of the built-in testbed (local runs without --url).
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    pub testbed_delay: Duration,
+    /// Pool size of the built-in testbed: at most this many requests work at
+    /// once, the rest wait up to --testbed-pool-timeout and then get 503.
+    #[arg(long)]
+    pub testbed_pool: Option<u32>,
+    /// Wait timeout of the built-in testbed's pool.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub testbed_pool_timeout: Duration,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches("/s")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{s:?}: the rate must be a number above 0"));
+    }
+    Ok(v)
+}

@@ -1,0 +1,17 @@
+//! The loadfleet coordinator.
+//!
+//! It waits for agents, estimates their clock offsets, hands each a slice of
+//! one open-model schedule with a common start instant, merges their
+//! per-second snapshots exactly, and writes a report that leads with what
+//! was intended, sent and never sent. The tonic service ([`service`]) is
+//! thin; the run lives in the fleet actor ([`fleet`]), the merged numbers in
+//! [`aggregate`], and every output format in [`report`].
+
+pub mod aggregate;
+pub mod cli;
+pub mod fleet;
+pub mod local;
+pub mod report;
+pub mod run;
+pub mod service;
+pub mod thresholds;

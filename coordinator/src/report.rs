@@ -1,0 +1,845 @@
+//! The report: one set of serde structs rendered as JSON (the contract in
+//! PRODUCT.md), a text summary, an HTML page and an HdrHistogram interval
+//! log. Renderers write to any `impl Write`, so tests can read them.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::aggregate::{Merged, CLASSES};
+use crate::fleet::RunResult;
+use crate::thresholds::{Checked, Figures, Threshold};
+
+pub const SCHEMA: &str = "loadfleet.report/v1";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Number of values the percentiles were read from.
+    pub count: u64,
+}
+
+impl Percentiles {
+    /// Reads microsecond histograms as milliseconds.
+    fn of(h: &Histogram<u64>) -> Option<Self> {
+        if h.is_empty() {
+            return None;
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Some(Self {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p95: ms(h.value_at_quantile(0.95)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1000.0,
+            count: h.len(),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "p50" => self.p50,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            "p99" => self.p99,
+            "p999" => self.p999,
+            "max" => self.max,
+            "mean" => self.mean,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Unsent {
+    pub total: u64,
+    pub concurrency_limit: u64,
+    pub late: u64,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, u64>,
+}
+
+/// The headline figures, for the totals and for each scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
+    pub intended: u64,
+    pub sent: u64,
+    pub completed: u64,
+    pub completed_in_window: u64,
+    pub in_flight_at_end: u64,
+    pub unsent: Unsent,
+    pub status: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    /// Completions inside the measurement window / window length.
+    pub throughput_rps: f64,
+    /// From the intended send time; null when nothing completed.
+    pub latency_ms: Option<Percentiles>,
+    /// From the actual send time.
+    pub service_time_ms: Option<Percentiles>,
+    pub latency_by_class_ms: BTreeMap<String, Percentiles>,
+    /// Requests intended during warm-up, reported apart.
+    pub warmup: Warmup,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Warmup {
+    pub seconds: f64,
+    pub completed: u64,
+    pub latency_ms: Option<Percentiles>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    pub name: String,
+    pub model: &'static str,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Lag {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentReport {
+    pub id: String,
+    pub host: String,
+    pub peer: Option<String>,
+    pub share: f64,
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    /// Process CPU use as a fraction of the agent's CPUs (0..1).
+    pub cpu: f64,
+    /// Process CPU use in cores.
+    pub cpu_cores: f64,
+    pub cpus: u32,
+    /// Mean host-wide CPU use seen by the agent (0..1).
+    pub host_cpu: f64,
+    /// Schedule lag: actual minus intended send time.
+    pub lag_ms: Option<Lag>,
+    pub clock_offset_ms: Option<f64>,
+    pub clock_rtt_ms: Option<f64>,
+    pub status: &'static str,
+    pub lost_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub level: &'static str,
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalReport {
+    /// Seconds from the common start to the interval's start.
+    pub t: f64,
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    #[serde(flatten)]
+    pub classes: BTreeMap<String, u64>,
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    pub in_flight: u64,
+    pub max_lag_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    pub target: String,
+    pub rate_rps: f64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub window_s: f64,
+    pub drain_s: f64,
+    pub process: String,
+    pub max_in_flight_per_agent: u32,
+    pub agents: usize,
+    pub local: bool,
+    pub started_at_unix: f64,
+    pub elapsed_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    /// True when the run was cut short: figures cover what was measured.
+    pub partial: bool,
+    pub run: RunInfo,
+    pub verdicts: Vec<Verdict>,
+    pub thresholds: Vec<Checked>,
+    pub totals: Totals,
+    pub scenarios: Vec<Scenario>,
+    pub agents: Vec<AgentReport>,
+    pub intervals: Vec<IntervalReport>,
+}
+
+/// Facts about the run that the fleet result does not carry.
+pub struct Context<'a> {
+    pub target: &'a str,
+    pub rate_rps: f64,
+    pub duration: std::time::Duration,
+    pub warmup: std::time::Duration,
+    pub drain: std::time::Duration,
+    pub process: &'a str,
+    pub max_in_flight: u32,
+    pub local: bool,
+    /// Verdicts decided outside the fleet (e.g. shared hardware).
+    pub extra_verdicts: Vec<Verdict>,
+    pub thresholds: &'a [Threshold],
+}
+
+fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> Totals {
+    let mut other = m.unsent.clone();
+    let concurrency_limit = other
+        .remove(loadfleet_proto::UNSENT_CONCURRENCY_LIMIT)
+        .unwrap_or(0);
+    let late = other.remove(loadfleet_proto::UNSENT_LATE).unwrap_or(0);
+    Totals {
+        intended: m.intended,
+        sent: m.sent,
+        completed: m.completed,
+        completed_in_window: m.completed_in_window,
+        in_flight_at_end,
+        unsent: Unsent {
+            total: m.unsent_total(),
+            concurrency_limit,
+            late,
+            other,
+        },
+        status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        errors: m.errors.clone(),
+        throughput_rps: if window_s > 0.0 {
+            m.completed_in_window as f64 / window_s
+        } else {
+            0.0
+        },
+        latency_ms: Percentiles::of(&m.latency_all()),
+        service_time_ms: Percentiles::of(&m.service_time),
+        latency_by_class_ms: m
+            .latency
+            .iter()
+            .filter_map(|(k, h)| Percentiles::of(h).map(|p| (k.clone(), p)))
+            .collect(),
+        warmup: Warmup {
+            seconds: warmup_s,
+            completed: m.warmup_latency.len(),
+            latency_ms: Percentiles::of(&m.warmup_latency),
+        },
+    }
+}
+
+/// Builds the report and decides the verdicts.
+pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
+    let warmup_s = ctx.warmup.as_secs_f64();
+    let window_s = (ctx.duration.saturating_sub(ctx.warmup)).as_secs_f64();
+    let in_flight_at_end: u64 = result
+        .agents
+        .iter()
+        .filter_map(|a| a.finished.as_ref().map(|f| f.in_flight_at_end))
+        .sum();
+    let elapsed_s = result.elapsed.as_secs_f64();
+    let totals = totals(
+        &result.aggregate.totals,
+        window_s,
+        warmup_s,
+        in_flight_at_end,
+    );
+
+    let agents: Vec<AgentReport> = result
+        .agents
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let m = result.aggregate.agents.get(i).cloned().unwrap_or_default();
+            let cpus = a.hello.cpus.max(1);
+            let cores = if elapsed_s > 0.0 {
+                m.cpu_seconds / elapsed_s
+            } else {
+                0.0
+            };
+            AgentReport {
+                id: a.hello.agent_id.clone(),
+                host: a.hello.host.clone(),
+                peer: a.peer.map(|p| p.to_string()),
+                share: a.share,
+                intended: m.intended,
+                sent: m.sent,
+                unsent: m.unsent_total(),
+                completed: m.completed,
+                cpu: cores / f64::from(cpus),
+                cpu_cores: cores,
+                cpus,
+                host_cpu: if m.host_cpu.1 > 0 {
+                    m.host_cpu.0 / m.host_cpu.1 as f64
+                } else {
+                    0.0
+                },
+                lag_ms: (!m.lag.is_empty()).then(|| Lag {
+                    p50: m.lag.value_at_quantile(0.5) as f64 / 1000.0,
+                    p99: m.lag.value_at_quantile(0.99) as f64 / 1000.0,
+                    max: m.lag.max() as f64 / 1000.0,
+                }),
+                clock_offset_ms: a.clock.map(|c| c.1 as f64 / 1e6),
+                clock_rtt_ms: a.clock.map(|c| c.0 as f64 / 1e6),
+                status: if a.lost.is_some() {
+                    "lost"
+                } else if a.finished.as_ref().is_some_and(|f| f.cut_short) {
+                    "stopped"
+                } else if a.finished.is_some() {
+                    "finished"
+                } else {
+                    "unfinished"
+                },
+                lost_reason: a.lost.clone(),
+            }
+        })
+        .collect();
+
+    let interval_s = 1.0;
+    let intervals: Vec<IntervalReport> = result
+        .aggregate
+        .intervals
+        .iter()
+        .map(|(&i, iv)| {
+            let q = |q: f64| {
+                iv.latency
+                    .as_ref()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| h.value_at_quantile(q) as f64 / 1000.0)
+            };
+            IntervalReport {
+                t: i as f64 * interval_s,
+                intended: iv.intended,
+                sent: iv.sent,
+                unsent: iv.unsent,
+                completed: iv.completed,
+                classes: CLASSES
+                    .iter()
+                    .map(|c| {
+                        (
+                            format!("completed_{c}"),
+                            iv.classes.get(c).copied().unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+                p50: q(0.5),
+                p99: q(0.99),
+                in_flight: iv.in_flight,
+                max_lag_ms: iv.max_lag_us as f64 / 1000.0,
+            }
+        })
+        .collect();
+
+    let mut verdicts = verdicts(result, &totals, &agents);
+    verdicts.extend(ctx.extra_verdicts);
+    verdicts.sort_by_key(|v| match v.level {
+        "error" => 0,
+        "warn" => 1,
+        _ => 2,
+    });
+
+    let t = &totals;
+    let latency = |q: &str| t.latency_ms.as_ref().and_then(|p| p.get(q));
+    let errors = t.errors.values().sum::<u64>()
+        + t.status
+            .iter()
+            .filter(|(code, _)| code.starts_with('5'))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+    let figures = Figures {
+        latency_ms: &latency,
+        intended: t.intended,
+        unsent: t.unsent.total,
+        completed: t.completed,
+        errors,
+        throughput_rps: t.throughput_rps,
+    };
+    let thresholds = ctx.thresholds.iter().map(|th| th.check(&figures)).collect();
+
+    Report {
+        schema: SCHEMA,
+        partial: result.cut_short || result.failure.is_some(),
+        run: RunInfo {
+            target: ctx.target.to_string(),
+            rate_rps: ctx.rate_rps,
+            duration_s: ctx.duration.as_secs_f64(),
+            warmup_s,
+            window_s,
+            drain_s: ctx.drain.as_secs_f64(),
+            process: ctx.process.to_string(),
+            max_in_flight_per_agent: ctx.max_in_flight,
+            agents: result.agents.len(),
+            local: ctx.local,
+            started_at_unix: result
+                .started_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            elapsed_s,
+        },
+        verdicts,
+        thresholds,
+        scenarios: vec![Scenario {
+            name: "default".into(),
+            model: "open",
+            totals: totals.clone(),
+        }],
+        totals,
+        agents,
+        intervals,
+    }
+}
+
+fn verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    let mut say = |level, code, message: String| {
+        v.push(Verdict {
+            level,
+            code,
+            message,
+        })
+    };
+    if let Some(f) = &result.failure {
+        say(
+            "error",
+            "NO_EXPERIMENT",
+            format!("the run could not be carried out: {f}"),
+        );
+    }
+    for a in agents.iter().filter(|a| a.status == "lost") {
+        say(
+            "error",
+            "AGENT_LOST",
+            format!(
+                "agent {} was lost ({}); its share of the load was not (fully) sent and the figures are partial",
+                a.id,
+                a.lost_reason.as_deref().unwrap_or("unknown")
+            ),
+        );
+    }
+    let served: u64 = t
+        .status
+        .iter()
+        .filter(|(c, _)| c.starts_with('2') || c.starts_with('3'))
+        .map(|(_, n)| n)
+        .sum();
+    if result.started && t.intended > 0 {
+        if t.sent == 0 {
+            say(
+                "error",
+                "NO_EXPERIMENT",
+                format!(
+                    "none of the {} intended requests was sent: the experiment did not happen",
+                    t.intended
+                ),
+            );
+        } else if served == 0 && t.completed > 0 {
+            let how = if !t.errors.is_empty() && t.status.is_empty() {
+                let kinds: Vec<String> = t.errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                format!("every request failed in transport ({})", kinds.join(", "))
+            } else {
+                let codes: Vec<String> =
+                    t.status.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+                format!("no request succeeded (responses: {})", codes.join(", "))
+            };
+            say(
+                "error",
+                "NO_EXPERIMENT",
+                format!("{how}: the experiment did not happen, these latencies describe failures, not the service"),
+            );
+        }
+    }
+    if t.unsent.total > 0 {
+        let share = 100.0 * t.unsent.total as f64 / t.intended.max(1) as f64;
+        say(
+            "warn",
+            "UNSENT",
+            format!(
+                "{} of {} intended requests ({share:.1}%) were never sent ({} concurrency_limit, {} late); latency figures describe only what was sent",
+                t.unsent.total, t.intended, t.unsent.concurrency_limit, t.unsent.late
+            ),
+        );
+    }
+    if result.cut_short {
+        say(
+            "warn",
+            "PARTIAL",
+            "the run was cut short; the figures cover what was measured until then".into(),
+        );
+    }
+    if result.corrupt_snapshots > 0 {
+        say(
+            "error",
+            "CORRUPT_SNAPSHOT",
+            format!(
+                "{} snapshot(s) could not be decoded and are missing from the totals",
+                result.corrupt_snapshots
+            ),
+        );
+    }
+    v
+}
+
+/// Exit status per PRODUCT.md: 3 run not carried out / degraded (an error
+/// verdict), 1 a threshold failed, 0 otherwise.
+pub fn exit_status(r: &Report) -> u8 {
+    if r.verdicts.iter().any(|v| v.level == "error") || r.partial {
+        3
+    } else if r.thresholds.iter().any(|t| !t.passed) {
+        1
+    } else {
+        0
+    }
+}
+
+fn fmt_ms(v: f64) -> String {
+    if v >= 1000.0 {
+        format!("{:.2}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.1}ms")
+    } else {
+        format!("{v:.2}ms")
+    }
+}
+
+fn percentile_row(
+    out: &mut impl Write,
+    label: &str,
+    p: &Option<Percentiles>,
+) -> std::io::Result<()> {
+    match p {
+        Some(p) => writeln!(
+            out,
+            "  {label:<14} p50 {:>9}  p90 {:>9}  p95 {:>9}  p99 {:>9}  p99.9 {:>9}  max {:>9}  mean {:>9}",
+            fmt_ms(p.p50),
+            fmt_ms(p.p90),
+            fmt_ms(p.p95),
+            fmt_ms(p.p99),
+            fmt_ms(p.p999),
+            fmt_ms(p.max),
+            fmt_ms(p.mean)
+        ),
+        None => writeln!(out, "  {label:<14} (nothing completed)"),
+    }
+}
+
+/// The human summary: verdicts first, then intended/sent/unsent, outcomes,
+/// the full percentile set, throughput and the agents.
+pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Result<()> {
+    let paint = |level: &str, s: &str| -> String {
+        if !color {
+            return s.to_string();
+        }
+        let code = match level {
+            "error" => "1;31",
+            "warn" => "33",
+            _ => "36",
+        };
+        format!("\x1b[{code}m{s}\x1b[0m")
+    };
+    writeln!(out)?;
+    writeln!(
+        out,
+        "loadfleet report — {} — {:.0} req/s for {:.1}s ({} warm-up) on {} agent(s){}",
+        r.run.target,
+        r.run.rate_rps,
+        r.run.duration_s,
+        format_args!("{:.1}s", r.run.warmup_s),
+        r.run.agents,
+        if r.partial { " — PARTIAL" } else { "" }
+    )?;
+    for v in &r.verdicts {
+        writeln!(
+            out,
+            "{}",
+            paint(
+                v.level,
+                &format!("  [{}] {}: {}", v.level.to_uppercase(), v.code, v.message)
+            )
+        )?;
+    }
+    let t = &r.totals;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  intended {}   sent {}   unsent {} (concurrency_limit {}, late {})",
+        t.intended, t.sent, t.unsent.total, t.unsent.concurrency_limit, t.unsent.late
+    )?;
+    writeln!(
+        out,
+        "  completed {}   in window {}   in flight at end {}   throughput {:.1} req/s over the {:.1}s window",
+        t.completed, t.completed_in_window, t.in_flight_at_end, t.throughput_rps, r.run.window_s
+    )?;
+    let status: Vec<String> = t.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    writeln!(
+        out,
+        "  status    {}",
+        if status.is_empty() {
+            "-".into()
+        } else {
+            status.join("  ")
+        }
+    )?;
+    let errors: Vec<String> = t.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    writeln!(
+        out,
+        "  errors    {}",
+        if errors.is_empty() {
+            "-".into()
+        } else {
+            errors.join("  ")
+        }
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  latency from the intended send time:")?;
+    percentile_row(out, "all", &t.latency_ms)?;
+    for (class, p) in &t.latency_by_class_ms {
+        percentile_row(out, class, &Some(p.clone()))?;
+    }
+    percentile_row(out, "service time", &t.service_time_ms)?;
+    if t.warmup.seconds > 0.0 {
+        percentile_row(out, "warm-up", &t.warmup.latency_ms)?;
+    }
+    writeln!(out)?;
+    writeln!(out, "  agents:")?;
+    for a in &r.agents {
+        let lag = a.lag_ms.as_ref().map_or("-".into(), |l| {
+            format!(
+                "p50 {} p99 {} max {}",
+                fmt_ms(l.p50),
+                fmt_ms(l.p99),
+                fmt_ms(l.max)
+            )
+        });
+        writeln!(
+            out,
+            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}",
+            a.id,
+            a.status,
+            a.intended,
+            a.sent,
+            a.unsent,
+            a.cpu * 100.0,
+            lag
+        )?;
+    }
+    if !r.thresholds.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "  thresholds:")?;
+        for c in &r.thresholds {
+            let actual = c.actual.map_or("n/a".into(), |a| format!("{a:.3}"));
+            let mark = if c.passed {
+                paint("info", "pass")
+            } else {
+                paint("error", "FAIL")
+            };
+            writeln!(out, "  {mark} {} (actual {actual})", c.threshold)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn write_json(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
+    writeln!(out)
+}
+
+/// One self-contained page: no scripts or fonts fetched from anywhere.
+pub fn write_html(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let json = serde_json::to_string(r).map_err(std::io::Error::other)?;
+    writeln!(
+        out,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>loadfleet report</title>"
+    )?;
+    writeln!(out, "<style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}.error{{color:#b00;font-weight:bold}}.warn{{color:#a60}}.info{{color:#057}}</style></head><body>")?;
+    writeln!(
+        out,
+        "<h1>loadfleet report</h1><p>{} — {:.0} req/s for {:.1}s on {} agent(s){}</p>",
+        esc(&r.run.target),
+        r.run.rate_rps,
+        r.run.duration_s,
+        r.run.agents,
+        if r.partial { " — <b>PARTIAL</b>" } else { "" }
+    )?;
+    writeln!(out, "<h2>Verdicts</h2><ul>")?;
+    for v in &r.verdicts {
+        writeln!(
+            out,
+            "<li class=\"{}\">[{}] {}: {}</li>",
+            v.level,
+            v.level,
+            v.code,
+            esc(&v.message)
+        )?;
+    }
+    writeln!(out, "</ul>")?;
+    let t = &r.totals;
+    writeln!(out, "<h2>Headline</h2><table><tr><th>intended</th><th>sent</th><th>unsent</th><th>completed</th><th>in window</th><th>throughput (req/s)</th></tr>")?;
+    writeln!(
+        out,
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr></table>",
+        t.intended, t.sent, t.unsent.total, t.completed, t.completed_in_window, t.throughput_rps
+    )?;
+    writeln!(out, "<h2>Latency (ms, from intended send time)</h2><table><tr><th></th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>mean</th></tr>")?;
+    let mut rows: Vec<(String, &Percentiles)> = Vec::new();
+    if let Some(p) = &t.latency_ms {
+        rows.push(("all".into(), p));
+    }
+    for (k, p) in &t.latency_by_class_ms {
+        rows.push((k.clone(), p));
+    }
+    if let Some(p) = &t.service_time_ms {
+        rows.push(("service time".into(), p));
+    }
+    for (k, p) in rows {
+        writeln!(out, "<tr><th>{}</th><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td></tr>",
+            esc(&k), p.p50, p.p90, p.p95, p.p99, p.p999, p.max, p.mean)?;
+    }
+    writeln!(out, "</table>")?;
+    writeln!(
+        out,
+        "<h2>Over time</h2>{}{}",
+        svg_series(
+            r,
+            "requests per second",
+            &[
+                ("intended", "#888"),
+                ("sent", "#36c"),
+                ("completed", "#3a3"),
+                ("unsent", "#c33")
+            ]
+        ),
+        svg_series(r, "latency ms", &[("p50", "#36c"), ("p99", "#c33")])
+    )?;
+    writeln!(out, "<h2>Status and errors</h2><table>")?;
+    for (k, v) in &t.status {
+        writeln!(out, "<tr><th>{}</th><td>{v}</td></tr>", esc(k))?;
+    }
+    for (k, v) in &t.errors {
+        writeln!(out, "<tr><th>error: {}</th><td>{v}</td></tr>", esc(k))?;
+    }
+    writeln!(out, "</table><h2>Agents</h2><table><tr><th>id</th><th>host</th><th>status</th><th>intended</th><th>sent</th><th>unsent</th><th>cpu</th><th>lag p99 ms</th></tr>")?;
+    for a in &r.agents {
+        writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
+            esc(&a.id), esc(&a.host), a.status, a.intended, a.sent, a.unsent, a.cpu * 100.0,
+            a.lag_ms.as_ref().map_or("-".into(), |l| format!("{:.2}", l.p99)))?;
+    }
+    writeln!(
+        out,
+        "</table><script type=\"application/json\" id=\"report\">{}</script></body></html>",
+        json.replace("</", "<\\/")
+    )?;
+    Ok(())
+}
+
+/// A small inline SVG line chart of interval series.
+fn svg_series(r: &Report, title: &str, series: &[(&str, &str)]) -> String {
+    let (w, h, pad) = (720.0, 220.0, 40.0);
+    let value = |iv: &IntervalReport, name: &str| -> Option<f64> {
+        match name {
+            "intended" => Some(iv.intended as f64),
+            "sent" => Some(iv.sent as f64),
+            "completed" => Some(iv.completed as f64),
+            "unsent" => Some(iv.unsent as f64),
+            "p50" => iv.p50,
+            "p99" => iv.p99,
+            _ => None,
+        }
+    };
+    let n = r.intervals.len().max(2) as f64;
+    let max = r
+        .intervals
+        .iter()
+        .flat_map(|iv| series.iter().filter_map(move |(s, _)| value(iv, s)))
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let mut svg = format!("<figure><figcaption>{title} (max {max:.1})</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" style=\"background:#fafafa;border:1px solid #ddd\">");
+    for (name, color) in series {
+        let points: Vec<String> = r
+            .intervals
+            .iter()
+            .enumerate()
+            .filter_map(|(i, iv)| {
+                value(iv, name).map(|v| {
+                    format!(
+                        "{:.1},{:.1}",
+                        pad + i as f64 / (n - 1.0) * (w - 2.0 * pad),
+                        h - pad - v / max * (h - 2.0 * pad)
+                    )
+                })
+            })
+            .collect();
+        svg.push_str(&format!(
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+            points.join(" ")
+        ));
+    }
+    for (i, (name, color)) in series.iter().enumerate() {
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"16\" fill=\"{color}\" font-size=\"12\">{name}</text>",
+            pad + i as f64 * 80.0
+        ));
+    }
+    svg.push_str("</svg></figure>");
+    svg
+}
+
+/// The HdrHistogram interval log: one tagged entry per interval and outcome
+/// class, readable by the standard HdrHistogram tools.
+pub fn write_hlog(out: &mut impl Write, result: &RunResult) -> std::io::Result<()> {
+    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+    use hdrhistogram::serialization::V2DeflateSerializer;
+    let start = result
+        .started_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut serializer = V2DeflateSerializer::new();
+    let mut builder = IntervalLogWriterBuilder::new();
+    builder
+        .add_comment("loadfleet latency from intended send time, microseconds")
+        .with_start_time(std::time::UNIX_EPOCH + start)
+        .with_base_time(std::time::UNIX_EPOCH + start)
+        .with_max_value_divisor(1000.0);
+    let mut writer = builder
+        .begin_log_with(&mut *out, &mut serializer)
+        .map_err(std::io::Error::other)?;
+    for (&i, iv) in &result.aggregate.intervals {
+        for (class, h) in &iv.latency_by_class {
+            if h.is_empty() {
+                continue;
+            }
+            let tag = Tag::new(class);
+            writer
+                .write_histogram(
+                    h,
+                    std::time::Duration::from_secs(i),
+                    std::time::Duration::from_secs(1),
+                    tag,
+                )
+                .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        }
+    }
+    Ok(())
+}

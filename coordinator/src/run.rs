@@ -1,0 +1,397 @@
+//! `loadfleet-coordinator run`: from flags to a written report.
+
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use loadfleet_proto::schedule::{ArrivalSchedule, Process};
+use loadfleet_proto::v1;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::cli::{ProcessArg, RunArgs};
+use crate::fleet::{self, Progress, RunSpec};
+use crate::local;
+use crate::report::{self, Verdict};
+use crate::service::ControlService;
+
+/// Bad flags or plan: exit status 2, with a message naming what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+fn bad(msg: impl Into<String>) -> anyhow::Error {
+    anyhow!(BadInput(msg.into()))
+}
+
+/// Checks a target URL the way the agents will use it, so a typo is caught
+/// here, named, before any agent is started.
+fn check_url(url: &str) -> anyhow::Result<()> {
+    let uri: http::Uri = url.parse().map_err(|e| {
+        bad(format!(
+            "--url {url:?} is not a valid URL ({e}); write e.g. http://HOST:PORT/path"
+        ))
+    })?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(s) => {
+            return Err(bad(format!(
+                "--url: scheme {s:?} is not supported yet; use http://"
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "--url {url:?} has no scheme; write http://{url}"
+            )))
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(bad(format!("--url {url:?} has no host")));
+    }
+    Ok(())
+}
+
+/// Does the URL's host name a loopback address?
+fn is_loopback_target(url: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    match uri.host() {
+        Some("localhost") => true,
+        Some(h) => h
+            .trim_matches(['[', ']'])
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
+fn parse_header(h: &str) -> anyhow::Result<v1::Header> {
+    let (name, value) = h
+        .split_once(':')
+        .ok_or_else(|| bad(format!("--header {h:?}: write it as 'Name: value'")))?;
+    Ok(v1::Header {
+        name: name.trim().to_string(),
+        value: value.trim().to_string(),
+    })
+}
+
+fn default_out_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from(format!("loadfleet-out-{secs}"))
+}
+
+/// A random token for a local run, from the OS's randomness.
+fn random_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn print_progress(p: &Progress) {
+    let line = format!(
+        "[{:>5.1}s/{:.0}s] intended {} sent {} unsent {} completed {} errors {} in-flight {} p99 {} agents {}",
+        p.elapsed.as_secs_f64().min(p.duration.as_secs_f64() + 999.0),
+        p.duration.as_secs_f64(),
+        p.intended,
+        p.sent,
+        p.unsent,
+        p.completed,
+        p.errors,
+        p.in_flight,
+        p.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms")),
+        p.agents_alive
+    );
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K{line}");
+    } else {
+        eprintln!("{line}");
+    }
+}
+
+/// Runs the whole command; the value is the process exit status.
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let local_agents = match (args.local_agents, args.expect_agents) {
+        (Some(0), _) => return Err(bad("--local-agents must be at least 1")),
+        (_, Some(0)) => return Err(bad("--expect-agents must be at least 1")),
+        (Some(n), None) => Some(n),
+        (None, Some(_)) => None,
+        (None, None) => Some(2),
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "give either --local-agents or --expect-agents, not both",
+            ))
+        }
+    };
+    let local = local_agents.is_some();
+    let expect = local_agents.or(args.expect_agents).unwrap_or(2) as usize;
+    let token = match (&args.token, local) {
+        (Some(t), _) if t.is_empty() => return Err(bad("--token must not be empty")),
+        (Some(t), _) => t.clone(),
+        (None, true) => random_token(),
+        (None, false) => {
+            return Err(bad(
+                "--token (or LOADFLEET_TOKEN) is required with --expect-agents, so strangers cannot join the run",
+            ))
+        }
+    };
+    if let Some(url) = &args.url {
+        check_url(url)?;
+    } else if !local {
+        return Err(bad(
+            "--url is required with --expect-agents (the built-in testbed only runs locally)",
+        ));
+    }
+    let rate = args.rate.unwrap_or(500.0);
+    let duration = args.duration.unwrap_or(Duration::from_secs(10));
+    if duration.is_zero() {
+        return Err(bad("--duration must be above 0"));
+    }
+    let warmup = args.warmup.unwrap_or_default();
+    if warmup >= duration {
+        return Err(bad(format!(
+            "--warmup ({warmup:?}) must be shorter than --duration ({duration:?}), or nothing is measured"
+        )));
+    }
+    if args.max_lag.is_zero() {
+        return Err(bad("--max-lag must be above 0"));
+    }
+    let process = match args.process {
+        ProcessArg::Uniform => Process::Uniform,
+        ProcessArg::Poisson => Process::Poisson { seed: args.seed },
+    };
+    let schedule = ArrivalSchedule::constant(rate, duration.as_nanos() as u64, process)
+        .map_err(|e| bad(format!("--rate: {e}")))?;
+    let headers = args
+        .headers
+        .iter()
+        .map(|h| parse_header(h))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+
+    let split = if local {
+        local::split_cpus(&local::allowed_cpus())
+    } else {
+        None
+    };
+    let mut extra_verdicts = Vec::new();
+
+    // The built-in target, when no URL was given.
+    let mut testbed = None;
+    let target = match &args.url {
+        Some(url) => url.clone(),
+        None => {
+            let mut tb_args = vec![
+                "--delay".to_string(),
+                humantime::format_duration(args.testbed_delay).to_string(),
+            ];
+            if let Some(pool) = args.testbed_pool {
+                tb_args.extend([
+                    "--pool".to_string(),
+                    pool.to_string(),
+                    "--pool-timeout".to_string(),
+                    humantime::format_duration(args.testbed_pool_timeout).to_string(),
+                ]);
+            }
+            let (child, addr) =
+                local::start_testbed(&tb_args, split.as_ref().map(|s| s.target.as_slice())).await?;
+            testbed = Some(child);
+            eprintln!("testbed listening on {addr} ({})", tb_args.join(" "));
+            format!("http://{addr}/")
+        }
+    };
+    if local {
+        let how = match (&split, testbed.is_some()) {
+            (Some(s), true) => format!(
+                "target pinned to CPU {} and agents to CPU {}",
+                local::cpu_list(&s.target),
+                local::cpu_list(&s.agents)
+            ),
+            (Some(s), false) => format!("agents pinned to CPU {}", local::cpu_list(&s.agents)),
+            (None, _) => "a single CPU: nothing could be pinned apart".to_string(),
+        };
+        extra_verdicts.push(Verdict {
+            level: "warn",
+            code: "LOCALHOST",
+            message: format!(
+                "agents, coordinator and target share one machine ({how}); memory, caches and the kernel are still shared, so treat latency and capacity as indicative — run agents on other hosts for numbers you can trust"
+            ),
+        });
+    } else if is_loopback_target(&target) {
+        extra_verdicts.push(Verdict {
+            level: "warn",
+            code: "LOCALHOST",
+            message: format!(
+                "the target {target} is a loopback address: it runs on the same host as the agents"
+            ),
+        });
+    }
+
+    let request = v1::RequestTemplate {
+        method: args.method.clone(),
+        url: target.clone(),
+        headers,
+        body: args.body.clone().unwrap_or_default().into_bytes(),
+    };
+    let spec = RunSpec {
+        schedule,
+        request,
+        warmup,
+        drain: args.drain,
+        max_in_flight: args.max_in_flight,
+        max_lag: args.max_lag,
+        timeout: args.timeout,
+        connections: args.connections,
+        interval: Duration::from_secs(1),
+        expect_agents: expect,
+        agent_timeout: if local {
+            Duration::from_secs(20)
+        } else {
+            args.agent_timeout
+        },
+    };
+
+    // The control plane.
+    let listen: SocketAddr = match (args.listen, local) {
+        (Some(a), _) => a,
+        (None, true) => SocketAddr::from(([127, 0, 0, 1], 0)),
+        (None, false) => SocketAddr::from(([0, 0, 0, 0], 7070)),
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("--listen {listen}: cannot bind the control plane"))?;
+    let bound = listener.local_addr().context("control plane address")?;
+    let (events_tx, events_rx) = mpsc::channel(4096);
+    let service = ControlService::new(token.clone(), events_tx);
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(v1::control_server::ControlServer::new(service))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = shutdown_rx.await;
+            }),
+    );
+    eprintln!("coordinator listening on {bound}; waiting for {expect} agent(s)");
+
+    let mut agents = Vec::new();
+    if let Some(n) = local_agents {
+        let url = format!("http://{bound}");
+        agents = local::start_agents(n, &url, &token, split.as_ref().map(|s| s.agents.as_slice()))?;
+    }
+
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = fleet::run(spec.clone(), events_rx, interrupt, Box::new(print_progress)).await;
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+
+    let _ = shutdown_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(3), server).await;
+    for mut a in agents {
+        if tokio::time::timeout(Duration::from_secs(5), a.wait())
+            .await
+            .is_err()
+        {
+            let _ = a.kill().await;
+        }
+    }
+    if let Some(mut t) = testbed {
+        let _ = t.kill().await;
+    }
+
+    let report = report::build(
+        &result,
+        report::Context {
+            target: &target,
+            rate_rps: rate,
+            duration,
+            warmup,
+            drain: args.drain,
+            process: match process {
+                Process::Uniform => "uniform",
+                Process::Poisson { .. } => "poisson",
+            },
+            max_in_flight: args.max_in_flight,
+            local,
+            extra_verdicts,
+            thresholds: &args.thresholds,
+        },
+    );
+    write_outputs(&out_dir, &report, &result)?;
+    let mut stdout = std::io::stdout().lock();
+    report::write_text(&mut stdout, &report, std::io::stdout().is_terminal())
+        .context("cannot write the summary")?;
+    use std::io::Write;
+    writeln!(
+        stdout,
+        "\n  report: {}",
+        out_dir.join("report.json").display()
+    )
+    .context("cannot write the summary")?;
+    Ok(report::exit_status(&report))
+}
+
+fn write_outputs(
+    dir: &Path,
+    report: &report::Report,
+    result: &fleet::RunResult,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--out: cannot create {}", dir.display()))?;
+    let write =
+        |name: &str, f: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
+            let path = dir.join(name);
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            let mut w = std::io::BufWriter::new(file);
+            f(&mut w).with_context(|| format!("cannot write {}", path.display()))?;
+            use std::io::Write;
+            w.flush()
+                .with_context(|| format!("cannot write {}", path.display()))
+        };
+    write("report.json", &|w| report::write_json(w, report))?;
+    write("report.html", &|w| report::write_html(w, report))?;
+    write("latency.hlog", &|w| report::write_hlog(w, result))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_by_flag_name() {
+        assert!(check_url("http://127.0.0.1:8080/x").is_ok());
+        for bad_url in ["ftp://x/", "localhost:80", "http://", "::"] {
+            let e = check_url(bad_url).unwrap_err().to_string();
+            assert!(e.contains("--url"), "{bad_url}: {e}");
+        }
+    }
+
+    #[test]
+    fn loopback_targets_are_recognised() {
+        assert!(is_loopback_target("http://127.0.0.1:80/"));
+        assert!(is_loopback_target("http://localhost/"));
+        assert!(is_loopback_target("http://[::1]:8080/"));
+        assert!(!is_loopback_target("http://10.1.2.3/"));
+    }
+
+    #[test]
+    fn headers_need_a_colon() {
+        assert_eq!(parse_header("X-A: b").unwrap().value, "b");
+        assert!(parse_header("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("--header"));
+    }
+}

@@ -1,0 +1,178 @@
+//! The thin tonic service: authenticate, read the hello, then hand the
+//! stream to the fleet actor. All run state lives in the actor
+//! ([`crate::fleet`]); this file only translates between gRPC and its events.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use loadfleet_proto::v1::{self, agent_message, control_server::Control};
+use loadfleet_proto::{PROTOCOL_HEADER, PROTOCOL_VERSION};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Messages to one agent; a `Status` ends its stream with that error.
+pub type AgentTx = mpsc::Sender<Result<v1::CoordinatorMessage, Status>>;
+
+/// What the service tells the fleet actor.
+pub enum FleetEvent {
+    /// An authenticated agent said hello and wants a place in the fleet.
+    Join {
+        hello: v1::Hello,
+        peer: Option<SocketAddr>,
+        tx: AgentTx,
+        reply: oneshot::Sender<Result<u32, Status>>,
+    },
+    /// A message from a joined agent, stamped on arrival so clock probes
+    /// are not skewed by time spent queued for the actor.
+    Message {
+        agent: u32,
+        msg: v1::AgentMessage,
+        received: tokio::time::Instant,
+    },
+    /// The agent's stream ended (cleanly or not).
+    Gone { agent: u32, reason: String },
+}
+
+pub struct ControlService {
+    token: String,
+    events: mpsc::Sender<FleetEvent>,
+}
+
+impl ControlService {
+    pub fn new(token: String, events: mpsc::Sender<FleetEvent>) -> Self {
+        Self { token, events }
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal how
+/// much of a guessed token was right.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn check_metadata(meta: &tonic::metadata::MetadataMap, token: &str) -> Result<(), Status> {
+    let version = meta
+        .get(PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok());
+    match version {
+        Some(v) if v == PROTOCOL_VERSION => {}
+        Some(v) => {
+            return Err(Status::failed_precondition(format!(
+                "agent speaks protocol version {v} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both"
+            )))
+        }
+        None => {
+            return Err(Status::failed_precondition(format!(
+                "missing {PROTOCOL_HEADER} metadata; is this a loadfleet agent?"
+            )))
+        }
+    }
+    let presented = meta
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same_secret(presented.as_bytes(), token.as_bytes()) {
+        return Err(Status::unauthenticated(
+            "wrong or missing token; start the agent with the coordinator's --token",
+        ));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Control for ControlService {
+    type SessionStream = ReceiverStream<Result<v1::CoordinatorMessage, Status>>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        check_metadata(request.metadata(), &self.token)?;
+        let peer = request.remote_addr();
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no hello within 10s"))??;
+        let hello = match first.and_then(|m| m.kind) {
+            Some(agent_message::Kind::Hello(h)) => h,
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first message must be a hello",
+                ))
+            }
+        };
+        if hello.protocol_version != PROTOCOL_VERSION {
+            return Err(Status::failed_precondition(format!(
+                "agent speaks protocol version {} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both",
+                hello.protocol_version
+            )));
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        let (reply, joined) = oneshot::channel();
+        self.events
+            .send(FleetEvent::Join {
+                hello,
+                peer,
+                tx,
+                reply,
+            })
+            .await
+            .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
+        let agent = joined
+            .await
+            .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                match inbound.message().await {
+                    Ok(Some(msg)) => {
+                        let received = tokio::time::Instant::now();
+                        let ev = FleetEvent::Message {
+                            agent,
+                            msg,
+                            received,
+                        };
+                        if events.send(ev).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break "stream closed".to_string(),
+                    Err(status) => break format!("stream failed: {}", status.message()),
+                }
+            };
+            let _ = events.send(FleetEvent::Gone { agent, reason }).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(version: Option<&str>, auth: Option<&str>) -> tonic::metadata::MetadataMap {
+        let mut m = tonic::metadata::MetadataMap::new();
+        if let Some(v) = version {
+            m.insert(PROTOCOL_HEADER, v.parse().unwrap());
+        }
+        if let Some(a) = auth {
+            m.insert("authorization", a.parse().unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn metadata_checks() {
+        let v = PROTOCOL_VERSION.to_string();
+        assert!(check_metadata(&meta(Some(&v), Some("Bearer s3cret")), "s3cret").is_ok());
+        let e = check_metadata(&meta(Some(&v), Some("Bearer nope")), "s3cret").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        let e = check_metadata(&meta(Some("99"), Some("Bearer s3cret")), "s3cret").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("99"));
+        assert!(check_metadata(&meta(None, Some("Bearer s3cret")), "s3cret").is_err());
+    }
+}

@@ -1,0 +1,214 @@
+//! Pass/fail rules checked against the final report (`p99<500ms`,
+//! `unsent==0`, `errors<1%`, `rps>=900`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// What a threshold looks at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Metric {
+    /// A latency figure (ms), from the intended send time.
+    Latency(&'static str),
+    Unsent,
+    Errors,
+    Throughput,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+}
+
+/// A parsed `--threshold` expression.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    text: String,
+    metric: Metric,
+    op: Op,
+    value: f64,
+    /// The value was a percentage of intended (unsent) or completed (errors).
+    percent: bool,
+}
+
+impl FromStr for Threshold {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let text: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        let pos = text
+            .find(['<', '>', '='])
+            .ok_or_else(|| format!("{s:?}: expected METRIC OP VALUE, e.g. 'p99<500ms'"))?;
+        let (name, rest) = text.split_at(pos);
+        let (op, value) = [
+            ("<=", Op::Le),
+            (">=", Op::Ge),
+            ("==", Op::Eq),
+            ("<", Op::Lt),
+            (">", Op::Gt),
+        ]
+        .iter()
+        .find_map(|(tok, op)| rest.strip_prefix(tok).map(|v| (*op, v)))
+        .ok_or_else(|| format!("{s:?}: the operator must be one of < <= > >= =="))?;
+        let metric = match name {
+            "p50" | "p90" | "p95" | "p99" | "p999" | "max" | "mean" => Metric::Latency(match name {
+                "p50" => "p50",
+                "p90" => "p90",
+                "p95" => "p95",
+                "p99" => "p99",
+                "p999" => "p999",
+                "max" => "max",
+                _ => "mean",
+            }),
+            "unsent" => Metric::Unsent,
+            "errors" => Metric::Errors,
+            "rps" | "throughput" => Metric::Throughput,
+            other => {
+                return Err(format!(
+                    "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors or rps"
+                ))
+            }
+        };
+        let (number, percent, scale) = if let Some(v) = value.strip_suffix('%') {
+            (v, true, 1.0)
+        } else if let Some(v) = value.strip_suffix("ms") {
+            (v, false, 1.0)
+        } else if let Some(v) = value.strip_suffix("us") {
+            (v, false, 0.001)
+        } else if let Some(v) = value.strip_suffix('s') {
+            (v, false, 1000.0)
+        } else {
+            (value, false, 1.0)
+        };
+        let value: f64 = number
+            .parse()
+            .map_err(|_| format!("{s:?}: {value:?} is not a number (e.g. 500ms, 1%, 0)"))?;
+        if percent && matches!(metric, Metric::Latency(_) | Metric::Throughput) {
+            return Err(format!(
+                "{s:?}: a percentage only applies to unsent and errors"
+            ));
+        }
+        if !matches!(metric, Metric::Latency(_)) && scale != 1.0 {
+            return Err(format!("{s:?}: time units only apply to latency metrics"));
+        }
+        Ok(Self {
+            text,
+            metric,
+            op,
+            value: value * scale,
+            percent,
+        })
+    }
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// The figures thresholds are checked against.
+pub struct Figures<'a> {
+    pub latency_ms: &'a dyn Fn(&str) -> Option<f64>,
+    pub intended: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub throughput_rps: f64,
+}
+
+/// One checked threshold, as it appears in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checked {
+    pub threshold: String,
+    pub actual: Option<f64>,
+    pub passed: bool,
+}
+
+impl Threshold {
+    pub fn check(&self, f: &Figures<'_>) -> Checked {
+        let ratio = |n: u64, of: u64| {
+            if of == 0 {
+                0.0
+            } else {
+                100.0 * n as f64 / of as f64
+            }
+        };
+        let actual = match self.metric {
+            Metric::Latency(q) => (f.latency_ms)(q),
+            Metric::Unsent if self.percent => Some(ratio(f.unsent, f.intended)),
+            Metric::Unsent => Some(f.unsent as f64),
+            // Errors include transport errors and 5xx answers alike: both
+            // are requests the user did not get served.
+            Metric::Errors if self.percent => Some(ratio(f.errors, f.completed)),
+            Metric::Errors => Some(f.errors as f64),
+            Metric::Throughput => Some(f.throughput_rps),
+        };
+        // A latency threshold with no latency at all fails: nothing was
+        // measured, so nothing was shown to be fast enough.
+        let passed = actual.is_some_and(|a| match self.op {
+            Op::Lt => a < self.value,
+            Op::Le => a <= self.value,
+            Op::Gt => a > self.value,
+            Op::Ge => a >= self.value,
+            Op::Eq => (a - self.value).abs() < 1e-9,
+        });
+        Checked {
+            threshold: self.text.clone(),
+            actual,
+            passed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(check: &Threshold) -> Checked {
+        let lat = |q: &str| if q == "p99" { Some(420.0) } else { Some(1.0) };
+        check.check(&Figures {
+            latency_ms: &lat,
+            intended: 1000,
+            unsent: 10,
+            completed: 990,
+            errors: 5,
+            throughput_rps: 99.0,
+        })
+    }
+
+    #[test]
+    fn thresholds_parse_and_check() {
+        for (text, pass) in [
+            ("p99<500ms", true),
+            ("p99 < 0.4s", false),
+            ("unsent==0", false),
+            ("unsent<=1%", true),
+            ("errors<1%", true),
+            ("errors==5", true),
+            ("rps>=100", false),
+        ] {
+            let t: Threshold = text.parse().unwrap();
+            assert_eq!(figures(&t).passed, pass, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_thresholds_say_what_is_wrong() {
+        for (text, needle) in [
+            ("p98<1ms", "unknown metric"),
+            ("p99~1", "METRIC OP VALUE"),
+            ("p99<fast", "not a number"),
+            ("rps>5%", "percentage"),
+            ("unsent<5ms", "time units"),
+        ] {
+            let e = text.parse::<Threshold>().unwrap_err();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}

@@ -117,6 +117,9 @@ pub struct Lag {
 pub struct AgentReport {
     pub id: String,
     pub host: String,
+    /// Local address the agent sends load from, when it was bound to one.
+    pub source: Option<String>,
+    /// Where the agent's control connection came from.
     pub peer: Option<String>,
     pub share: f64,
     pub intended: u64,
@@ -278,6 +281,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
             AgentReport {
                 id: a.hello.agent_id.clone(),
                 host: a.hello.host.clone(),
+                source: Some(a.hello.source_address.clone()).filter(|s| !s.is_empty()),
                 peer: a.peer.map(|p| p.to_string()),
                 share: a.share,
                 intended: m.intended,

@@ -231,6 +231,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             ),
         });
     }
+    let target_ips = resolve_target(&target).await;
 
     let request = v1::RequestTemplate {
         method: args.method.clone(),
@@ -309,6 +310,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         let _ = t.kill().await;
     }
 
+    if !local {
+        extra_verdicts.extend(shared_host_verdicts(&target, &target_ips, &result));
+    }
     let report = report::build(
         &result,
         report::Context {
@@ -339,6 +343,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     )
     .context("cannot write the summary")?;
     Ok(report::exit_status(&report))
+}
+
+/// The target's addresses, for the localhost-contamination check; a name
+/// that does not resolve here may still resolve on the agents, so failure
+/// only means no check.
+async fn resolve_target(url: &str) -> Vec<IpAddr> {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return Vec::new();
+    };
+    let Some(host) = uri.host() else {
+        return Vec::new();
+    };
+    let port = uri.port_u16().unwrap_or(80);
+    match tokio::net::lookup_host((host.trim_matches(['[', ']']), port)).await {
+        Ok(addrs) => addrs.map(|a| a.ip()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A target that resolves to one of an agent's own addresses shares that
+/// agent's machine: the generator and the server fight for the same CPUs.
+fn shared_host_verdicts(target: &str, target_ips: &[IpAddr], result: &fleet::RunResult) -> Vec<Verdict> {
+    result
+        .agents
+        .iter()
+        .filter(|a| {
+            a.hello
+                .host_addresses
+                .iter()
+                .filter_map(|h| h.parse::<IpAddr>().ok())
+                .any(|h| !h.is_loopback() && target_ips.contains(&h))
+        })
+        .map(|a| Verdict {
+            level: "warn",
+            code: "LOCALHOST",
+            message: format!(
+                "the target {target} resolves to an address of agent {}'s own host ({}): that agent and the target share hardware",
+                a.hello.agent_id, a.hello.host
+            ),
+        })
+        .collect()
 }
 
 fn write_outputs(

@@ -1,0 +1,170 @@
+//! Test harness: real binaries, their own temp folders, readiness read from
+//! their output (never a sleep), children stopped by handle, and their
+//! output printed when a test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub fn bin(name: &str) -> PathBuf {
+    // Integration tests get this crate's binary; the others are siblings
+    // built by the same workspace build.
+    let own = PathBuf::from(env!("CARGO_BIN_EXE_loadfleet-coordinator"));
+    let path = own.with_file_name(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace first (cargo build --workspace --bins)",
+        path.display()
+    );
+    path
+}
+
+pub fn coordinator() -> Command {
+    Command::new(bin("loadfleet-coordinator"))
+}
+
+pub fn agent() -> Command {
+    Command::new(bin("loadfleet-agent"))
+}
+
+/// A fresh folder for one test's outputs.
+pub fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadfleet-test-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A child whose stderr is collected line by line in the background.
+pub struct Proc {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+    pub what: String,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command, what: &str) -> Proc {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr piped");
+        let tx2 = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx2.send(line);
+            }
+        });
+        let stdout = child.stdout.take().expect("stdout piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(format!("[stdout] {line}"));
+            }
+        });
+        Proc {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+            what: what.to_string(),
+        }
+    }
+
+    /// Waits for an output line containing `needle`; returns it.
+    pub fn wait_for_line(&mut self, needle: &str, patience: Duration) -> String {
+        let deadline = Instant::now() + patience;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.seen.push(line.clone());
+                    if hit {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "{}: no line containing {needle:?} within {patience:?}; output so far:\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Waits for exit within `patience` (killing it after), returning the
+    /// status and all output.
+    pub fn wait(mut self, patience: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + patience;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} did not exit within {patience:?}; output:\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Collect what the reader threads still hold.
+        let end = Instant::now() + Duration::from_secs(2);
+        while let Ok(line) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            self.seen.push(line);
+        }
+        (status, self.seen.join("\n"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs a command to completion, with a time limit.
+pub fn run(cmd: Command, what: &str, patience: Duration) -> (ExitStatus, String) {
+    Proc::spawn(cmd, what).wait(patience)
+}
+
+pub fn read_report(dir: &Path) -> serde_json::Value {
+    let path = dir.join("report.json");
+    let mut s = String::new();
+    std::fs::File::open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()))
+        .read_to_string(&mut s)
+        .expect("read report");
+    serde_json::from_str(&s).expect("report.json is JSON")
+}
+
+pub fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an unsigned number: {v}"))
+}
+
+/// A port on 127.0.0.1 with nothing listening (bound, then released).
+pub fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// Sends SIGINT/SIGKILL to a child we started, by its pid.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2) on a pid we spawned and still own.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}

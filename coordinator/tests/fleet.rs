@@ -1,0 +1,124 @@
+//! End-to-end: a coordinator, agent processes on their own loopback
+//! addresses and the testbed, with the report checked against the schedule.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// 1,000 req/s for 5 s over two agents on 127.0.0.2 and 127.0.0.3: every
+/// intended arrival sent, each agent exactly its share, counts consistent.
+#[test]
+fn two_agents_send_the_exact_schedule() {
+    let out = temp_dir("exact");
+    let mut cmd = coordinator();
+    cmd.args(["run", "--local-agents", "2", "--rate", "1000", "--duration", "5s"])
+        .args(["--testbed-delay", "0ms", "--out"])
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    let r = read_report(&out);
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert_eq!(r["schema"], "loadfleet.report/v1");
+    let t = &r["totals"];
+    assert_eq!(u(&t["intended"]), 5000, "{output}");
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), u(&t["intended"]));
+    assert_eq!(u(&t["unsent"]["total"]), 0, "{output}");
+    let completed = u(&t["completed"]);
+    assert_eq!(completed, 5000);
+    assert_eq!(u(&t["status"]["200"]), completed);
+    assert_eq!(u(&t["latency_ms"]["count"]), completed, "merged histogram count");
+    assert_eq!(u(&t["latency_by_class_ms"]["2xx"]["count"]), completed);
+    for key in ["p50", "p90", "p95", "p99", "p999", "max", "mean"] {
+        assert!(t["latency_ms"][key].is_number(), "latency_ms.{key} missing");
+        assert!(t["service_time_ms"][key].is_number(), "service_time_ms.{key} missing");
+    }
+    let agents = r["agents"].as_array().expect("agents");
+    assert_eq!(agents.len(), 2);
+    let mut sources: Vec<String> = agents
+        .iter()
+        .map(|a| a["source"].as_str().unwrap_or("").to_string())
+        .collect();
+    sources.sort();
+    assert_eq!(sources, ["127.0.0.2", "127.0.0.3"]);
+    for a in agents {
+        assert_eq!(u(&a["intended"]), 2500, "each agent's share");
+        assert_eq!(u(&a["sent"]), 2500);
+        assert!(a["lag_ms"]["p99"].is_number());
+    }
+    let per_second: u64 = r["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|i| u(&i["intended"]))
+        .sum();
+    assert_eq!(per_second, 5000, "intervals add up to the total");
+    let rps = t["throughput_rps"].as_f64().expect("throughput");
+    assert!((rps - 1000.0).abs() < 50.0, "throughput {rps}");
+    assert_eq!(r["scenarios"][0]["model"], "open");
+    assert!(r["verdicts"].as_array().expect("verdicts").iter().any(|v| v["code"] == "LOCALHOST"));
+    assert!(out.join("report.html").is_file());
+    let hlog = std::fs::read_to_string(out.join("latency.hlog")).expect("hlog");
+    assert!(hlog.contains("#[StartTime:") && hlog.contains("Tag=2xx"), "{hlog}");
+}
+
+/// Pool of 10 × 100 ms at 300 req/s with a small in-flight cap: the cap
+/// turns arrivals into unsent ones (never queued), 503s are counted apart,
+/// and latency from the intended time includes the wait for the pool.
+#[test]
+fn overload_counts_unsent_and_keeps_outcomes_apart() {
+    let out = temp_dir("overload");
+    let mut cmd = coordinator();
+    cmd.args(["run", "--local-agents", "2", "--rate", "300", "--duration", "4s"])
+        .args(["--max-in-flight", "15", "--testbed-delay", "100ms"])
+        .args(["--testbed-pool", "10", "--testbed-pool-timeout", "150ms", "--out"])
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    let r = read_report(&out);
+    let t = &r["totals"];
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert_eq!(u(&t["intended"]), 1200);
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 1200);
+    assert!(u(&t["unsent"]["concurrency_limit"]) > 0, "{output}");
+    assert!(u(&t["status"]["200"]) > 0, "{output}");
+    assert!(u(&t["status"]["503"]) > 0, "{output}");
+    // 200s waited for the pool, then worked 100 ms.
+    let ok = &t["latency_by_class_ms"]["2xx"];
+    assert!(ok["p50"].as_f64().expect("p50") >= 100.0, "{ok}");
+    // 503s waited the pool timeout.
+    let failed = &t["latency_by_class_ms"]["5xx"];
+    assert!(failed["p50"].as_f64().expect("p50") >= 150.0, "{failed}");
+    let unsent_verdict = r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .find(|v| v["code"] == "UNSENT")
+        .expect("UNSENT verdict");
+    assert_eq!(unsent_verdict["level"], "warn");
+}
+
+/// Nothing listens on the target port: every sent request is refused, the
+/// report says the experiment did not happen, and the exit status is 3.
+#[test]
+fn closed_port_is_no_experiment() {
+    let out = temp_dir("closed");
+    let port = closed_port();
+    let mut cmd = coordinator();
+    cmd.args(["run", "--local-agents", "2", "--rate", "100", "--duration", "2s"])
+        .arg("--url")
+        .arg(format!("http://127.0.0.1:{port}/"))
+        .arg("--out")
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert_eq!(status.code(), Some(3), "{output}");
+    let r = read_report(&out);
+    let t = &r["totals"];
+    assert!(u(&t["sent"]) > 0);
+    assert_eq!(u(&t["errors"]["refused"]), u(&t["sent"]), "{output}");
+    let v = r["verdicts"].as_array().expect("verdicts");
+    assert!(
+        v.iter().any(|v| v["code"] == "NO_EXPERIMENT" && v["level"] == "error"),
+        "{v:?}"
+    );
+    assert!(output.contains("NO_EXPERIMENT"), "the summary leads with it");
+}

@@ -352,11 +352,11 @@ async fn resolve_target(url: &str) -> Vec<IpAddr> {
     let Ok(uri) = url.parse::<http::Uri>() else {
         return Vec::new();
     };
-    let Some(host) = uri.host() else {
+    let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_string()) else {
         return Vec::new();
     };
     let port = uri.port_u16().unwrap_or(80);
-    match tokio::net::lookup_host((host.trim_matches(['[', ']']), port)).await {
+    match tokio::net::lookup_host((host.as_str(), port)).await {
         Ok(addrs) => addrs.map(|a| a.ip()).collect(),
         Err(_) => Vec::new(),
     }

@@ -356,10 +356,8 @@ async fn resolve_target(url: &str) -> Vec<IpAddr> {
         return Vec::new();
     };
     let port = uri.port_u16().unwrap_or(80);
-    match tokio::net::lookup_host((host.as_str(), port)).await {
-        Ok(addrs) => addrs.map(|a| a.ip()).collect(),
-        Err(_) => Vec::new(),
-    }
+    let resolved = tokio::net::lookup_host((host.as_str(), port)).await;
+    resolved.map_or_else(|_| Vec::new(), |addrs| addrs.map(|a| a.ip()).collect())
 }
 
 /// A target that resolves to one of an agent's own addresses shares that

@@ -103,7 +103,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
             protocol_version: config.protocol_version,
             agent_id: config.id.clone(),
             host: sys::hostname(),
-            host_addresses: sys::host_addresses().iter().map(|a| a.to_string()).collect(),
+            host_addresses: sys::host_addresses()
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
             source_address: config.source.map(|ip| ip.to_string()).unwrap_or_default(),
             cpus: config.workers as u32,
             label: config.label.clone(),

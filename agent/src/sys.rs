@@ -91,6 +91,43 @@ pub fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
+/// The addresses of this host's interfaces, so the coordinator can flag a
+/// target that lives on an agent's own machine.
+pub fn host_addresses() -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    // SAFETY: getifaddrs allocates a list we only read and then free with
+    // freeifaddrs; every pointer is checked for null before use, and
+    // sockaddr is only reinterpreted as the family it declares.
+    unsafe {
+        let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut head) != 0 {
+            return out;
+        }
+        let mut cur = head;
+        while !cur.is_null() {
+            let addr = (*cur).ifa_addr;
+            if !addr.is_null() {
+                match i32::from((*addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(addr as *const libc::sockaddr_in);
+                        out.push(std::net::IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(addr as *const libc::sockaddr_in6);
+                        out.push(std::net::IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,39 +158,4 @@ mod tests {
         std::hint::black_box(x);
         assert!(process_cpu_seconds() >= a);
     }
-}
-
-/// The addresses of this host's interfaces, so the coordinator can flag a
-/// target that lives on an agent's own machine.
-pub fn host_addresses() -> Vec<std::net::IpAddr> {
-    let mut out = Vec::new();
-    // SAFETY: getifaddrs allocates a list we only read and then free with
-    // freeifaddrs; every pointer is checked for null before use, and
-    // sockaddr is only reinterpreted as the family it declares.
-    unsafe {
-        let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-        if libc::getifaddrs(&mut head) != 0 {
-            return out;
-        }
-        let mut cur = head;
-        while !cur.is_null() {
-            let addr = (*cur).ifa_addr;
-            if !addr.is_null() {
-                match i32::from((*addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*(addr as *const libc::sockaddr_in);
-                        out.push(std::net::IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(addr as *const libc::sockaddr_in6);
-                        out.push(std::net::IpAddr::from(sin6.sin6_addr.s6_addr));
-                    }
-                    _ => {}
-                }
-            }
-            cur = (*cur).ifa_next;
-        }
-        libc::freeifaddrs(head);
-    }
-    out
 }

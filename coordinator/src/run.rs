@@ -362,7 +362,11 @@ async fn resolve_target(url: &str) -> Vec<IpAddr> {
 
 /// A target that resolves to one of an agent's own addresses shares that
 /// agent's machine: the generator and the server fight for the same CPUs.
-fn shared_host_verdicts(target: &str, target_ips: &[IpAddr], result: &fleet::RunResult) -> Vec<Verdict> {
+fn shared_host_verdicts(
+    target: &str,
+    target_ips: &[IpAddr],
+    result: &fleet::RunResult,
+) -> Vec<Verdict> {
     result
         .agents
         .iter()

@@ -90,8 +90,11 @@ impl Control for ControlService {
         &self,
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        check_metadata(request.metadata(), &self.token)?;
         let peer = request.remote_addr();
+        if let Err(refused) = check_metadata(request.metadata(), &self.token) {
+            tracing::warn!("refused an agent from {peer:?}: {}", refused.message());
+            return Err(refused);
+        }
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
             .await
@@ -105,6 +108,11 @@ impl Control for ControlService {
             }
         };
         if hello.protocol_version != PROTOCOL_VERSION {
+            tracing::warn!(
+                "refused agent {} from {peer:?}: protocol version {}",
+                hello.agent_id,
+                hello.protocol_version
+            );
             return Err(Status::failed_precondition(format!(
                 "agent speaks protocol version {} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both",
                 hello.protocol_version

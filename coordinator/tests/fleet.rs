@@ -13,9 +13,17 @@ use common::*;
 fn two_agents_send_the_exact_schedule() {
     let out = temp_dir("exact");
     let mut cmd = coordinator();
-    cmd.args(["run", "--local-agents", "2", "--rate", "1000", "--duration", "5s"])
-        .args(["--testbed-delay", "0ms", "--out"])
-        .arg(&out);
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--rate",
+        "1000",
+        "--duration",
+        "5s",
+    ])
+    .args(["--testbed-delay", "0ms", "--out"])
+    .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     let r = read_report(&out);
     assert_eq!(status.code(), Some(0), "{output}");
@@ -27,11 +35,18 @@ fn two_agents_send_the_exact_schedule() {
     let completed = u(&t["completed"]);
     assert_eq!(completed, 5000);
     assert_eq!(u(&t["status"]["200"]), completed);
-    assert_eq!(u(&t["latency_ms"]["count"]), completed, "merged histogram count");
+    assert_eq!(
+        u(&t["latency_ms"]["count"]),
+        completed,
+        "merged histogram count"
+    );
     assert_eq!(u(&t["latency_by_class_ms"]["2xx"]["count"]), completed);
     for key in ["p50", "p90", "p95", "p99", "p999", "max", "mean"] {
         assert!(t["latency_ms"][key].is_number(), "latency_ms.{key} missing");
-        assert!(t["service_time_ms"][key].is_number(), "service_time_ms.{key} missing");
+        assert!(
+            t["service_time_ms"][key].is_number(),
+            "service_time_ms.{key} missing"
+        );
     }
     let agents = r["agents"].as_array().expect("agents");
     assert_eq!(agents.len(), 2);
@@ -56,10 +71,17 @@ fn two_agents_send_the_exact_schedule() {
     let rps = t["throughput_rps"].as_f64().expect("throughput");
     assert!((rps - 1000.0).abs() < 50.0, "throughput {rps}");
     assert_eq!(r["scenarios"][0]["model"], "open");
-    assert!(r["verdicts"].as_array().expect("verdicts").iter().any(|v| v["code"] == "LOCALHOST"));
+    assert!(r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .any(|v| v["code"] == "LOCALHOST"));
     assert!(out.join("report.html").is_file());
     let hlog = std::fs::read_to_string(out.join("latency.hlog")).expect("hlog");
-    assert!(hlog.contains("#[StartTime:") && hlog.contains("Tag=2xx"), "{hlog}");
+    assert!(
+        hlog.contains("#[StartTime:") && hlog.contains("Tag=2xx"),
+        "{hlog}"
+    );
 }
 
 /// Pool of 10 × 100 ms at 300 req/s with a small in-flight cap: the cap
@@ -69,10 +91,24 @@ fn two_agents_send_the_exact_schedule() {
 fn overload_counts_unsent_and_keeps_outcomes_apart() {
     let out = temp_dir("overload");
     let mut cmd = coordinator();
-    cmd.args(["run", "--local-agents", "2", "--rate", "300", "--duration", "4s"])
-        .args(["--max-in-flight", "15", "--testbed-delay", "100ms"])
-        .args(["--testbed-pool", "10", "--testbed-pool-timeout", "150ms", "--out"])
-        .arg(&out);
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--rate",
+        "300",
+        "--duration",
+        "4s",
+    ])
+    .args(["--max-in-flight", "15", "--testbed-delay", "100ms"])
+    .args([
+        "--testbed-pool",
+        "10",
+        "--testbed-pool-timeout",
+        "150ms",
+        "--out",
+    ])
+    .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     let r = read_report(&out);
     let t = &r["totals"];
@@ -104,11 +140,19 @@ fn closed_port_is_no_experiment() {
     let out = temp_dir("closed");
     let port = closed_port();
     let mut cmd = coordinator();
-    cmd.args(["run", "--local-agents", "2", "--rate", "100", "--duration", "2s"])
-        .arg("--url")
-        .arg(format!("http://127.0.0.1:{port}/"))
-        .arg("--out")
-        .arg(&out);
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--rate",
+        "100",
+        "--duration",
+        "2s",
+    ])
+    .arg("--url")
+    .arg(format!("http://127.0.0.1:{port}/"))
+    .arg("--out")
+    .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(3), "{output}");
     let r = read_report(&out);
@@ -117,8 +161,12 @@ fn closed_port_is_no_experiment() {
     assert_eq!(u(&t["errors"]["refused"]), u(&t["sent"]), "{output}");
     let v = r["verdicts"].as_array().expect("verdicts");
     assert!(
-        v.iter().any(|v| v["code"] == "NO_EXPERIMENT" && v["level"] == "error"),
+        v.iter()
+            .any(|v| v["code"] == "NO_EXPERIMENT" && v["level"] == "error"),
         "{v:?}"
     );
-    assert!(output.contains("NO_EXPERIMENT"), "the summary leads with it");
+    assert!(
+        output.contains("NO_EXPERIMENT"),
+        "the summary leads with it"
+    );
 }

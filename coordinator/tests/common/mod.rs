@@ -49,8 +49,12 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(mut cmd: Command, what: &str) -> Proc {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         let (tx, rx) = mpsc::channel();
         let stderr = child.stderr.take().expect("stderr piped");
         let tx2 = tx.clone();
@@ -116,7 +120,10 @@ impl Proc {
         };
         // Collect what the reader threads still hold.
         let end = Instant::now() + Duration::from_secs(2);
-        while let Ok(line) = self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(end.saturating_duration_since(Instant::now()))
+        {
             self.seen.push(line);
         }
         (status, self.seen.join("\n"))
@@ -152,7 +159,8 @@ pub fn read_report(dir: &Path) -> serde_json::Value {
 }
 
 pub fn u(v: &serde_json::Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an unsigned number: {v}"))
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned number: {v}"))
 }
 
 /// A port on 127.0.0.1 with nothing listening (bound, then released).

@@ -1,0 +1,224 @@
+//! The control plane with separately started agents: authentication,
+//! protocol versions, missing agents, the dead-man switch and interruption.
+
+mod common;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A target that only counts connection attempts, to prove no load was sent.
+struct Silent(TcpListener);
+
+impl Silent {
+    fn new() -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        Silent(l)
+    }
+    fn url(&self) -> String {
+        format!("http://{}/", self.0.local_addr().expect("addr"))
+    }
+    fn connections(&self) -> usize {
+        std::iter::from_fn(|| self.0.accept().ok()).count()
+    }
+}
+
+fn remote_coordinator(
+    url: &str,
+    agents: u32,
+    token: &str,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Proc {
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        token,
+        "--agent-timeout",
+        "4s",
+    ])
+    .args([
+        "--expect-agents",
+        &agents.to_string(),
+        "--url",
+        url,
+        "--out",
+    ])
+    .arg(out)
+    .args(extra);
+    Proc::spawn(cmd, "coordinator")
+}
+
+/// Reads the control address from the coordinator's output.
+fn control_url(c: &mut Proc) -> String {
+    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
+    let addr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .expect("address in the line");
+    format!("http://{addr}")
+}
+
+fn start_agent(coord: &str, token: &str, extra: &[&str]) -> Proc {
+    let mut cmd = agent();
+    cmd.args([
+        "--coordinator",
+        coord,
+        "--token",
+        token,
+        "--connect-timeout",
+        "10s",
+    ])
+    .args(extra);
+    Proc::spawn(cmd, "agent")
+}
+
+#[test]
+fn wrong_token_is_refused_on_both_sides_and_nothing_is_sent() {
+    let target = Silent::new();
+    let out = temp_dir("token");
+    let mut c = remote_coordinator(&target.url(), 1, "right-token", &out, &[]);
+    let url = control_url(&mut c);
+    let (status, output) = start_agent(&url, "wrong-token", &[]).wait(Duration::from_secs(20));
+    assert!(!status.success());
+    assert!(
+        output.contains("refused") && output.contains("token"),
+        "{output}"
+    );
+    let (status, output) = c.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3), "{output}");
+    assert!(output.contains("0 of 1 agent(s) joined"), "{output}");
+    assert!(
+        output.contains("refused an agent") && output.contains("wrong or missing token"),
+        "{output}"
+    );
+    assert_eq!(target.connections(), 0, "no load may be sent");
+}
+
+#[test]
+fn wrong_protocol_version_is_refused() {
+    let target = Silent::new();
+    let out = temp_dir("version");
+    let mut c = remote_coordinator(&target.url(), 1, "t", &out, &[]);
+    let url = control_url(&mut c);
+    let (status, output) =
+        start_agent(&url, "t", &["--protocol-version", "99"]).wait(Duration::from_secs(20));
+    assert!(!status.success());
+    assert!(output.contains("protocol version 99"), "{output}");
+    let (status, _) = c.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3));
+    assert_eq!(target.connections(), 0);
+}
+
+#[test]
+fn too_few_agents_is_a_clear_error_and_no_load() {
+    let target = Silent::new();
+    let out = temp_dir("few");
+    let mut c = remote_coordinator(&target.url(), 2, "t", &out, &[]);
+    let url = control_url(&mut c);
+    let lonely = start_agent(&url, "t", &[]);
+    let (status, output) = c.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3), "{output}");
+    assert!(output.contains("only 1 of 2 agent(s) joined"), "{output}");
+    let (agent_status, _) = lonely.wait(Duration::from_secs(10));
+    assert!(!agent_status.success());
+    assert_eq!(target.connections(), 0);
+    let r = read_report(&out);
+    assert_eq!(u(&r["totals"]["intended"]), 0);
+}
+
+#[test]
+fn missing_token_for_remote_agents_is_bad_input() {
+    let mut cmd = coordinator();
+    cmd.env_remove("LOADFLEET_TOKEN").args([
+        "run",
+        "--expect-agents",
+        "2",
+        "--url",
+        "http://127.0.0.1:1/",
+    ]);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--token"), "{output}");
+}
+
+/// Runs a remote fleet of one agent against the testbed until load flows.
+fn running_fleet(test: &str) -> (Proc, Proc, Proc, std::path::PathBuf) {
+    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
+    tb.args(["--listen", "127.0.0.1:0"]);
+    let mut testbed = Proc::spawn(tb, "testbed");
+    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
+    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let out = temp_dir(test);
+    let mut c = remote_coordinator(
+        &format!("http://{addr}/"),
+        1,
+        "t",
+        &out,
+        &["--rate", "50", "--duration", "60s"],
+    );
+    let url = control_url(&mut c);
+    let a = start_agent(&url, "t", &["--bind", "127.0.0.2"]);
+    c.wait_for_line("completed 5", Duration::from_secs(30));
+    (c, a, testbed, out)
+}
+
+/// A frozen coordinator (connection open, nothing said): the agent's
+/// dead-man switch stops it within 5 s.
+#[test]
+fn agent_stops_when_coordinator_goes_silent() {
+    let (c, a, _testbed, _) = running_fleet("deadman-stop");
+    signal(c.pid(), libc::SIGSTOP);
+    let frozen = Instant::now();
+    let (status, output) = a.wait(Duration::from_secs(10));
+    let took = frozen.elapsed();
+    signal(c.pid(), libc::SIGCONT);
+    drop(c);
+    assert!(!status.success(), "{output}");
+    assert!(
+        took < Duration::from_secs(5),
+        "agent took {took:?} to stop:\n{output}"
+    );
+    assert!(output.contains("dead-man"), "{output}");
+}
+
+/// A killed coordinator: the stream breaks and the agent stops at once.
+#[test]
+fn agent_stops_when_coordinator_dies() {
+    let (c, a, _testbed, _) = running_fleet("deadman-kill");
+    signal(c.pid(), libc::SIGKILL);
+    let killed = Instant::now();
+    let (status, output) = a.wait(Duration::from_secs(10));
+    assert!(!status.success(), "{output}");
+    assert!(killed.elapsed() < Duration::from_secs(5), "{output}");
+}
+
+/// Ctrl-C mid-run: agents are stopped, what they measured is reported as
+/// partial, and the books still balance.
+#[test]
+fn interrupted_run_keeps_what_it_measured() {
+    let (mut c, a, _testbed, out) = running_fleet("interrupt");
+    signal(c.pid(), libc::SIGINT);
+    c.wait_for_line("interrupted", Duration::from_secs(10));
+    let (status, output) = c.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3), "{output}");
+    let (agent_status, agent_output) = a.wait(Duration::from_secs(10));
+    assert_eq!(agent_status.code(), Some(3), "{agent_output}");
+    let r = read_report(&out);
+    assert_eq!(r["partial"], true);
+    let t = &r["totals"];
+    assert!(u(&t["completed"]) >= 5);
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), u(&t["intended"]));
+    assert!(u(&t["intended"]) < 3000, "the run stopped early");
+    assert!(r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .any(|v| v["code"] == "PARTIAL"));
+}

@@ -130,6 +130,8 @@ pub struct AgentReport {
     pub cpu: f64,
     /// Process CPU use in cores.
     pub cpu_cores: f64,
+    /// Process CPU time over the run (user + system).
+    pub cpu_seconds: f64,
     pub cpus: u32,
     /// Mean host-wide CPU use seen by the agent (0..1).
     pub host_cpu: f64,
@@ -290,6 +292,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
                 completed: m.completed,
                 cpu: cores / f64::from(cpus),
                 cpu_cores: cores,
+                cpu_seconds: m.cpu_seconds,
                 cpus,
                 host_cpu: if m.host_cpu.1 > 0 {
                     m.host_cpu.0 / m.host_cpu.1 as f64

@@ -170,3 +170,28 @@ fn closed_port_is_no_experiment() {
         "the summary leads with it"
     );
 }
+
+/// An arrival further behind schedule than --max-lag is counted unsent with
+/// reason `late` instead of being sent late.
+#[test]
+fn arrivals_beyond_max_lag_are_unsent_late() {
+    let out = temp_dir("late");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "2000",
+        "--duration",
+        "2s",
+    ])
+    .args(["--max-lag", "1us", "--testbed-delay", "0ms", "--out"])
+    .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    let r = read_report(&out);
+    let t = &r["totals"];
+    assert!(u(&t["unsent"]["late"]) > 0, "{output}");
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 4000);
+    assert_eq!(status.code(), Some(0), "{output}");
+}

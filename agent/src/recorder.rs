@@ -33,8 +33,7 @@ pub const ERROR_CLASS: usize = 5;
 struct Interval {
     intended: u64,
     sent: u64,
-    unsent_concurrency_limit: u64,
-    unsent_late: u64,
+    unsent: Vec<(&'static str, u64)>,
     completed: u64,
     completed_in_window: u64,
     status: Vec<(u16, u64)>,
@@ -43,6 +42,16 @@ struct Interval {
     service_time: Histogram<u64>,
     warmup_latency: Histogram<u64>,
     lag: Histogram<u64>,
+    max_in_flight: u64,
+}
+
+/// Adds one to the count for `key` in a short list (a handful of distinct
+/// keys per interval, so a linear scan beats hashing).
+fn bump<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, n)) => *n += 1,
+        None => list.push((key, 1)),
+    }
 }
 
 impl Interval {
@@ -50,8 +59,7 @@ impl Interval {
         Self {
             intended: 0,
             sent: 0,
-            unsent_concurrency_limit: 0,
-            unsent_late: 0,
+            unsent: Vec::new(),
             completed: 0,
             completed_in_window: 0,
             status: Vec::new(),
@@ -60,20 +68,11 @@ impl Interval {
             service_time: new_histogram(),
             warmup_latency: new_histogram(),
             lag: new_histogram(),
+            max_in_flight: 0,
         }
     }
 
-    fn to_snapshot(&self, index: u64, in_flight: u64) -> v1::Snapshot {
-        let mut unsent = std::collections::HashMap::new();
-        if self.unsent_concurrency_limit > 0 {
-            unsent.insert(
-                loadfleet_proto::UNSENT_CONCURRENCY_LIMIT.to_string(),
-                self.unsent_concurrency_limit,
-            );
-        }
-        if self.unsent_late > 0 {
-            unsent.insert(loadfleet_proto::UNSENT_LATE.to_string(), self.unsent_late);
-        }
+    fn to_snapshot(&self, scenario: u32, index: u64, in_flight: u64) -> v1::Snapshot {
         let mut latency = std::collections::HashMap::new();
         for (name, h) in CLASSES.iter().zip(&self.latency) {
             if !h.is_empty() {
@@ -84,7 +83,11 @@ impl Interval {
             interval_index: index,
             intended: self.intended,
             sent: self.sent,
-            unsent,
+            unsent: self
+                .unsent
+                .iter()
+                .map(|&(k, n)| (k.to_string(), n))
+                .collect(),
             completed: self.completed,
             completed_in_window: self.completed_in_window,
             status: self
@@ -104,6 +107,8 @@ impl Interval {
             in_flight,
             cpu_seconds: 0.0,
             host_cpu: 0.0,
+            scenario,
+            max_in_flight: self.max_in_flight,
         }
     }
 }
@@ -125,8 +130,9 @@ fn record(h: &mut Histogram<u64>, micros: u64) {
     }
 }
 
-/// The recorder of one worker.
+/// The recorder of one worker for one scenario.
 pub struct Recorder {
+    scenario: u32,
     /// Index of the first interval still open (not yet flushed).
     base: u64,
     open: VecDeque<Interval>,
@@ -134,15 +140,10 @@ pub struct Recorder {
     spare: Vec<Interval>,
 }
 
-impl Default for Recorder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Recorder {
-    pub fn new() -> Self {
+    pub fn new(scenario: u32) -> Self {
         Self {
+            scenario,
             base: 0,
             open: VecDeque::new(),
             spare: Vec::new(),
@@ -161,23 +162,20 @@ impl Recorder {
         &mut self.open[offset]
     }
 
-    pub fn arrival_sent(&mut self, interval: u64, lag_micros: u64) {
+    /// An arrival that went out; `in_flight` counts it.
+    pub fn arrival_sent(&mut self, interval: u64, lag_micros: u64, in_flight: u64) {
         let i = self.at(interval);
         i.intended += 1;
         i.sent += 1;
+        i.max_in_flight = i.max_in_flight.max(in_flight);
         record(&mut i.lag, lag_micros);
     }
 
-    pub fn arrival_unsent_concurrency(&mut self, interval: u64) {
+    /// An arrival that was never sent, with the reason.
+    pub fn arrival_unsent(&mut self, interval: u64, reason: &'static str) {
         let i = self.at(interval);
         i.intended += 1;
-        i.unsent_concurrency_limit += 1;
-    }
-
-    pub fn arrival_unsent_late(&mut self, interval: u64) {
-        let i = self.at(interval);
-        i.intended += 1;
-        i.unsent_late += 1;
+        bump(&mut i.unsent, reason);
     }
 
     /// A finished request: a response with `status`, or a transport error.
@@ -197,17 +195,11 @@ impl Recorder {
         }
         let class = match outcome {
             Outcome::Status(code) => {
-                match i.status.iter_mut().find(|(c, _)| *c == code) {
-                    Some((_, n)) => *n += 1,
-                    None => i.status.push((code, 1)),
-                }
+                bump(&mut i.status, code);
                 class_of_status(code)
             }
             Outcome::Error(kind) => {
-                match i.errors.iter_mut().find(|(k, _)| *k == kind) {
-                    Some((_, n)) => *n += 1,
-                    None => i.errors.push((kind, 1)),
-                }
+                bump(&mut i.errors, kind);
                 ERROR_CLASS
             }
         };
@@ -227,7 +219,11 @@ impl Recorder {
         while self.base < up_to {
             let interval = self.open.pop_front().unwrap_or_else(Interval::new);
             let last = self.base + 1 == up_to;
-            out.push(interval.to_snapshot(self.base, if last { in_flight } else { 0 }));
+            out.push(interval.to_snapshot(
+                self.scenario,
+                self.base,
+                if last { in_flight } else { 0 },
+            ));
             self.spare.push(reset(interval));
             self.base += 1;
         }
@@ -238,8 +234,8 @@ impl Recorder {
 fn reset(mut i: Interval) -> Interval {
     i.intended = 0;
     i.sent = 0;
-    i.unsent_concurrency_limit = 0;
-    i.unsent_late = 0;
+    i.unsent.clear();
+    i.max_in_flight = 0;
     i.completed = 0;
     i.completed_in_window = 0;
     i.status.clear();
@@ -269,15 +265,16 @@ mod tests {
 
     #[test]
     fn events_land_in_their_intervals_and_flush_in_order() {
-        let mut r = Recorder::new();
-        r.arrival_sent(0, 10);
-        r.arrival_unsent_concurrency(1);
+        let mut r = Recorder::new(2);
+        r.arrival_sent(0, 10, 4);
+        r.arrival_unsent(1, "concurrency_limit");
         r.completed(1, Outcome::Status(200), 1500, 900, false, true);
         r.completed(1, Outcome::Status(503), 2500, 2000, false, true);
         r.completed(1, Outcome::Error("refused"), 100, 100, false, false);
         let snaps = r.flush(2, 3);
         assert_eq!(snaps.len(), 2);
         assert_eq!((snaps[0].intended, snaps[0].sent), (1, 1));
+        assert_eq!((snaps[0].scenario, snaps[0].max_in_flight), (2, 4));
         assert_eq!(snaps[1].unsent["concurrency_limit"], 1);
         assert_eq!(snaps[1].completed, 3);
         assert_eq!(snaps[1].completed_in_window, 2);
@@ -291,9 +288,9 @@ mod tests {
 
     #[test]
     fn late_event_for_flushed_interval_is_kept() {
-        let mut r = Recorder::new();
+        let mut r = Recorder::new(0);
         r.flush(3, 0);
-        r.arrival_unsent_late(1);
+        r.arrival_unsent(1, "late");
         let snaps = r.flush(4, 0);
         assert_eq!(snaps.len(), 1);
         assert_eq!(snaps[0].interval_index, 3);
@@ -302,7 +299,7 @@ mod tests {
 
     #[test]
     fn recycled_intervals_start_empty() {
-        let mut r = Recorder::new();
+        let mut r = Recorder::new(0);
         r.completed(0, Outcome::Status(200), 5, 5, true, false);
         r.flush(1, 0);
         let snaps = r.flush(2, 0);

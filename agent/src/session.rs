@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use loadfleet_proto::closed::max_clients;
 use loadfleet_proto::partition::Interleave;
-use loadfleet_proto::schedule::ArrivalSchedule;
+use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
 use loadfleet_proto::v1::{
-    self, agent_message, control_client::ControlClient, coordinator_message,
+    self, agent_message, control_client::ControlClient, coordinator_message, scenario_assignment,
 };
 use loadfleet_proto::PROTOCOL_HEADER;
 use tokio::sync::mpsc;
@@ -19,9 +20,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{HttpClient, Template};
+use crate::http::{HttpClient, RequestMix};
 use crate::sys;
-use crate::worker::{self, WorkerEvent, WorkerPlan};
+use crate::worker::{self, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
 
 /// How the agent was started.
 #[derive(Debug, Clone)]
@@ -182,7 +183,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
                             Ok(p) => p,
                             Err(e) => break Err(e.context("the assignment cannot be carried out")),
                         };
-                        cpu_interval = Some((start, plans[0].interval, 0));
+                        cpu_interval = Some((start, Duration::from_nanos(a.interval_ns), 0));
                         workers_running = plans.len();
                         for plan in plans {
                             threads.push(spawn_worker(plan, ev_tx.clone(), stop.clone())?);
@@ -301,23 +302,43 @@ fn plan_workers(
     config: &AgentConfig,
     start: Instant,
 ) -> anyhow::Result<Vec<WorkerPlan>> {
-    let schedule = a
-        .schedule
-        .as_ref()
-        .ok_or_else(|| anyhow!("assignment has no schedule"))?;
-    let schedule = Arc::new(ArrivalSchedule::from_proto(schedule)?);
-    let interleave = Arc::new(Interleave::new(&a.weights)?);
-    let template = a
-        .request
-        .as_ref()
-        .ok_or_else(|| anyhow!("assignment has no request"))?;
-    let template = Template::from_proto(template)?;
     if a.interval_ns == 0 {
         bail!("assignment interval is 0");
     }
+    if a.scenarios.is_empty() {
+        bail!("assignment has no scenarios");
+    }
+    let interleave = Arc::new(Interleave::new(&a.weights)?);
+    let agent = a.agent_index;
+    // Parse every scenario once; workers share the result.
+    let mut parsed = Vec::new();
+    for (i, sc) in a.scenarios.iter().enumerate() {
+        let model = match &sc.model {
+            Some(scenario_assignment::Model::Open(schedule)) => ParsedModel::Open(Arc::new(
+                ArrivalSchedule::from_proto(schedule)
+                    .with_context(|| format!("scenario {:?}", sc.name))?,
+            )),
+            Some(scenario_assignment::Model::Closed(closed)) => {
+                let stages: Vec<Stage> = closed
+                    .stages
+                    .iter()
+                    .map(|s| Stage {
+                        duration_ns: s.duration_ns,
+                        from_rps: s.from_rps,
+                        to_rps: s.to_rps,
+                    })
+                    .collect();
+                ParsedModel::Closed(Arc::new(stages), Duration::from_nanos(closed.think_ns))
+            }
+            None => bail!("scenario {:?} has no model", sc.name),
+        };
+        let mix = RequestMix::from_proto(&sc.requests, sc.data.as_ref(), agent)
+            .with_context(|| format!("scenario {:?}", sc.name))?;
+        parsed.push((i as u32, sc, model, Arc::new(mix)));
+    }
     let workers = config.workers.max(1);
     let cap = u64::from(a.max_in_flight.max(1));
-    let conns = (a.connections as usize).max(1);
+    let conns = u64::from(a.connections.max(1));
     Ok((0..workers)
         .map(|w| {
             // Split the agent's cap and pool across workers, remainder first.
@@ -325,27 +346,51 @@ fn plan_workers(
                 total / workers as u64 + u64::from((w as u64) < total % workers as u64)
             };
             WorkerPlan {
-                schedule: schedule.clone(),
-                interleave: interleave.clone(),
-                agent_index: a.agent_index as usize,
+                agent_index: agent as usize,
                 worker_index: w,
                 workers,
                 start,
                 interval: Duration::from_nanos(a.interval_ns),
-                warmup: Duration::from_nanos(a.warmup_ns),
-                duration: Duration::from_nanos(a.duration_ns),
                 drain: Duration::from_nanos(a.drain_ns),
                 max_in_flight: share(cap).max(1),
                 max_lag: Duration::from_nanos(a.max_lag_ns),
                 client: HttpClient::new(
-                    template.clone(),
                     Duration::from_nanos(a.timeout_ns.max(1)),
-                    share(conns as u64).max(1) as usize,
+                    share(conns).max(1) as usize,
                     config.source,
                 ),
+                scenarios: parsed
+                    .iter()
+                    .map(|(index, sc, model, mix)| ScenarioPlan {
+                        index: *index,
+                        start: start + Duration::from_nanos(sc.start_offset_ns),
+                        warmup: Duration::from_nanos(sc.warmup_ns),
+                        duration: Duration::from_nanos(sc.duration_ns),
+                        model: match model {
+                            ParsedModel::Open(schedule) => Model::Open {
+                                schedule: schedule.clone(),
+                                interleave: interleave.clone(),
+                            },
+                            ParsedModel::Closed(stages, think) => Model::Closed {
+                                max_clients: max_clients(stages),
+                                stages: stages.clone(),
+                                think: *think,
+                                interleave: interleave.clone(),
+                            },
+                        },
+                        mix: mix.clone(),
+                        seed: sc.seed,
+                    })
+                    .collect(),
             }
         })
         .collect())
+}
+
+/// A scenario's model, parsed once before being handed to every worker.
+enum ParsedModel {
+    Open(Arc<ArrivalSchedule>),
+    Closed(Arc<Vec<Stage>>, Duration),
 }
 
 fn spawn_worker(

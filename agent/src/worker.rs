@@ -1,26 +1,29 @@
 //! The scheduler: one thread per worker, each with its own single-threaded
-//! runtime, HTTP pool and recorder, sending its share of the agent's slice.
+//! runtime, HTTP pool and recorders, sending its share of the agent's slice
+//! of every scenario.
 //!
 //! Thread-per-core keeps the request path free of locks and atomics: a
 //! request task records into its worker's recorder through a `RefCell`, and
-//! workers only meet at the snapshot channel once per interval. Each arrival
-//! is awaited at its *absolute* intended instant (`start + offset`), so a
-//! slow moment never shifts the rest of the schedule, and latency is taken
-//! from that intended instant, so queueing anywhere shows up in it.
+//! workers only meet at the snapshot channel once per interval. Each open
+//! arrival is awaited at its *absolute* intended instant (`start + offset`),
+//! so a slow moment never shifts the rest of the schedule, and latency is
+//! taken from that intended instant, so queueing anywhere shows up in it.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use loadfleet_proto::closed::client_windows;
 use loadfleet_proto::partition::{AgentSlice, Interleave};
-use loadfleet_proto::schedule::ArrivalSchedule;
+use loadfleet_proto::rng::SplitMix64;
+use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
 use loadfleet_proto::v1;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::HttpClient;
+use crate::http::{HttpClient, RequestMix};
 use crate::recorder::Recorder;
 
 /// Sleeps longer than this also watch for a stop, so a long pause in the
@@ -38,125 +41,308 @@ pub enum WorkerEvent {
     Done { in_flight_at_end: u64 },
 }
 
+/// How a scenario's load is generated.
+pub enum Model {
+    /// Arrivals on a schedule that ignores the server (open model).
+    Open {
+        schedule: Arc<ArrivalSchedule>,
+        interleave: Arc<Interleave>,
+    },
+    /// A fixed population of clients, each waiting for its previous response
+    /// plus the think time (closed model).
+    Closed {
+        stages: Arc<Vec<Stage>>,
+        think: Duration,
+        interleave: Arc<Interleave>,
+        /// Fleet-wide client count at its largest, for client numbering.
+        max_clients: u64,
+    },
+}
+
+/// One scenario as a worker runs it.
+pub struct ScenarioPlan {
+    pub index: u32,
+    /// The scenario's own start (common start + its offset).
+    pub start: Instant,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub model: Model,
+    pub mix: Arc<RequestMix>,
+    pub seed: u64,
+}
+
 /// Everything one worker needs; shared parts are behind `Arc`.
-#[derive(Clone)]
 pub struct WorkerPlan {
-    pub schedule: Arc<ArrivalSchedule>,
-    pub interleave: Arc<Interleave>,
     pub agent_index: usize,
     pub worker_index: usize,
     pub workers: usize,
+    /// The common start: intervals count from here for every scenario.
     pub start: Instant,
     pub interval: Duration,
-    pub warmup: Duration,
-    pub duration: Duration,
     pub drain: Duration,
     pub max_in_flight: u64,
     pub max_lag: Duration,
     pub client: HttpClient,
+    pub scenarios: Vec<ScenarioPlan>,
+}
+
+/// State one scenario's tasks share on a worker thread.
+#[derive(Clone)]
+struct Shared {
+    recorder: Rc<RefCell<Recorder>>,
+    in_flight: Rc<Cell<u64>>,
+    client: HttpClient,
+    mix: Arc<RequestMix>,
+    rng: Rc<RefCell<SplitMix64>>,
+    common_start: Instant,
+    interval_ns: u64,
+    scenario_start: Instant,
+    warmup: Duration,
+    duration: Duration,
 }
 
 /// Runs a worker to completion on the current (single-threaded) runtime.
 pub async fn run(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, stop: CancellationToken) {
     let local = tokio::task::LocalSet::new();
-    local.run_until(schedule_loop(plan, events, stop)).await;
+    local.run_until(run_scenarios(plan, events, stop)).await;
 }
 
-async fn schedule_loop(
-    plan: WorkerPlan,
+async fn run_scenarios(
+    mut plan: WorkerPlan,
     events: UnboundedSender<WorkerEvent>,
     stop: CancellationToken,
 ) {
-    let recorder = Rc::new(RefCell::new(Recorder::new()));
-    let in_flight = Rc::new(Cell::new(0u64));
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
+    let scenarios = std::mem::take(&mut plan.scenarios);
+    let plan = Rc::new(plan);
+    let mut tasks = Vec::new();
+    let mut flushers = Vec::new();
+    let mut states = Vec::new();
+    for sc in scenarios {
+        let shared = Shared {
+            recorder: Rc::new(RefCell::new(Recorder::new(sc.index))),
+            in_flight: Rc::new(Cell::new(0)),
+            client: plan.client.clone(),
+            mix: sc.mix.clone(),
+            rng: Rc::new(RefCell::new(SplitMix64::new(
+                sc.seed ^ ((plan.agent_index as u64) << 32) ^ plan.worker_index as u64,
+            ))),
+            common_start: plan.start,
+            interval_ns,
+            scenario_start: sc.start,
+            warmup: sc.warmup,
+            duration: sc.duration,
+        };
+        flushers.push(tokio::task::spawn_local(flush_loop(
+            shared.recorder.clone(),
+            shared.in_flight.clone(),
+            plan.start,
+            plan.interval,
+            events.clone(),
+        )));
+        states.push(shared.clone());
+        let (plan, stop) = (plan.clone(), stop.clone());
+        tasks.push(tokio::task::spawn_local(async move {
+            match &sc.model {
+                Model::Open {
+                    schedule,
+                    interleave,
+                } => open_loop(&plan, &sc, schedule, interleave, &shared, &stop).await,
+                Model::Closed {
+                    stages,
+                    think,
+                    interleave,
+                    max_clients,
+                } => {
+                    closed_loop(
+                        &plan,
+                        stages,
+                        *think,
+                        interleave,
+                        *max_clients,
+                        &shared,
+                        &stop,
+                    )
+                    .await
+                }
+            }
+            // Drain: give in-flight requests their chance to complete (and
+            // count), unless we were told to stop.
+            let deadline = Instant::now() + plan.drain;
+            while shared.in_flight.get() > 0 && Instant::now() < deadline && !stop.is_cancelled() {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+                    _ = stop.cancelled() => {}
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        if let Err(e) = t.await {
+            tracing::error!("a scenario task failed: {e}");
+        }
+    }
+    for f in flushers {
+        f.abort();
+    }
+    let elapsed = Instant::now().saturating_duration_since(plan.start);
+    let up_to = elapsed.as_nanos() as u64 / interval_ns + 1;
+    let mut in_flight_at_end = 0;
+    for s in &states {
+        let snaps = s.recorder.borrow_mut().flush(up_to, s.in_flight.get());
+        let _ = events.send(WorkerEvent::Snapshots(snaps));
+        in_flight_at_end += s.in_flight.get();
+    }
+    let _ = events.send(WorkerEvent::Done { in_flight_at_end });
+}
 
-    let flusher = tokio::task::spawn_local(flush_loop(
-        recorder.clone(),
-        in_flight.clone(),
-        plan.start,
-        plan.interval,
-        events.clone(),
-    ));
-
-    let slice = match AgentSlice::new(&plan.schedule, &plan.interleave, plan.agent_index) {
+async fn open_loop(
+    plan: &WorkerPlan,
+    sc: &ScenarioPlan,
+    schedule: &ArrivalSchedule,
+    interleave: &Interleave,
+    shared: &Shared,
+    stop: &CancellationToken,
+) {
+    let slice = match AgentSlice::new(schedule, interleave, plan.agent_index) {
         Ok(slice) => slice,
         Err(e) => {
             tracing::error!("cannot take my slice: {e}");
-            let _ = events.send(WorkerEvent::Done {
-                in_flight_at_end: 0,
-            });
             return;
         }
     };
     let mine = slice
-        .arrivals()
+        .indexed_arrivals()
         .enumerate()
         .filter(|(n, _)| n % plan.workers == plan.worker_index)
-        .map(|(_, t)| t);
-
-    for offset_ns in mine {
-        let intended = plan.start + Duration::from_nanos(offset_ns);
-        if !wait_until(intended, &stop).await {
+        .map(|(_, a)| a);
+    for (seq, offset_ns) in mine {
+        let intended = sc.start + Duration::from_nanos(offset_ns);
+        if !wait_until(intended, stop).await || stop.is_cancelled() {
             break;
         }
-        if stop.is_cancelled() {
-            break;
-        }
-        let interval = offset_ns / interval_ns;
+        let interval = interval_of(shared, intended);
         let lag = Instant::now().saturating_duration_since(intended);
         if lag > plan.max_lag {
-            recorder.borrow_mut().arrival_unsent_late(interval);
+            shared
+                .recorder
+                .borrow_mut()
+                .arrival_unsent(interval, loadfleet_proto::UNSENT_LATE);
             continue;
         }
-        if in_flight.get() >= plan.max_in_flight {
-            recorder.borrow_mut().arrival_unsent_concurrency(interval);
+        if shared.in_flight.get() >= plan.max_in_flight {
+            shared
+                .recorder
+                .borrow_mut()
+                .arrival_unsent(interval, loadfleet_proto::UNSENT_CONCURRENCY_LIMIT);
             continue;
         }
-        recorder
+        let built = shared.mix.build(seq, &mut shared.rng.borrow_mut());
+        let request = match built {
+            Ok(r) => r,
+            Err(reason) => {
+                shared
+                    .recorder
+                    .borrow_mut()
+                    .arrival_unsent(interval, reason);
+                continue;
+            }
+        };
+        let in_flight = shared.in_flight.get() + 1;
+        shared.in_flight.set(in_flight);
+        shared
+            .recorder
             .borrow_mut()
-            .arrival_sent(interval, lag.as_micros() as u64);
-        in_flight.set(in_flight.get() + 1);
-        tokio::task::spawn_local(one_request(
-            plan.client.clone(),
-            recorder.clone(),
-            in_flight.clone(),
-            Timing {
-                start: plan.start,
-                intended,
-                warmup: Duration::from_nanos(offset_ns) < plan.warmup,
-                window: (plan.warmup, plan.duration),
-                interval_ns,
-            },
-        ));
+            .arrival_sent(interval, lag.as_micros() as u64, in_flight);
+        let task_shared = shared.clone();
+        tokio::task::spawn_local(async move {
+            one_request(&task_shared, request, intended).await;
+        });
     }
-
-    // Drain: give in-flight requests their chance to complete (and count),
-    // unless we were told to stop.
-    let drain_deadline = Instant::now() + plan.drain;
-    while in_flight.get() > 0 && Instant::now() < drain_deadline && !stop.is_cancelled() {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-            _ = stop.cancelled() => {}
-        }
-    }
-    flusher.abort();
-    let elapsed = Instant::now().saturating_duration_since(plan.start);
-    let up_to = elapsed.as_nanos() as u64 / interval_ns + 1;
-    let snaps = recorder.borrow_mut().flush(up_to, in_flight.get());
-    let _ = events.send(WorkerEvent::Snapshots(snaps));
-    let _ = events.send(WorkerEvent::Done {
-        in_flight_at_end: in_flight.get(),
-    });
 }
 
-/// Waits for an arrival's instant; false when stopped meanwhile.
+/// Closed model: each owned client runs its loop inside its active windows.
+async fn closed_loop(
+    plan: &WorkerPlan,
+    stages: &[Stage],
+    think: Duration,
+    interleave: &Interleave,
+    max_clients: u64,
+    shared: &Shared,
+    stop: &CancellationToken,
+) {
+    let mine: Vec<u64> = (0..max_clients)
+        .filter(|&c| interleave.owner(c) == plan.agent_index)
+        .enumerate()
+        .filter(|(n, _)| n % plan.workers == plan.worker_index)
+        .map(|(_, c)| c)
+        .collect();
+    let clients: Vec<_> = mine
+        .into_iter()
+        .map(|c| {
+            let windows = client_windows(stages, c);
+            let (shared, stop) = (shared.clone(), stop.clone());
+            tokio::task::spawn_local(async move {
+                let mut n = 0u64;
+                for (lo, hi) in windows {
+                    let end = shared.scenario_start + Duration::from_nanos(hi);
+                    if !wait_until(shared.scenario_start + Duration::from_nanos(lo), &stop).await {
+                        return;
+                    }
+                    while Instant::now() < end && !stop.is_cancelled() {
+                        // In a closed model the client is ready now: that is
+                        // the intended instant, so latency equals service time.
+                        let intended = Instant::now();
+                        let seq = n * max_clients + c;
+                        n += 1;
+                        let interval = interval_of(&shared, intended);
+                        // Bound first: the RefCell borrow must end before any await.
+                        let built = shared.mix.build(seq, &mut shared.rng.borrow_mut());
+                        let request = match built {
+                            Ok(r) => r,
+                            Err(reason) => {
+                                shared
+                                    .recorder
+                                    .borrow_mut()
+                                    .arrival_unsent(interval, reason);
+                                tokio::time::sleep(think.max(Duration::from_millis(1))).await;
+                                continue;
+                            }
+                        };
+                        let in_flight = shared.in_flight.get() + 1;
+                        shared.in_flight.set(in_flight);
+                        shared
+                            .recorder
+                            .borrow_mut()
+                            .arrival_sent(interval, 0, in_flight);
+                        one_request(&shared, request, intended).await;
+                        if !think.is_zero() {
+                            tokio::select! {
+                                _ = tokio::time::sleep(think) => {}
+                                _ = stop.cancelled() => return,
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        let _ = c.await;
+    }
+}
+
+fn interval_of(shared: &Shared, at: Instant) -> u64 {
+    at.saturating_duration_since(shared.common_start).as_nanos() as u64 / shared.interval_ns
+}
+
+/// Waits for an instant; false when stopped meanwhile.
 ///
 /// tokio's timer rounds deadlines up to whole milliseconds, which alone
 /// would put up to 1 ms of lag on every arrival. So the coarse sleep ends a
-/// couple of milliseconds early and the rest is a yielding spin: other tasks (responses
-/// being read) still run, and only an otherwise idle worker pays CPU for the
-/// precision.
+/// couple of milliseconds early and the rest is a yielding spin: other tasks
+/// (responses being read) still run, and only an otherwise idle worker pays
+/// CPU for the precision.
 async fn wait_until(intended: Instant, stop: &CancellationToken) -> bool {
     let early = intended.checked_sub(TIMER_GRANULARITY).unwrap_or(intended);
     let now = Instant::now();
@@ -176,36 +362,26 @@ async fn wait_until(intended: Instant, stop: &CancellationToken) -> bool {
     true
 }
 
-/// Timing facts of one request, fixed when it is sent.
-struct Timing {
-    start: Instant,
-    intended: Instant,
-    warmup: bool,
-    /// Measurement window as offsets from start: [warm-up end, schedule end).
-    window: (Duration, Duration),
-    interval_ns: u64,
-}
-
 async fn one_request(
-    client: HttpClient,
-    recorder: Rc<RefCell<Recorder>>,
-    in_flight: Rc<Cell<u64>>,
-    timing: Timing,
+    shared: &Shared,
+    request: http::Request<http_body_util::Full<bytes::Bytes>>,
+    intended: Instant,
 ) {
     let sent_at = Instant::now();
-    let outcome = client.send().await;
+    let outcome = shared.client.send(request).await;
     let done = Instant::now();
-    let since_start = done.saturating_duration_since(timing.start);
-    let in_window = since_start >= timing.window.0 && since_start < timing.window.1;
-    recorder.borrow_mut().completed(
-        since_start.as_nanos() as u64 / timing.interval_ns,
+    let in_scenario = done.saturating_duration_since(shared.scenario_start);
+    let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;
+    let warmup = intended.saturating_duration_since(shared.scenario_start) < shared.warmup;
+    shared.recorder.borrow_mut().completed(
+        interval_of(shared, done),
         outcome,
-        done.saturating_duration_since(timing.intended).as_micros() as u64,
+        done.saturating_duration_since(intended).as_micros() as u64,
         done.saturating_duration_since(sent_at).as_micros() as u64,
-        timing.warmup,
+        warmup,
         in_window,
     );
-    in_flight.set(in_flight.get() - 1);
+    shared.in_flight.set(shared.in_flight.get() - 1);
 }
 
 /// Closes each interval at its boundary on the common clock and hands its

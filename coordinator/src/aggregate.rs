@@ -147,10 +147,12 @@ fn add_hist(into: &mut Histogram<u64>, from: &Histogram<u64>) {
     }
 }
 
-/// The whole run's merged state: totals, per agent, per interval.
+/// The whole run's merged state: totals, per scenario, per agent, per
+/// interval.
 #[derive(Debug, Default)]
 pub struct Aggregate {
     pub totals: Merged,
+    pub scenarios: Vec<Merged>,
     pub agents: Vec<Merged>,
     pub intervals: BTreeMap<u64, IntervalAgg>,
 }
@@ -165,6 +167,9 @@ pub struct IntervalAgg {
     pub classes: BTreeMap<&'static str, u64>,
     pub errors: u64,
     pub in_flight: u64,
+    /// Sum over agents and workers of their largest in-flight count: an
+    /// upper bound of the fleet's in-flight requests during the interval.
+    pub max_in_flight: u64,
     pub latency: Option<Histogram<u64>>,
     pub max_lag_us: u64,
     /// Per-class latency for the HdrHistogram interval log.
@@ -172,9 +177,10 @@ pub struct IntervalAgg {
 }
 
 impl Aggregate {
-    pub fn new(agents: usize) -> Self {
+    pub fn new(agents: usize, scenarios: usize) -> Self {
         Self {
             totals: Merged::default(),
+            scenarios: vec![Merged::default(); scenarios],
             agents: vec![Merged::default(); agents],
             intervals: BTreeMap::new(),
         }
@@ -189,6 +195,9 @@ impl Aggregate {
         if let Some(a) = self.agents.get_mut(agent) {
             merge(a, &one);
         }
+        if let Some(sc) = self.scenarios.get_mut(s.scenario as usize) {
+            merge(sc, &one);
+        }
         let iv = self.intervals.entry(s.interval_index).or_default();
         iv.intended += one.intended;
         iv.sent += one.sent;
@@ -199,6 +208,7 @@ impl Aggregate {
         }
         iv.errors += one.errors_total();
         iv.in_flight += s.in_flight;
+        iv.max_in_flight += s.max_in_flight;
         if !one.lag.is_empty() {
             iv.max_lag_us = iv.max_lag_us.max(one.lag.max());
         }
@@ -277,7 +287,7 @@ mod tests {
 
     #[test]
     fn corrupt_snapshot_adds_nothing() {
-        let mut a = Aggregate::new(1);
+        let mut a = Aggregate::new(1, 1);
         let mut s = snapshot(0, &[5, 6], 200);
         s.service_time = vec![9, 9, 9];
         assert!(a.add(0, &s).is_err());
@@ -294,7 +304,7 @@ mod tests {
                 (0usize..4, 0u64..10, prop::collection::vec(1u64..10_000_000, 0..50), prop_oneof![Just(200u32), Just(429), Just(503)]),
                 1..30)
         ) {
-            let mut agg = Aggregate::new(4);
+            let mut agg = Aggregate::new(4, 1);
             let mut whole = new_histogram();
             let mut count = 0u64;
             for (agent, index, values, code) in &parts {

@@ -24,6 +24,42 @@ pub struct Cli {
 pub enum Command {
     /// Run a load test with a local or remote fleet of agents.
     Run(Box<RunArgs>),
+    /// Compare two or more report.json files side by side, with ratios to
+    /// the first.
+    Compare(CompareArgs),
+    /// Check or preview a plan file without sending anything.
+    #[command(subcommand)]
+    Plan(PlanCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Validate a plan: exit 0 when it is fine, 2 with every problem (field,
+    /// line, fix) when not.
+    Check {
+        /// The plan file (TOML).
+        file: PathBuf,
+    },
+    /// Show the rate (or clients) per second for the fleet and per agent,
+    /// as a table and a small chart.
+    Preview {
+        /// The plan file (TOML).
+        file: PathBuf,
+        /// Number of agents to split the load across.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        agents: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Reports to compare (report.json files, or the folders holding them);
+    /// ratios are relative to the first.
+    #[arg(required = true, num_args = 2.., value_name = "REPORT")]
+    pub reports: Vec<PathBuf>,
+    /// Print the comparison as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -36,44 +72,59 @@ pub enum ProcessArg {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Target URL. Without it, a local run starts the built-in testbed and
-    /// aims at it.
+    /// Plan file (TOML). Flags given with it override the plan's values.
+    pub plan: Option<PathBuf>,
+    /// Target URL. Without it (and without a plan), a local run starts the
+    /// built-in testbed and aims at it.
     #[arg(long)]
     pub url: Option<String>,
     /// Fleet-wide arrival rate in requests per second (open model).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = parse_rate, conflicts_with = "clients")]
     pub rate: Option<f64>,
+    /// Closed model: this many clients fleet-wide, each sending its next
+    /// request when the previous one completed (plus --think).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub clients: Option<u32>,
+    /// Closed model: pause between a response and the client's next request.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "clients")]
+    pub think: Option<Duration>,
+    /// Ramp from 0 to the rate (or client count) over this long, then hold
+    /// for the rest of the duration.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ramp: Option<Duration>,
     /// Length of the schedule, warm-up included (e.g. 30s, 2m).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
     /// Leading part of the schedule whose requests are reported apart.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub warmup: Option<Duration>,
-    /// How long agents wait for in-flight requests after the schedule ends.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    pub drain: Duration,
-    /// Arrival process.
-    #[arg(long, value_enum, default_value_t = ProcessArg::Uniform)]
-    pub process: ProcessArg,
-    /// Seed of the Poisson process.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// How long agents wait for in-flight requests after the schedule ends
+    /// (default 5s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub drain: Option<Duration>,
+    /// Arrival process (default uniform).
+    #[arg(long, value_enum)]
+    pub process: Option<ProcessArg>,
+    /// Seed of the Poisson process and random picks (default 1).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Most requests in flight at once per agent; arrivals beyond are counted
-    /// unsent (`concurrency_limit`), never queued.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_in_flight: u32,
-    /// An arrival later than this behind schedule is counted unsent (`late`).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    pub max_lag: Duration,
-    /// Per-request timeout.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-    /// Keep-alive connections per agent.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    pub connections: u32,
-    /// HTTP method.
-    #[arg(long, default_value = "GET")]
-    pub method: String,
+    /// unsent (`concurrency_limit`), never queued (default 1000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: Option<u32>,
+    /// An arrival later than this behind schedule is counted unsent (`late`)
+    /// (default 1s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_lag: Option<Duration>,
+    /// Per-request timeout (default 10s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Keep-alive connections per agent (default 64).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: Option<u32>,
+    /// HTTP method (default GET).
+    #[arg(long)]
+    pub method: Option<String>,
     /// Extra request header, `Name: value` (repeatable).
     #[arg(long = "header", short = 'H')]
     pub headers: Vec<String>,
@@ -81,7 +132,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub body: Option<String>,
     /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
-    /// 'errors<1%' (repeatable). A failed one makes the exit status 1.
+    /// 'errors<1%', or per scenario 'checkout.p99<300ms' (repeatable). A
+    /// failed one makes the exit status 1.
     #[arg(long = "threshold")]
     pub thresholds: Vec<Threshold>,
     /// Start N agent processes on this machine.

@@ -8,13 +8,13 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-use loadfleet_proto::schedule::ArrivalSchedule;
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status;
 
 use crate::aggregate::Aggregate;
+use crate::plan::Shares;
 use crate::service::{AgentTx, FleetEvent};
 
 /// An agent that stays silent this long is lost (it heartbeats twice a second).
@@ -27,9 +27,10 @@ const PINGS: u64 = 8;
 /// Everything the fleet needs to carry out one run.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    pub schedule: ArrivalSchedule,
-    pub request: v1::RequestTemplate,
-    pub warmup: Duration,
+    pub scenarios: Vec<v1::ScenarioAssignment>,
+    pub shares: Shares,
+    /// When the last scenario ends.
+    pub duration: Duration,
     pub drain: Duration,
     pub max_in_flight: u32,
     pub max_lag: Duration,
@@ -38,12 +39,6 @@ pub struct RunSpec {
     pub interval: Duration,
     pub expect_agents: usize,
     pub agent_timeout: Duration,
-}
-
-impl RunSpec {
-    pub fn duration(&self) -> Duration {
-        Duration::from_nanos(self.schedule.duration_ns())
-    }
 }
 
 /// One agent as the fleet knows it.
@@ -127,7 +122,7 @@ pub async fn run(
 ) -> RunResult {
     let mut interrupt = std::pin::pin!(interrupt);
     let mut fleet = Fleet {
-        aggregate: Aggregate::new(0),
+        aggregate: Aggregate::new(0, 0),
         spec,
         events,
         epoch: Instant::now(),
@@ -196,7 +191,7 @@ impl Fleet {
             PumpEnd::Interrupted => return Some("interrupted while waiting for agents".into()),
         }
         self.accepting = false;
-        self.aggregate = Aggregate::new(self.agents.len());
+        self.aggregate = Aggregate::new(self.agents.len(), self.spec.scenarios.len());
 
         // Clock offsets: NTP-style probes, keeping the minimum-RTT sample.
         for seq in 0..PINGS {
@@ -230,7 +225,7 @@ impl Fleet {
             ));
         }
 
-        // Assignment: equal shares, one common start instant.
+        // Assignment: weighted shares, one common start instant.
         let max_rtt = self
             .agents
             .iter()
@@ -239,26 +234,26 @@ impl Fleet {
             .unwrap_or(0);
         let lead = Duration::from_millis(500) + Duration::from_nanos(max_rtt * 4);
         let start_ns = self.now_ns() + lead.as_nanos() as u64;
-        let weights = vec![1u32; self.agents.len()];
-        let schedule = self.spec.schedule.to_proto();
-        let n = self.agents.len();
+        let weights: Vec<u32> = self
+            .agents
+            .iter()
+            .map(|a| self.spec.shares.weight(&a.hello.label, a.hello.cpus))
+            .collect();
+        let total: u32 = weights.iter().sum();
         for (i, a) in self.agents.iter_mut().enumerate() {
-            a.share = 1.0 / n as f64;
+            a.share = f64::from(weights[i]) / f64::from(total.max(1));
             let offset = a.clock.map_or(0, |c| c.1);
             let assignment = v1::Assignment {
-                schedule: Some(schedule.clone()),
                 weights: weights.clone(),
                 agent_index: i as u32,
                 start_at_agent_ns: (start_ns as i128 + offset as i128).max(0) as u64,
-                request: Some(self.spec.request.clone()),
                 max_in_flight: self.spec.max_in_flight,
                 max_lag_ns: self.spec.max_lag.as_nanos() as u64,
                 timeout_ns: self.spec.timeout.as_nanos() as u64,
-                warmup_ns: self.spec.warmup.as_nanos() as u64,
-                duration_ns: self.spec.schedule.duration_ns(),
                 drain_ns: self.spec.drain.as_nanos() as u64,
                 connections: self.spec.connections,
                 interval_ns: self.spec.interval.as_nanos() as u64,
+                scenarios: self.spec.scenarios.clone(),
             };
             let _ =
                 a.tx.send(Ok(msg(coordinator_message::Kind::Assignment(assignment))))
@@ -268,7 +263,7 @@ impl Fleet {
 
         let end = self.epoch
             + Duration::from_nanos(start_ns)
-            + self.spec.duration()
+            + self.spec.duration
             + self.spec.drain
             + Duration::from_secs(10);
         let all_done = |f: &Fleet| f.agents.iter().all(|a| a.finished.is_some() || !a.alive());
@@ -373,7 +368,7 @@ impl Fleet {
             .map_or(0, |iv| iv.in_flight);
         Progress {
             elapsed,
-            duration: self.spec.duration(),
+            duration: self.spec.duration,
             intended: t.intended,
             sent: t.sent,
             unsent: t.unsent_total(),

@@ -9,8 +9,11 @@
 
 pub mod aggregate;
 pub mod cli;
+pub mod compare;
 pub mod fleet;
 pub mod local;
+pub mod plan;
+pub mod plan_cmd;
 pub mod report;
 pub mod run;
 pub mod service;

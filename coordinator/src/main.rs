@@ -1,7 +1,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use loadfleet_coordinator::cli::{Cli, Command};
+use loadfleet_coordinator::cli::{Cli, Command, PlanCommand};
+use loadfleet_coordinator::plan_cmd;
 use loadfleet_coordinator::run::BadInput;
 
 fn main() -> ExitCode {
@@ -27,6 +28,15 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => loadfleet_coordinator::run::run(*args).await,
+            Command::Compare(args) => {
+                loadfleet_coordinator::compare::run(&args, &mut std::io::stdout().lock())
+            }
+            Command::Plan(PlanCommand::Check { file }) => {
+                plan_cmd::check(&file, &mut std::io::stdout().lock()).map(|()| 0)
+            }
+            Command::Plan(PlanCommand::Preview { file, agents }) => {
+                plan_cmd::preview(&file, agents, &mut std::io::stdout().lock()).map(|()| 0)
+            }
         }
     });
     match outcome {

@@ -101,9 +101,68 @@ pub struct Warmup {
 #[derive(Debug, Clone, Serialize)]
 pub struct Scenario {
     pub name: String,
+    /// "open" (arrivals on a schedule) or "closed" (a client population).
     pub model: &'static str,
+    /// Offset of the scenario from the common start.
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    /// The measurement window, as offsets from the common start.
+    pub window: Window,
+    /// Open model: the arrival process and the mean offered rate.
+    pub process: Option<String>,
+    pub offered_rps: Option<f64>,
     #[serde(flatten)]
     pub totals: Totals,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Window {
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+/// What the report needs to know of each planned scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub model: &'static str,
+    pub start: std::time::Duration,
+    pub duration: std::time::Duration,
+    pub warmup: std::time::Duration,
+    pub process: Option<String>,
+    pub offered_rps: Option<f64>,
+}
+
+impl ScenarioInfo {
+    fn window(&self) -> Window {
+        Window {
+            start_s: (self.start + self.warmup).as_secs_f64(),
+            end_s: (self.start + self.duration).as_secs_f64(),
+        }
+    }
+}
+
+/// Total length covered by a set of windows (overlaps counted once).
+fn union_length(windows: &[Window]) -> f64 {
+    let mut w: Vec<Window> = windows.to_vec();
+    w.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let mut total = 0.0;
+    let mut current: Option<(f64, f64)> = None;
+    for x in w {
+        current = match current {
+            Some((lo, hi)) if x.start_s <= hi => Some((lo, hi.max(x.end_s))),
+            Some((lo, hi)) => {
+                total += hi - lo;
+                Some((x.start_s, x.end_s))
+            }
+            None => Some((x.start_s, x.end_s)),
+        };
+    }
+    if let Some((lo, hi)) = current {
+        total += hi - lo;
+    }
+    total
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -163,18 +222,19 @@ pub struct IntervalReport {
     pub p50: Option<f64>,
     pub p99: Option<f64>,
     pub in_flight: u64,
+    /// Upper bound of requests in flight at once during the interval.
+    pub max_in_flight: u64,
     pub max_lag_ms: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunInfo {
     pub target: String,
-    pub rate_rps: f64,
+    /// Until the last scenario ends.
     pub duration_s: f64,
-    pub warmup_s: f64,
+    /// Length of the union of the scenarios' measurement windows.
     pub window_s: f64,
     pub drain_s: f64,
-    pub process: String,
     pub max_in_flight_per_agent: u32,
     pub agents: usize,
     pub local: bool,
@@ -199,16 +259,18 @@ pub struct Report {
 /// Facts about the run that the fleet result does not carry.
 pub struct Context<'a> {
     pub target: &'a str,
-    pub rate_rps: f64,
+    pub scenarios: Vec<ScenarioInfo>,
     pub duration: std::time::Duration,
-    pub warmup: std::time::Duration,
     pub drain: std::time::Duration,
-    pub process: &'a str,
     pub max_in_flight: u32,
     pub local: bool,
     /// Verdicts decided outside the fleet (e.g. shared hardware).
     pub extra_verdicts: Vec<Verdict>,
     pub thresholds: &'a [Threshold],
+}
+
+fn totals_for(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
+    totals(m, window_s, warmup_s, 0)
 }
 
 fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> Totals {
@@ -253,20 +315,47 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
 
 /// Builds the report and decides the verdicts.
 pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
-    let warmup_s = ctx.warmup.as_secs_f64();
-    let window_s = (ctx.duration.saturating_sub(ctx.warmup)).as_secs_f64();
+    let windows: Vec<Window> = ctx.scenarios.iter().map(ScenarioInfo::window).collect();
+    let window_s = union_length(&windows);
     let in_flight_at_end: u64 = result
         .agents
         .iter()
         .filter_map(|a| a.finished.as_ref().map(|f| f.in_flight_at_end))
         .sum();
     let elapsed_s = result.elapsed.as_secs_f64();
+    let warmup_total: f64 = ctx.scenarios.iter().map(|s| s.warmup.as_secs_f64()).sum();
     let totals = totals(
         &result.aggregate.totals,
         window_s,
-        warmup_s,
+        warmup_total,
         in_flight_at_end,
     );
+    let scenarios: Vec<Scenario> = ctx
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let m = result
+                .aggregate
+                .scenarios
+                .get(i)
+                .cloned()
+                .unwrap_or_default();
+            let w = info.window();
+            Scenario {
+                name: info.name.clone(),
+                model: info.model,
+                start_s: info.start.as_secs_f64(),
+                duration_s: info.duration.as_secs_f64(),
+                warmup_s: info.warmup.as_secs_f64(),
+                window: w,
+                process: info.process.clone(),
+                offered_rps: info.offered_rps,
+                // In-flight at the end is known per agent, not per scenario.
+                totals: totals_for(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
+            }
+        })
+        .collect();
 
     let agents: Vec<AgentReport> = result
         .agents
@@ -350,6 +439,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
                 p50: q(0.5),
                 p99: q(0.99),
                 in_flight: iv.in_flight,
+                max_in_flight: iv.max_in_flight,
                 max_lag_ms: iv.max_lag_us as f64 / 1000.0,
             }
         })
@@ -363,35 +453,33 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
         _ => 2,
     });
 
-    let t = &totals;
-    let latency = |q: &str| t.latency_ms.as_ref().and_then(|p| p.get(q));
-    let errors = t.errors.values().sum::<u64>()
-        + t.status
-            .iter()
-            .filter(|(code, _)| code.starts_with('5'))
-            .map(|(_, n)| n)
-            .sum::<u64>();
-    let figures = Figures {
-        latency_ms: &latency,
-        intended: t.intended,
-        unsent: t.unsent.total,
-        completed: t.completed,
-        errors,
-        throughput_rps: t.throughput_rps,
-    };
-    let thresholds = ctx.thresholds.iter().map(|th| th.check(&figures)).collect();
+    let thresholds = ctx
+        .thresholds
+        .iter()
+        .map(|th| {
+            let t = match th.scenario() {
+                Some(name) => scenarios.iter().find(|s| s.name == name).map(|s| &s.totals),
+                None => Some(&totals),
+            };
+            match t {
+                Some(t) => th.check(&figures(t)),
+                None => Checked {
+                    threshold: th.to_string(),
+                    actual: None,
+                    passed: false,
+                },
+            }
+        })
+        .collect();
 
     Report {
         schema: SCHEMA,
         partial: result.cut_short || result.failure.is_some(),
         run: RunInfo {
             target: ctx.target.to_string(),
-            rate_rps: ctx.rate_rps,
             duration_s: ctx.duration.as_secs_f64(),
-            warmup_s,
             window_s,
             drain_s: ctx.drain.as_secs_f64(),
-            process: ctx.process.to_string(),
             max_in_flight_per_agent: ctx.max_in_flight,
             agents: result.agents.len(),
             local: ctx.local,
@@ -403,14 +491,28 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
         },
         verdicts,
         thresholds,
-        scenarios: vec![Scenario {
-            name: "default".into(),
-            model: "open",
-            totals: totals.clone(),
-        }],
+        scenarios,
         totals,
         agents,
         intervals,
+    }
+}
+
+/// The figures thresholds read from a set of totals.
+fn figures(t: &Totals) -> Figures<'_> {
+    let errors = t.errors.values().sum::<u64>()
+        + t.status
+            .iter()
+            .filter(|(code, _)| code.starts_with('5'))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+    Figures {
+        latency: t.latency_ms.as_ref(),
+        intended: t.intended,
+        unsent: t.unsent.total,
+        completed: t.completed,
+        errors,
+        throughput_rps: t.throughput_rps,
     }
 }
 
@@ -564,14 +666,26 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     writeln!(out)?;
     writeln!(
         out,
-        "loadfleet report — {} — {:.0} req/s for {:.1}s ({} warm-up) on {} agent(s){}",
+        "loadfleet report — {} — {:.1}s on {} agent(s){}",
         r.run.target,
-        r.run.rate_rps,
         r.run.duration_s,
-        format_args!("{:.1}s", r.run.warmup_s),
         r.run.agents,
         if r.partial { " — PARTIAL" } else { "" }
     )?;
+    for s in &r.scenarios {
+        let load = match (s.model, s.offered_rps) {
+            ("open", Some(rps)) => format!(
+                "open, {rps:.0} req/s offered on average ({})",
+                s.process.as_deref().unwrap_or("uniform")
+            ),
+            (model, _) => model.to_string(),
+        };
+        writeln!(
+            out,
+            "  scenario {:<16} {load}; {:.1}s from t={:.1}s, window {:.1}s..{:.1}s",
+            s.name, s.duration_s, s.start_s, s.window.start_s, s.window.end_s
+        )?;
+    }
     for v in &r.verdicts {
         writeln!(
             out,
@@ -623,6 +737,19 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     percentile_row(out, "service time", &t.service_time_ms)?;
     if t.warmup.seconds > 0.0 {
         percentile_row(out, "warm-up", &t.warmup.latency_ms)?;
+    }
+    if r.scenarios.len() > 1 {
+        writeln!(out)?;
+        writeln!(out, "  per scenario:")?;
+        for s in &r.scenarios {
+            let t = &s.totals;
+            writeln!(
+                out,
+                "  {:<16} {:<6} intended {} sent {} unsent {} completed {} throughput {:.1} req/s",
+                s.name, s.model, t.intended, t.sent, t.unsent.total, t.completed, t.throughput_rps
+            )?;
+            percentile_row(out, "", &t.latency_ms)?;
+        }
     }
     writeln!(out)?;
     writeln!(out, "  agents:")?;
@@ -683,9 +810,8 @@ pub fn write_html(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     writeln!(out, "<style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}.error{{color:#b00;font-weight:bold}}.warn{{color:#a60}}.info{{color:#057}}</style></head><body>")?;
     writeln!(
         out,
-        "<h1>loadfleet report</h1><p>{} — {:.0} req/s for {:.1}s on {} agent(s){}</p>",
+        "<h1>loadfleet report</h1><p>{} — {:.1}s on {} agent(s){}</p>",
         esc(&r.run.target),
-        r.run.rate_rps,
         r.run.duration_s,
         r.run.agents,
         if r.partial { " — <b>PARTIAL</b>" } else { "" }

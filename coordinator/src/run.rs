@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use loadfleet_proto::schedule::{ArrivalSchedule, Process};
+use loadfleet_proto::schedule::{ArrivalSchedule, Process, Stage};
 use loadfleet_proto::v1;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
@@ -14,6 +14,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::cli::{ProcessArg, RunArgs};
 use crate::fleet::{self, Progress, RunSpec};
 use crate::local;
+use crate::plan::{self, Plan};
 use crate::report::{self, Verdict};
 use crate::service::ControlService;
 
@@ -114,6 +115,206 @@ fn print_progress(p: &Progress) {
     }
 }
 
+/// The plan for this run: the file (if any) with the flags laid over it, or
+/// a one-scenario plan made of the flags alone.
+pub fn resolve_plan(args: &RunArgs) -> anyhow::Result<Plan> {
+    let mut plan = match &args.plan {
+        Some(path) => plan::load(path).map_err(|e| bad(e.to_string().trim_end().to_string()))?,
+        None => flags_plan(args)?,
+    };
+    // Flags override the plan's values.
+    if let Some(url) = &args.url {
+        check_url(url)?;
+        plan.target.url = url.clone();
+    }
+    if let Some(d) = args.drain {
+        plan.run.drain = d;
+    }
+    if let Some(n) = args.max_in_flight {
+        plan.target.max_in_flight = n;
+    }
+    if let Some(d) = args.max_lag {
+        if d.is_zero() {
+            return Err(bad("--max-lag must be above 0"));
+        }
+        plan.target.max_lag = d;
+    }
+    if let Some(d) = args.timeout {
+        plan.target.timeout = d;
+    }
+    if let Some(n) = args.connections {
+        plan.target.connections = n;
+    }
+    plan.thresholds.extend(args.thresholds.iter().cloned());
+    let reshape = args.rate.is_some()
+        || args.clients.is_some()
+        || args.duration.is_some()
+        || args.ramp.is_some()
+        || args.warmup.is_some()
+        || args.process.is_some()
+        || args.seed.is_some();
+    if args.plan.is_some() && reshape {
+        if plan.scenarios.len() != 1 {
+            return Err(bad(format!(
+                "--rate/--clients/--duration/--ramp/--warmup/--process/--seed reshape a single scenario, but the plan has {}; edit the plan instead",
+                plan.scenarios.len()
+            )));
+        }
+        let old = plan.scenarios.remove(0);
+        let mut fresh = flags_plan_with(args, &old)?;
+        fresh.name = old.name;
+        fresh.requests = old.requests;
+        fresh.data = old.data;
+        plan.scenarios.push(fresh);
+    }
+    Ok(plan)
+}
+
+/// A plan from flags alone: one scenario aimed at --url (or the testbed).
+fn flags_plan(args: &RunArgs) -> anyhow::Result<Plan> {
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let h = parse_header(h)?;
+        headers.push((h.name, h.value));
+    }
+    let method = args
+        .method
+        .clone()
+        .unwrap_or_else(|| "GET".into())
+        .to_uppercase();
+    if http::Method::from_bytes(method.as_bytes()).is_err() {
+        return Err(bad(format!("--method {method:?} is not an HTTP method")));
+    }
+    let defaults = plan::Scenario {
+        name: "default".into(),
+        start: Duration::ZERO,
+        duration: Duration::ZERO,
+        warmup: Duration::ZERO,
+        model: plan::Model::Closed {
+            clients: Vec::new(),
+            think: Duration::ZERO,
+        },
+        requests: vec![plan::RequestPlan {
+            method,
+            path: String::new(),
+            headers,
+            body: args.body.clone().unwrap_or_default().into_bytes(),
+            weight: 1,
+        }],
+        data: None,
+        seed: 1,
+    };
+    let scenario = flags_plan_with(args, &defaults)?;
+    Ok(Plan {
+        run: plan::RunSettings {
+            warmup: scenario.warmup,
+            drain: Duration::from_secs(5),
+            seed: scenario.seed,
+        },
+        target: plan::Target {
+            url: plan::TESTBED_URL.to_string(),
+            timeout: Duration::from_secs(10),
+            max_in_flight: 1000,
+            connections: 64,
+            max_lag: Duration::from_secs(1),
+        },
+        shares: plan::Shares::default(),
+        scenarios: vec![scenario],
+        thresholds: Vec::new(),
+    })
+}
+
+/// A scenario shaped by the flags; unset ones come from `base`.
+fn flags_plan_with(args: &RunArgs, base: &plan::Scenario) -> anyhow::Result<plan::Scenario> {
+    let duration = args.duration.unwrap_or(if base.duration.is_zero() {
+        Duration::from_secs(10)
+    } else {
+        base.duration
+    });
+    if duration.is_zero() {
+        return Err(bad("--duration must be above 0"));
+    }
+    let warmup = args.warmup.unwrap_or(base.warmup);
+    if warmup >= duration {
+        return Err(bad(format!(
+            "--warmup ({}) must be shorter than --duration ({}), or nothing is measured",
+            humantime::format_duration(warmup),
+            humantime::format_duration(duration)
+        )));
+    }
+    let (level, closed) = match (args.rate, args.clients, &base.model) {
+        (Some(r), _, _) => (r, false),
+        (None, Some(c), _) => (f64::from(c), true),
+        (None, None, plan::Model::Open(s)) => {
+            (s.expected_count() / duration.as_secs_f64().max(1e-9), false)
+        }
+        (None, None, plan::Model::Closed { clients, .. }) if !clients.is_empty() => {
+            (loadfleet_proto::closed::max_clients(clients) as f64, true)
+        }
+        (None, None, _) => (500.0, false),
+    };
+    let stages = match args.ramp {
+        Some(ramp) if ramp >= duration => {
+            return Err(bad(
+                "--ramp must be shorter than --duration (the rest is held at the full rate)",
+            ))
+        }
+        Some(ramp) if !ramp.is_zero() => vec![
+            Stage {
+                duration_ns: ramp.as_nanos() as u64,
+                from_rps: 0.0,
+                to_rps: level,
+            },
+            Stage {
+                duration_ns: (duration - ramp).as_nanos() as u64,
+                from_rps: level,
+                to_rps: level,
+            },
+        ],
+        _ => vec![Stage {
+            duration_ns: duration.as_nanos() as u64,
+            from_rps: level,
+            to_rps: level,
+        }],
+    };
+    let seed = args.seed.unwrap_or(base.seed);
+    let model = if closed {
+        let think = args.think.unwrap_or(match &base.model {
+            plan::Model::Closed { think, .. } => *think,
+            plan::Model::Open(_) => Duration::ZERO,
+        });
+        plan::Model::Closed {
+            clients: stages,
+            think,
+        }
+    } else {
+        let process = match args.process {
+            Some(ProcessArg::Poisson) => Process::Poisson { seed },
+            Some(ProcessArg::Uniform) => Process::Uniform,
+            None => match &base.model {
+                plan::Model::Open(s) => match s.process() {
+                    Process::Poisson { .. } => Process::Poisson { seed },
+                    Process::Uniform => Process::Uniform,
+                },
+                plan::Model::Closed { .. } => Process::Uniform,
+            },
+        };
+        plan::Model::Open(
+            ArrivalSchedule::new(stages, process).map_err(|e| bad(format!("--rate: {e}")))?,
+        )
+    };
+    Ok(plan::Scenario {
+        name: base.name.clone(),
+        start: base.start,
+        duration,
+        warmup,
+        model,
+        requests: base.requests.clone(),
+        data: base.data.clone(),
+        seed,
+    })
+}
+
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let local_agents = match (args.local_agents, args.expect_agents) {
@@ -129,7 +330,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     };
     let local = local_agents.is_some();
-    let expect = local_agents.or(args.expect_agents).unwrap_or(2) as usize;
     let token = match (&args.token, local) {
         (Some(t), _) if t.is_empty() => return Err(bad("--token must not be empty")),
         (Some(t), _) => t.clone(),
@@ -140,38 +340,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             ))
         }
     };
-    if let Some(url) = &args.url {
-        check_url(url)?;
-    } else if !local {
+    let plan = resolve_plan(&args)?;
+    let expect = local_agents
+        .or(args.expect_agents)
+        .or(plan.shares.expect)
+        .unwrap_or(2) as usize;
+    if plan.target.url == plan::TESTBED_URL && !local {
         return Err(bad(
             "--url is required with --expect-agents (the built-in testbed only runs locally)",
         ));
     }
-    let rate = args.rate.unwrap_or(500.0);
-    let duration = args.duration.unwrap_or(Duration::from_secs(10));
-    if duration.is_zero() {
-        return Err(bad("--duration must be above 0"));
-    }
-    let warmup = args.warmup.unwrap_or_default();
-    if warmup >= duration {
-        return Err(bad(format!(
-            "--warmup ({warmup:?}) must be shorter than --duration ({duration:?}), or nothing is measured"
-        )));
-    }
-    if args.max_lag.is_zero() {
-        return Err(bad("--max-lag must be above 0"));
-    }
-    let process = match args.process {
-        ProcessArg::Uniform => Process::Uniform,
-        ProcessArg::Poisson => Process::Poisson { seed: args.seed },
-    };
-    let schedule = ArrivalSchedule::constant(rate, duration.as_nanos() as u64, process)
-        .map_err(|e| bad(format!("--rate: {e}")))?;
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| parse_header(h))
-        .collect::<anyhow::Result<Vec<_>>>()?;
     let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
 
     let split = if local {
@@ -183,9 +361,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     // The built-in target, when no URL was given.
     let mut testbed = None;
-    let target = match &args.url {
-        Some(url) => url.clone(),
-        None => {
+    let target = match plan.target.url.as_str() {
+        plan::TESTBED_URL => {
             let mut tb_args = vec![
                 "--delay".to_string(),
                 humantime::format_duration(args.testbed_delay).to_string(),
@@ -204,6 +381,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             eprintln!("testbed listening on {addr} ({})", tb_args.join(" "));
             format!("http://{addr}/")
         }
+        url => url.to_string(),
     };
     if local {
         let how = match (&split, testbed.is_some()) {
@@ -233,21 +411,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let target_ips = resolve_target(&target).await;
 
-    let request = v1::RequestTemplate {
-        method: args.method.clone(),
-        url: target.clone(),
-        headers,
-        body: args.body.clone().unwrap_or_default().into_bytes(),
-    };
+    let scenario_infos: Vec<report::ScenarioInfo> = plan
+        .scenarios
+        .iter()
+        .map(|s| report::ScenarioInfo {
+            name: s.name.clone(),
+            model: s.model.name(),
+            start: s.start,
+            duration: s.duration,
+            warmup: s.warmup,
+            process: match &s.model {
+                plan::Model::Open(sched) => Some(
+                    match sched.process() {
+                        Process::Uniform => "uniform",
+                        Process::Poisson { .. } => "poisson",
+                    }
+                    .to_string(),
+                ),
+                plan::Model::Closed { .. } => None,
+            },
+            offered_rps: match &s.model {
+                plan::Model::Open(sched) => {
+                    Some(sched.expected_count() / s.duration.as_secs_f64().max(1e-9))
+                }
+                plan::Model::Closed { .. } => None,
+            },
+        })
+        .collect();
     let spec = RunSpec {
-        schedule,
-        request,
-        warmup,
-        drain: args.drain,
-        max_in_flight: args.max_in_flight,
-        max_lag: args.max_lag,
-        timeout: args.timeout,
-        connections: args.connections,
+        scenarios: plan.assignments(&target),
+        shares: plan.shares.clone(),
+        duration: plan.duration(),
+        drain: plan.run.drain,
+        max_in_flight: plan.target.max_in_flight,
+        max_lag: plan.target.max_lag,
+        timeout: plan.target.timeout,
+        connections: plan.target.connections,
         interval: Duration::from_secs(1),
         expect_agents: expect,
         agent_timeout: if local {
@@ -317,18 +516,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         &result,
         report::Context {
             target: &target,
-            rate_rps: rate,
-            duration,
-            warmup,
-            drain: args.drain,
-            process: match process {
-                Process::Uniform => "uniform",
-                Process::Poisson { .. } => "poisson",
-            },
-            max_in_flight: args.max_in_flight,
+            scenarios: scenario_infos,
+            duration: plan.duration(),
+            drain: plan.run.drain,
+            max_in_flight: plan.target.max_in_flight,
             local,
             extra_verdicts,
-            thresholds: &args.thresholds,
+            thresholds: &plan.thresholds,
         },
     );
     write_outputs(&out_dir, &report, &result)?;

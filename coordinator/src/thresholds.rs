@@ -6,6 +6,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::report::Percentiles;
+
 /// What a threshold looks at.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Metric {
@@ -29,6 +31,8 @@ enum Op {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Threshold {
     text: String,
+    /// Checked against this scenario only (`checkout.p99<300ms`); else totals.
+    scenario: Option<String>,
     metric: Metric,
     op: Op,
     value: f64,
@@ -45,6 +49,10 @@ impl FromStr for Threshold {
             .find(['<', '>', '='])
             .ok_or_else(|| format!("{s:?}: expected METRIC OP VALUE, e.g. 'p99<500ms'"))?;
         let (name, rest) = text.split_at(pos);
+        let (scenario, name) = match name.rsplit_once('.') {
+            Some((sc, metric)) if !sc.is_empty() => (Some(sc.to_string()), metric),
+            _ => (None, name),
+        };
         let (op, value) = [
             ("<=", Op::Le),
             (">=", Op::Ge),
@@ -98,6 +106,7 @@ impl FromStr for Threshold {
         }
         Ok(Self {
             text,
+            scenario,
             metric,
             op,
             value: value * scale,
@@ -114,7 +123,8 @@ impl fmt::Display for Threshold {
 
 /// The figures thresholds are checked against.
 pub struct Figures<'a> {
-    pub latency_ms: &'a dyn Fn(&str) -> Option<f64>,
+    /// Latency from the intended send time; `None` when nothing completed.
+    pub latency: Option<&'a Percentiles>,
     pub intended: u64,
     pub unsent: u64,
     pub completed: u64,
@@ -131,6 +141,11 @@ pub struct Checked {
 }
 
 impl Threshold {
+    /// The scenario this threshold is about, if not the totals.
+    pub fn scenario(&self) -> Option<&str> {
+        self.scenario.as_deref()
+    }
+
     pub fn check(&self, f: &Figures<'_>) -> Checked {
         let ratio = |n: u64, of: u64| {
             if of == 0 {
@@ -140,7 +155,7 @@ impl Threshold {
             }
         };
         let actual = match self.metric {
-            Metric::Latency(q) => (f.latency_ms)(q),
+            Metric::Latency(q) => f.latency.and_then(|p| p.get(q)),
             Metric::Unsent if self.percent => Some(ratio(f.unsent, f.intended)),
             Metric::Unsent => Some(f.unsent as f64),
             // Errors include transport errors and 5xx answers alike: both
@@ -171,9 +186,18 @@ mod tests {
     use super::*;
 
     fn figures(check: &Threshold) -> Checked {
-        let lat = |q: &str| if q == "p99" { Some(420.0) } else { Some(1.0) };
+        let lat = Percentiles {
+            p50: 1.0,
+            p90: 1.0,
+            p95: 1.0,
+            p99: 420.0,
+            p999: 1.0,
+            max: 1.0,
+            mean: 1.0,
+            count: 10,
+        };
         check.check(&Figures {
-            latency_ms: &lat,
+            latency: Some(&lat),
             intended: 1000,
             unsent: 10,
             completed: 990,
@@ -196,6 +220,13 @@ mod tests {
             let t: Threshold = text.parse().unwrap();
             assert_eq!(figures(&t).passed, pass, "{text}");
         }
+    }
+
+    #[test]
+    fn thresholds_may_name_a_scenario() {
+        let t: Threshold = "checkout.p99<300ms".parse().unwrap();
+        assert_eq!(t.scenario(), Some("checkout"));
+        assert_eq!("p99<300ms".parse::<Threshold>().unwrap().scenario(), None);
     }
 
     #[test]

@@ -118,15 +118,20 @@ impl<'a> AgentSlice<'a> {
         })
     }
 
-    /// This agent's arrival instants (ns from the common start), in order.
+    /// This agent's arrival instants (ns from the start), in order.
     pub fn arrivals(&self) -> impl Iterator<Item = u64> + 'a {
+        self.indexed_arrivals().map(|(_, t)| t)
+    }
+
+    /// This agent's arrivals with their fleet-wide index (for `{{seq}}`).
+    pub fn indexed_arrivals(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
         let interleave = self.interleave;
         let index = self.index;
         self.schedule
             .arrivals()
             .enumerate()
-            .filter(move |(k, _)| interleave.owner(*k as u64) == index)
-            .map(|(_, t)| t)
+            .map(|(k, t)| (k as u64, t))
+            .filter(move |(k, _)| interleave.owner(*k) == index)
     }
 
     /// Number of arrivals in this slice.

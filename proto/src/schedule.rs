@@ -11,6 +11,7 @@
 //! Instants are absolute offsets from the common start, so a slow moment on
 //! an agent never shifts the arrivals after it.
 
+use crate::rng::SplitMix64;
 use crate::v1;
 
 /// One segment of the rate profile.
@@ -232,34 +233,6 @@ impl Iterator for Arrivals<'_> {
             self.stage_start_ns += s.duration_ns;
             self.stage_start_mass += mass;
         }
-    }
-}
-
-/// SplitMix64: tiny, fast and fully specified, so that every agent and the
-/// coordinator draw the same Poisson schedule from a seed regardless of which
-/// version of a random-number crate each was built with.
-#[derive(Debug, Clone)]
-struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// An Exp(1) draw by inversion; the uniform is in (0, 1] so ln never sees 0.
-    fn exp1(&mut self) -> f64 {
-        let u = ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-        -u.ln()
     }
 }
 

@@ -34,7 +34,7 @@ pub fn pin_to_cpus(cpus: &CpuList) -> io::Result<()> {
         if err.raw_os_error() == Some(libc::EINVAL) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("none of CPUs {cpus} is online and allowed for this process"),
+                format!("no CPU in {cpus} is online and allowed for this process"),
             ));
         }
         return Err(err);

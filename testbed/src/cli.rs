@@ -59,7 +59,14 @@ pub struct Cli {
     pub admission_timeout: Option<Duration>,
 
     /// Fraction (0..=1) of requests answered 500 after doing their work.
-    #[arg(long, value_name = "FRACTION", default_value = "0")]
+    // Negative numbers are let through so "-0.5" is reported as out of
+    // range rather than as an unknown flag.
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        default_value = "0",
+        allow_negative_numbers = true
+    )]
     pub error_rate: ErrorRate,
 
     /// Tokio worker threads [default: the CPUs this process may run on,
@@ -320,6 +327,7 @@ mod tests {
             (&["--pool", "0"], "--pool"),
             (&["--admission", "0"], "--admission"),
             (&["--error-rate", "2"], "--error-rate"),
+            (&["--error-rate", "-0.5"], "--error-rate"),
             (&["--delay", "soon"], "--delay"),
             (&["--workers", "0"], "--workers"),
             (&["--cpus", "2-1"], "--cpus"),

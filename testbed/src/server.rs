@@ -22,6 +22,11 @@ use tracing::{debug, warn};
 
 use crate::{Config, Limit};
 
+/// Every response the testbed gives: a short static plain-text body.
+type TextResponse = Response<Full<Bytes>>;
+/// What a request's future yields; handling a request cannot fail.
+type Answer = Result<TextResponse, Infallible>;
+
 /// Shortest pause after an accept error that is not about one connection.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest pause after repeated accept errors.
@@ -173,7 +178,7 @@ impl Gate {
 struct Testbed(Arc<Shared>);
 
 impl Service<Request<Incoming>> for Testbed {
-    type Response = Response<Full<Bytes>>;
+    type Response = TextResponse;
     type Error = Infallible;
     type Future = Reply;
 
@@ -195,12 +200,12 @@ impl Service<Request<Incoming>> for Testbed {
 
 /// The future of one request: answered at once, or after doing its work.
 enum Reply {
-    Ready(future::Ready<Result<Response<Full<Bytes>>, Infallible>>),
-    Work(Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>),
+    Ready(future::Ready<Answer>),
+    Work(Pin<Box<dyn Future<Output = Answer> + Send>>),
 }
 
 impl Future for Reply {
-    type Output = Result<Response<Full<Bytes>>, Infallible>;
+    type Output = Answer;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
@@ -212,10 +217,7 @@ impl Future for Reply {
 
 /// One request that has work to do: drain the body, pass admission and the
 /// pool, wait out the service delay, then answer.
-async fn handle(
-    shared: Arc<Shared>,
-    request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Answer {
     // Read the whole body so the connection stays reusable (keep-alive).
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
@@ -260,7 +262,7 @@ async fn handle(
 }
 
 /// A plain-text response with a static body (no copy, no allocation for it).
-fn reply(status: StatusCode, body: &'static [u8]) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, body: &'static [u8]) -> TextResponse {
     let mut response = Response::new(Full::new(Bytes::from_static(body)));
     *response.status_mut() = status;
     response

@@ -1,0 +1,1029 @@
+//! `loadfleet-coordinator compare A.json B.json [C.json ...]`: the headline
+//! figures of several reports side by side, with ratios to the first.
+//!
+//! Reports are read as plain [`serde_json::Value`]s, not as the structs of
+//! [`crate::report`]: a report written by an older or newer coordinator
+//! (extra keys, a missing one) still loads, and a missing figure shows as
+//! `-` instead of failing the whole comparison. Only the schema name is
+//! checked.
+//!
+//! Rows follow the order of the run report, so intended / sent / unsent
+//! come first (a table without them once made the worse configuration look
+//! better). Each report after the first gets a ratio column `B/A`.
+//!
+//! Significance: one run per condition cannot tell a real difference from
+//! run-to-run noise. A report made with repeats carries
+//! `repeats = { runs: [..], median: {..}, min: {..}, max: {..} }`, each a
+//! totals-like object. When both reports of a ratio have a `[min, max]`
+//! range for a figure and the ranges overlap, the ratio is marked `(ns)`:
+//! the difference is inside the spread. Without repeats ratios are printed
+//! bare and a footnote says that significance needs repeats. With repeats
+//! the columns show the median (PRODUCT.md lesson 8: "median quoted").
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use serde_json::{json, Value};
+
+use crate::cli::CompareArgs;
+use crate::report::SCHEMA;
+use crate::run::BadInput;
+
+fn bad(msg: impl Into<String>) -> anyhow::Error {
+    anyhow!(BadInput(msg.into()))
+}
+
+/// `compare`: loads every report (all of them, before printing anything, so
+/// a bad file is reported instead of half a table) and writes the table.
+pub fn run(args: &CompareArgs, out: &mut impl Write) -> anyhow::Result<u8> {
+    if args.reports.len() < 2 {
+        return Err(bad(
+            "compare needs at least two reports, e.g. compare a/report.json b/report.json",
+        ));
+    }
+    let mut inputs = Vec::with_capacity(args.reports.len());
+    for path in &args.reports {
+        let (file, report) = load(path)?;
+        inputs.push(Input {
+            label: label_for(&file),
+            path: file,
+            report,
+        });
+    }
+    let table = Table::build(&inputs);
+    if args.json {
+        serde_json::to_writer_pretty(&mut *out, &table.to_json())?;
+        writeln!(out)?;
+    } else {
+        table.write_text(out)?;
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// One report to compare.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// Column label: the report's folder name, or the file stem.
+    pub label: String,
+    pub path: PathBuf,
+    pub report: Value,
+}
+
+/// Reads a report. A folder stands for the `report.json` inside it. Any
+/// failure is bad input (exit status 2) and names the file.
+pub fn load(path: &Path) -> anyhow::Result<(PathBuf, Value)> {
+    let file = if path.is_dir() {
+        path.join("report.json")
+    } else {
+        path.to_path_buf()
+    };
+    let shown = file.display();
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| bad(format!("{shown}: cannot read the report: {e}")))?;
+    let report: Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("{shown}: not a JSON report: {e}")))?;
+    match report.get("schema") {
+        Some(Value::String(s)) if s == SCHEMA => Ok((file, report)),
+        Some(Value::String(s)) => Err(bad(format!(
+            "{shown}: schema is {s:?}, this coordinator compares {SCHEMA:?} reports"
+        ))),
+        Some(other) => Err(bad(format!(
+            "{shown}: \"schema\" is {other}, expected {SCHEMA:?}"
+        ))),
+        None => Err(bad(format!(
+            "{shown}: no \"schema\" key; not a loadfleet report (expected {SCHEMA:?})"
+        ))),
+    }
+}
+
+/// The folder's name for `…/NAME/report.json`, the file stem otherwise.
+pub fn label_for(file: &Path) -> String {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if stem == "report" {
+        let dir = file
+            .parent()
+            .and_then(|p| {
+                // `report.json` given bare: name the working folder.
+                if p.as_os_str().is_empty() {
+                    std::env::current_dir().ok()
+                } else {
+                    Some(p.to_path_buf())
+                }
+            })
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        if let Some(dir) = dir.filter(|d| !d.is_empty()) {
+            return dir;
+        }
+    }
+    if stem.is_empty() {
+        file.display().to_string()
+    } else {
+        stem
+    }
+}
+
+/// Column ids: A, B, …, Z, AA, AB, …
+pub fn letter(i: usize) -> String {
+    let mut n = i + 1;
+    let mut s = Vec::new();
+    while n > 0 {
+        n -= 1;
+        s.push(b'A' + (n % 26) as u8);
+        n /= 26;
+    }
+    s.reverse();
+    String::from_utf8(s).unwrap_or_default()
+}
+
+/// Walks a key path; `None` as soon as a key is missing.
+fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+fn num(v: &Value, path: &[&str]) -> Option<f64> {
+    at(v, path)
+        .and_then(Value::as_f64)
+        .filter(|x| x.is_finite())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Count,
+    Percent,
+    Rate,
+    Ms,
+}
+
+type Getter = Box<dyn Fn(&Value) -> Option<f64>>;
+
+/// A headline figure, read from a totals-like object.
+struct Figure {
+    name: String,
+    unit: Unit,
+    get: Getter,
+    /// Computed from several keys (a percentage): its median / min / max
+    /// over repeats must come from the runs, never from the `median`,
+    /// `min`, `max` objects (min of a ratio is not the ratio of the mins).
+    derived: bool,
+}
+
+impl Figure {
+    fn path(name: &str, unit: Unit, path: &'static [&'static str]) -> Self {
+        Figure {
+            name: name.to_string(),
+            unit,
+            get: Box::new(move |t| num(t, path)),
+            derived: false,
+        }
+    }
+
+    /// A count inside a map of counts (`status`, `errors`): absent from a
+    /// map that is there means zero.
+    fn counted(name: String, map: &'static str, key: String) -> Self {
+        Figure {
+            name,
+            unit: Unit::Count,
+            get: Box::new(move |t| {
+                let m = t.get(map)?.as_object()?;
+                Some(m.get(&key).and_then(Value::as_f64).unwrap_or(0.0))
+            }),
+            derived: false,
+        }
+    }
+
+    fn derived(name: &str, get: impl Fn(&Value) -> Option<f64> + 'static) -> Self {
+        Figure {
+            name: name.to_string(),
+            unit: Unit::Percent,
+            get: Box::new(get),
+            derived: true,
+        }
+    }
+}
+
+fn percent(n: f64, of: f64) -> Option<f64> {
+    (of > 0.0).then(|| 100.0 * n / of)
+}
+
+fn sum_of(t: &Value, map: &str, keep: impl Fn(&str) -> bool) -> Option<f64> {
+    let m = t.get(map)?.as_object()?;
+    Some(
+        m.iter()
+            .filter(|(k, _)| keep(k))
+            .filter_map(|(_, v)| v.as_f64())
+            .sum(),
+    )
+}
+
+/// Transport errors and 5xx answers over completed requests, as the
+/// `errors<1%` threshold counts them.
+fn error_percent(t: &Value) -> Option<f64> {
+    let transport = sum_of(t, "errors", |_| true);
+    let server = sum_of(t, "status", |c| c.starts_with('5'));
+    if transport.is_none() && server.is_none() {
+        return None;
+    }
+    let failed = transport.unwrap_or(0.0) + server.unwrap_or(0.0);
+    percent(failed, num(t, &["completed"])?)
+}
+
+fn unsent_percent(t: &Value) -> Option<f64> {
+    percent(num(t, &["unsent", "total"])?, num(t, &["intended"])?)
+}
+
+/// Keys of the map `name` in any report's totals (or repeat runs).
+fn keys_of(inputs: &[Input], name: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for i in inputs {
+        let mut objects: Vec<&Value> = vec![&i.report["totals"]];
+        if let Some(runs) = at(&i.report, &["repeats", "runs"]).and_then(Value::as_array) {
+            objects.extend(runs);
+        }
+        for o in objects {
+            if let Some(m) = o.get(name).and_then(Value::as_object) {
+                keys.extend(m.keys().cloned());
+            }
+        }
+    }
+    keys
+}
+
+/// Status codes in numeric order where they are numbers ("200" < "1000").
+fn sorted_codes(codes: BTreeSet<String>) -> Vec<String> {
+    let mut v: Vec<String> = codes.into_iter().collect();
+    v.sort_by_key(|c| (c.parse::<u64>().unwrap_or(u64::MAX), c.clone()));
+    v
+}
+
+fn figures(inputs: &[Input]) -> Vec<Figure> {
+    let mut f = vec![
+        Figure::path("intended", Unit::Count, &["intended"]),
+        Figure::path("sent", Unit::Count, &["sent"]),
+        Figure::path("unsent", Unit::Count, &["unsent", "total"]),
+        Figure::derived("unsent %", unsent_percent),
+        Figure::path("completed", Unit::Count, &["completed"]),
+        Figure::path("completed_in_window", Unit::Count, &["completed_in_window"]),
+        Figure::path("throughput_rps", Unit::Rate, &["throughput_rps"]),
+        Figure::derived("error %", error_percent),
+    ];
+    for code in sorted_codes(keys_of(inputs, "status")) {
+        f.push(Figure::counted(format!("status {code}"), "status", code));
+    }
+    for kind in keys_of(inputs, "errors") {
+        f.push(Figure::counted(format!("error {kind}"), "errors", kind));
+    }
+    for (name, path) in [
+        ("latency_ms p50", &["latency_ms", "p50"]),
+        ("latency_ms p90", &["latency_ms", "p90"]),
+        ("latency_ms p95", &["latency_ms", "p95"]),
+        ("latency_ms p99", &["latency_ms", "p99"]),
+        ("latency_ms p999", &["latency_ms", "p999"]),
+        ("latency_ms max", &["latency_ms", "max"]),
+        ("service_time_ms p50", &["service_time_ms", "p50"]),
+        ("service_time_ms p99", &["service_time_ms", "p99"]),
+    ] {
+        f.push(Figure::path(name, Unit::Ms, path));
+    }
+    f
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// What a report says about one figure: the value shown, and the
+/// run-to-run range when it was repeated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reading {
+    value: Option<f64>,
+    range: Option<(f64, f64)>,
+}
+
+fn repeat_runs(report: &Value) -> Option<&Vec<Value>> {
+    at(report, &["repeats", "runs"])
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty())
+}
+
+fn read(report: &Value, fig: &Figure) -> Reading {
+    let from = |key: &str| {
+        at(report, &["repeats", key])
+            .filter(|_| !fig.derived)
+            .and_then(|o| (fig.get)(o))
+    };
+    let per_run: Vec<f64> = repeat_runs(report)
+        .map(|runs| runs.iter().filter_map(|r| (fig.get)(r)).collect())
+        .unwrap_or_default();
+    let value = from("median")
+        .or_else(|| median(per_run.clone()))
+        .or_else(|| (fig.get)(&report["totals"]));
+    let range = match (from("min"), from("max")) {
+        (Some(lo), Some(hi)) => Some((lo.min(hi), lo.max(hi))),
+        _ if per_run.len() >= 2 => {
+            let lo = per_run.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = per_run.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            Some((lo, hi))
+        }
+        _ => None,
+    };
+    Reading { value, range }
+}
+
+/// Whether a report was made with repeats, and how many runs it holds.
+fn repeats_of(report: &Value) -> Option<usize> {
+    let r = report.get("repeats")?;
+    if !r.is_object() {
+        return None;
+    }
+    Some(repeat_runs(report).map_or(0, Vec::len))
+}
+
+/// A ratio of one report's figure to the first report's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ratio {
+    /// `None` when either value is missing; infinite when only the base is 0.
+    pub value: Option<f64>,
+    /// `Some(false)`: the two `[min, max]` ranges overlap, so the difference
+    /// is inside the run-to-run spread. `None`: no repeats to tell.
+    pub significant: Option<bool>,
+}
+
+fn ratio(base: &Reading, other: &Reading) -> Ratio {
+    let value = match (base.value, other.value) {
+        // 0 → 0 is no change; 0 → n has no finite ratio.
+        (Some(a), Some(b)) if a == 0.0 && b == 0.0 => Some(1.0),
+        (Some(a), Some(b)) => Some(if a == 0.0 { f64::INFINITY } else { b / a }),
+        _ => None,
+    };
+    let significant = match (base.range, other.range) {
+        (Some((alo, ahi)), Some((blo, bhi))) => Some(!(alo <= bhi && blo <= ahi)),
+        _ => None,
+    };
+    Ratio { value, significant }
+}
+
+/// `1.04`, `12.3`, `250`, `inf`; `(ns)` when not significant.
+pub fn fmt_ratio(r: &Ratio) -> String {
+    let Some(v) = r.value else {
+        return "-".into();
+    };
+    let s = if v.is_infinite() {
+        "inf".to_string()
+    } else if v < 10.0 {
+        format!("{v:.2}")
+    } else if v < 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    };
+    if r.significant == Some(false) {
+        format!("{s} (ns)")
+    } else {
+        s
+    }
+}
+
+fn fmt_value(v: Option<f64>, unit: Unit) -> String {
+    let Some(v) = v else {
+        return "-".into();
+    };
+    match unit {
+        Unit::Count if v.fract() == 0.0 => format!("{v:.0}"),
+        Unit::Count | Unit::Rate => format!("{v:.1}"),
+        Unit::Percent => format!("{v:.2}%"),
+        Unit::Ms if v < 1.0 => format!("{v:.3}"),
+        Unit::Ms if v < 1000.0 => format!("{v:.2}"),
+        Unit::Ms => format!("{v:.1}"),
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub figure: String,
+    unit: Unit,
+    values: Vec<Reading>,
+    /// One per report after the first, relative to the first.
+    pub ratios: Vec<Ratio>,
+}
+
+impl Row {
+    pub fn value(&self, report: usize) -> Option<f64> {
+        self.values.get(report).and_then(|r| r.value)
+    }
+
+    pub fn cell(&self, report: usize) -> String {
+        fmt_value(self.value(report), self.unit)
+    }
+}
+
+/// The comparison, ready to render as text or JSON.
+pub struct Table {
+    /// id (A, B, …), label, file, number of repeat runs (`Some(0)` when the
+    /// report has `repeats` without runs).
+    pub columns: Vec<(String, String, PathBuf, Option<usize>)>,
+    pub rows: Vec<Row>,
+    /// Verdict codes of each report, in its own order.
+    pub verdicts: Vec<Vec<String>>,
+    /// What makes a comparison meaningless or shaky.
+    pub notes: Vec<String>,
+    pub footnotes: Vec<String>,
+}
+
+impl Table {
+    pub fn build(inputs: &[Input]) -> Table {
+        let columns: Vec<_> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                (
+                    letter(i),
+                    r.label.clone(),
+                    r.path.clone(),
+                    repeats_of(&r.report),
+                )
+            })
+            .collect();
+        let rows = figures(inputs)
+            .into_iter()
+            .map(|fig| {
+                let values: Vec<Reading> = inputs.iter().map(|r| read(&r.report, &fig)).collect();
+                let ratios = values[1..].iter().map(|v| ratio(&values[0], v)).collect();
+                Row {
+                    figure: fig.name,
+                    unit: fig.unit,
+                    values,
+                    ratios,
+                }
+            })
+            .collect();
+        let verdicts = inputs
+            .iter()
+            .map(|r| {
+                r.report
+                    .get("verdicts")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(|v| v.get("code").and_then(Value::as_str))
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        let notes = notes(inputs);
+        let mut footnotes = Vec::new();
+        let without: Vec<&str> = columns
+            .iter()
+            .filter(|c| c.3.is_none())
+            .map(|c| c.0.as_str())
+            .collect();
+        if without.len() == columns.len() {
+            footnotes.push(
+                "significance needs repeats: these are single runs, so no ratio can be told apart from run-to-run noise (rerun each condition several times)".to_string(),
+            );
+        } else {
+            footnotes.push(
+                "(ns) = not significant: the [min, max] ranges over the repeats overlap, so the difference is inside the run-to-run spread".to_string(),
+            );
+            if !without.is_empty() {
+                let (is, them) = if without.len() == 1 {
+                    ("is a single run", "it")
+                } else {
+                    ("are single runs", "them")
+                };
+                footnotes.push(format!(
+                    "significance needs repeats in both reports; {} {is}, so ratios involving {them} are unmarked",
+                    without.join(", "),
+                ));
+            }
+        }
+        Table {
+            columns,
+            rows,
+            verdicts,
+            notes,
+            footnotes,
+        }
+    }
+
+    pub fn row(&self, figure: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.figure == figure)
+    }
+
+    /// The table as text: a legend, one row per figure, notes, footnotes.
+    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "loadfleet compare — {} reports, ratios relative to A",
+            self.columns.len()
+        )?;
+        writeln!(out)?;
+        let label_w = self.columns.iter().map(|c| c.1.len()).max().unwrap_or(0);
+        for (id, label, path, repeats) in &self.columns {
+            let reps = match repeats {
+                Some(n) if *n > 0 => format!("  ({n} repeats, median shown)"),
+                Some(_) => "  (repeats, median shown)".to_string(),
+                None => String::new(),
+            };
+            writeln!(out, "  {id}  {label:<label_w$}  {}{reps}", path.display())?;
+        }
+        writeln!(out)?;
+
+        let mut header = vec!["figure".to_string()];
+        header.extend(self.columns.iter().map(|c| c.1.clone()));
+        header.extend(self.columns[1..].iter().map(|c| format!("{}/A", c.0)));
+        let mut lines = vec![header];
+        for row in &self.rows {
+            let mut line = vec![row.figure.clone()];
+            line.extend((0..self.columns.len()).map(|i| row.cell(i)));
+            line.extend(row.ratios.iter().map(fmt_ratio));
+            lines.push(line);
+        }
+        let mut verdicts = vec!["verdicts".to_string()];
+        verdicts.extend(self.verdicts.iter().map(|v| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(",")
+            }
+        }));
+        verdicts.extend(self.columns[1..].iter().map(|_| String::new()));
+        lines.push(verdicts);
+
+        let widths: Vec<usize> = (0..lines[0].len())
+            .map(|c| {
+                lines
+                    .iter()
+                    .map(|l| l[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for line in &lines {
+            let mut s = format!("  {:<w$}", line[0], w = widths[0]);
+            for (cell, w) in line[1..].iter().zip(&widths[1..]) {
+                s.push_str(&format!("  {cell:>w$}"));
+            }
+            writeln!(out, "{}", s.trim_end())?;
+        }
+
+        if !self.notes.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "notes:")?;
+            for n in &self.notes {
+                writeln!(out, "  {n}")?;
+            }
+        }
+        writeln!(out)?;
+        for f in &self.footnotes {
+            writeln!(out, "  * {f}")?;
+        }
+        Ok(())
+    }
+
+    /// The same table for scripts (`compare --json`).
+    pub fn to_json(&self) -> Value {
+        let finite = |v: Option<f64>| {
+            v.filter(|x| x.is_finite())
+                .map_or(Value::Null, |x| json!(x))
+        };
+        let reports: Vec<Value> = self
+            .columns
+            .iter()
+            .map(|(id, label, path, repeats)| {
+                json!({
+                    "id": id,
+                    "label": label,
+                    "path": path.display().to_string(),
+                    "repeats": repeats,
+                })
+            })
+            .collect();
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                let ratios: Vec<Value> = r
+                    .ratios
+                    .iter()
+                    .zip(&self.columns[1..])
+                    .map(|(q, c)| {
+                        json!({
+                            "of": format!("{}/A", c.0),
+                            "ratio": finite(q.value),
+                            "infinite": q.value.is_some_and(f64::is_infinite),
+                            "significant": q.significant,
+                        })
+                    })
+                    .collect();
+                let ranges: Vec<Value> = r
+                    .values
+                    .iter()
+                    .map(|v| v.range.map_or(Value::Null, |(lo, hi)| json!([lo, hi])))
+                    .collect();
+                json!({
+                    "figure": r.figure,
+                    "values": r.values.iter().map(|v| finite(v.value)).collect::<Vec<_>>(),
+                    "ranges": ranges,
+                    "ratios": ratios,
+                })
+            })
+            .collect();
+        json!({
+            "schema": "loadfleet.compare/v1",
+            "reports": reports,
+            "rows": rows,
+            "verdicts": self.verdicts,
+            "notes": self.notes,
+            "footnotes": self.footnotes,
+        })
+    }
+}
+
+/// Reports that did not measure what the others did: cut short, or with an
+/// error verdict (no experiment, an agent lost, corrupt data). Also loads
+/// that differ, which make counts incomparable.
+fn notes(inputs: &[Input]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (i, r) in inputs.iter().enumerate() {
+        let id = letter(i);
+        let verdicts = r
+            .report
+            .get("verdicts")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut seen = BTreeSet::new();
+        for v in verdicts {
+            if v.get("level").and_then(Value::as_str) != Some("error") {
+                continue;
+            }
+            let code = v.get("code").and_then(Value::as_str).unwrap_or("ERROR");
+            if !seen.insert(code) {
+                continue;
+            }
+            let msg = v.get("message").and_then(Value::as_str).unwrap_or("");
+            let mut note = format!("{id}: {code} — comparing it is meaningless");
+            if !msg.is_empty() {
+                note.push_str(&format!(" ({msg})"));
+            }
+            notes.push(note);
+        }
+        if r.report.get("partial").and_then(Value::as_bool) == Some(true) {
+            notes.push(format!(
+                "{id}: PARTIAL — the run was cut short and its figures cover only part of the schedule; comparing it is meaningless"
+            ));
+        }
+    }
+    let base = &inputs[0].report;
+    for (key, what, unit) in [
+        ("rate_rps", "rate", " req/s"),
+        ("duration_s", "duration", "s"),
+    ] {
+        let a = num(base, &["run", key]);
+        for (i, r) in inputs.iter().enumerate().skip(1) {
+            let b = num(&r.report, &["run", key]);
+            if let (Some(a), Some(b)) = (a, b) {
+                if (a - b).abs() > 1e-9 * a.abs().max(1.0) {
+                    notes.push(format!(
+                        "{}: {what} {b}{unit} differs from A's {a}{unit}; counts are not comparable, only rates and latencies",
+                        letter(i)
+                    ));
+                }
+            }
+        }
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn totals(p50: f64, p99: f64, completed: u64, status: Value) -> Value {
+        json!({
+            "intended": 1000, "sent": 1000, "completed": completed,
+            "completed_in_window": completed, "in_flight_at_end": 0,
+            "unsent": {"total": 0, "concurrency_limit": 0, "late": 0},
+            "status": status, "errors": {}, "throughput_rps": completed as f64 / 10.0,
+            "latency_ms": {"p50": p50, "p90": p50, "p95": p50, "p99": p99, "p999": p99, "max": p99, "mean": p50, "count": completed},
+            "service_time_ms": {"p50": p50, "p90": p50, "p95": p50, "p99": p99, "p999": p99, "max": p99, "mean": p50, "count": completed},
+        })
+    }
+
+    fn report(totals: Value) -> Value {
+        json!({
+            "schema": SCHEMA,
+            "partial": false,
+            "run": {"rate_rps": 100.0, "duration_s": 10.0},
+            "verdicts": [{"level": "warn", "code": "LOCALHOST", "message": "one machine"}],
+            "totals": totals,
+        })
+    }
+
+    fn input(label: &str, report: Value) -> Input {
+        Input {
+            label: label.into(),
+            path: PathBuf::from(format!("/x/{label}/report.json")),
+            report,
+        }
+    }
+
+    fn text(t: &Table) -> String {
+        let mut out = Vec::new();
+        t.write_text(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn line<'a>(s: &'a str, figure: &str) -> &'a str {
+        s.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{figure}  ")))
+            .unwrap_or_else(|| panic!("no row {figure:?} in\n{s}"))
+    }
+
+    #[test]
+    fn compare_table_has_headline_rows_in_order_with_ratios() {
+        let a = input(
+            "fast",
+            report(totals(10.0, 20.0, 1000, json!({"200": 1000}))),
+        );
+        let b = input(
+            "slow",
+            report(totals(20.0, 80.0, 1000, json!({"200": 900, "503": 100}))),
+        );
+        let t = Table::build(&[a, b]);
+        let names: Vec<&str> = t.rows.iter().map(|r| r.figure.as_str()).collect();
+        assert_eq!(
+            &names[..3],
+            ["intended", "sent", "unsent"],
+            "lesson 1 leads"
+        );
+        assert!(names.contains(&"status 200") && names.contains(&"status 503"));
+        assert_eq!(t.row("latency_ms p50").unwrap().ratios[0].value, Some(2.0));
+        assert_eq!(t.row("latency_ms p99").unwrap().ratios[0].value, Some(4.0));
+        // A has no 503 at all: zero, so the ratio is infinite, not missing.
+        let s503 = t.row("status 503").unwrap();
+        assert_eq!(s503.value(0), Some(0.0));
+        assert_eq!(s503.ratios[0].value, Some(f64::INFINITY));
+        // 100 × 5xx over 1000 completed.
+        assert_eq!(t.row("error %").unwrap().value(1), Some(10.0));
+        assert_eq!(t.row("error %").unwrap().value(0), Some(0.0));
+
+        let s = text(&t);
+        assert!(
+            s.contains("fast") && s.contains("slow") && s.contains("B/A"),
+            "{s}"
+        );
+        assert!(line(&s, "latency_ms p50").ends_with("2.00"), "{s}");
+        assert!(line(&s, "status 503").ends_with("inf"), "{s}");
+        assert!(line(&s, "verdicts").contains("LOCALHOST"), "{s}");
+        assert!(s.contains("significance needs repeats"), "{s}");
+        assert!(!s.contains("(ns)"), "{s}");
+        let ordered: Vec<usize> = ["intended", "sent", "unsent", "completed", "latency_ms p50"]
+            .iter()
+            .map(|f| s.find(line(&s, f)).unwrap())
+            .collect();
+        assert!(ordered.windows(2).all(|w| w[0] < w[1]), "{s}");
+    }
+
+    #[test]
+    fn compare_missing_keys_show_as_dash_and_never_panic() {
+        let odd = json!({"schema": SCHEMA, "totals": {"intended": "many", "latency_ms": null}, "verdicts": 3});
+        let bare = json!({"schema": SCHEMA});
+        let full = report(totals(10.0, 20.0, 100, json!({"200": 100})));
+        let t = Table::build(&[input("odd", odd), input("bare", bare), input("full", full)]);
+        let p50 = t.row("latency_ms p50").unwrap();
+        assert_eq!(p50.cell(0), "-");
+        assert_eq!(p50.cell(1), "-");
+        assert_eq!(p50.cell(2), "10.00");
+        assert_eq!(fmt_ratio(&p50.ratios[1]), "-");
+        assert_eq!(t.row("intended").unwrap().cell(0), "-");
+        // The status row of a report without a status map is unknown, not 0.
+        assert_eq!(t.row("status 200").unwrap().cell(1), "-");
+        let s = text(&t);
+        assert!(s.contains("C/A"), "{s}");
+        let j = t.to_json();
+        assert_eq!(j["reports"][2]["id"], "C");
+    }
+
+    #[test]
+    fn compare_ratio_formatting() {
+        let r = |v: f64| Ratio {
+            value: Some(v),
+            significant: None,
+        };
+        assert_eq!(fmt_ratio(&r(1.0)), "1.00");
+        assert_eq!(fmt_ratio(&r(1.0449)), "1.04");
+        assert_eq!(fmt_ratio(&r(0.5)), "0.50");
+        assert_eq!(fmt_ratio(&r(12.34)), "12.3");
+        assert_eq!(fmt_ratio(&r(250.4)), "250");
+        assert_eq!(fmt_ratio(&r(f64::INFINITY)), "inf");
+        assert_eq!(
+            fmt_ratio(&Ratio {
+                value: None,
+                significant: None
+            }),
+            "-"
+        );
+        let ns = Ratio {
+            value: Some(1.04),
+            significant: Some(false),
+        };
+        assert_eq!(fmt_ratio(&ns), "1.04 (ns)");
+        let sig = Ratio {
+            value: Some(3.0),
+            significant: Some(true),
+        };
+        assert_eq!(fmt_ratio(&sig), "3.00");
+        // Zero over zero is "no change", not a division error.
+        let zero = Reading {
+            value: Some(0.0),
+            range: None,
+        };
+        assert_eq!(ratio(&zero, &zero).value, Some(1.0));
+        assert_eq!(letter(0), "A");
+        assert_eq!(letter(25), "Z");
+        assert_eq!(letter(26), "AA");
+    }
+
+    fn with_repeats(p99s: &[f64]) -> Value {
+        let runs: Vec<Value> = p99s
+            .iter()
+            .map(|p| totals(10.0, *p, 1000, json!({"200": 1000})))
+            .collect();
+        let lo = p99s.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = p99s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut r = report(totals(10.0, 999.0, 1000, json!({"200": 1000})));
+        r["repeats"] = json!({
+            "runs": runs,
+            "median": {"latency_ms": {"p99": median(p99s.to_vec()).unwrap()}},
+            "min": {"latency_ms": {"p99": lo}},
+            "max": {"latency_ms": {"p99": hi}},
+        });
+        r
+    }
+
+    #[test]
+    fn compare_overlapping_repeat_ranges_are_not_significant() {
+        let a = input("a", with_repeats(&[100.0, 110.0, 120.0]));
+        let b = input("b", with_repeats(&[105.0, 115.0, 125.0]));
+        let c = input("c", with_repeats(&[200.0, 210.0, 220.0]));
+        let t = Table::build(&[a, b, c]);
+        let p99 = t.row("latency_ms p99").unwrap();
+        // The median is quoted, not the totals' 999.
+        assert_eq!(p99.value(0), Some(110.0));
+        assert_eq!(p99.ratios[0].significant, Some(false));
+        assert_eq!(fmt_ratio(&p99.ratios[0]), "1.05 (ns)");
+        assert_eq!(p99.ratios[1].significant, Some(true));
+        assert_eq!(fmt_ratio(&p99.ratios[1]), "1.91");
+        // Figures missing from min/max come from the runs themselves; the
+        // runs all agree on p50, so equal ranges overlap.
+        let p50 = t.row("latency_ms p50").unwrap();
+        assert_eq!(p50.ratios[0].significant, Some(false));
+        // A derived figure never reads the min/max objects, only the runs.
+        assert_eq!(t.row("error %").unwrap().ratios[0].significant, Some(false));
+        let s = text(&t);
+        assert!(s.contains("(3 repeats, median shown)"), "{s}");
+        assert!(s.contains("(ns) = not significant"), "{s}");
+        assert!(!s.contains("significance needs repeats"), "{s}");
+        let j = t.to_json();
+        let row = j["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["figure"] == "latency_ms p99")
+            .unwrap();
+        assert_eq!(row["ratios"][0]["significant"], false);
+        assert_eq!(row["ranges"][2], json!([200.0, 220.0]));
+    }
+
+    #[test]
+    fn compare_repeats_on_one_side_only_leave_ratios_unmarked() {
+        let a = input("a", with_repeats(&[100.0, 110.0]));
+        let b = input("b", report(totals(10.0, 105.0, 1000, json!({"200": 1000}))));
+        let t = Table::build(&[a, b]);
+        let p99 = t.row("latency_ms p99").unwrap();
+        assert_eq!(p99.ratios[0].significant, None);
+        assert_eq!(fmt_ratio(&p99.ratios[0]), "1.00");
+        let s = text(&t);
+        assert!(s.contains("B is a single run"), "{s}");
+    }
+
+    #[test]
+    fn compare_flags_no_experiment_and_partial_reports() {
+        let a = input("a", report(totals(10.0, 20.0, 1000, json!({"200": 1000}))));
+        let mut broken = report(totals(0.1, 0.2, 1000, json!({"503": 1000})));
+        broken["verdicts"] = json!([
+            {"level": "error", "code": "NO_EXPERIMENT", "message": "no request succeeded"},
+            {"level": "warn", "code": "LOCALHOST", "message": "x"},
+        ]);
+        let mut cut = report(totals(10.0, 20.0, 500, json!({"200": 500})));
+        cut["partial"] = json!(true);
+        cut["run"]["rate_rps"] = json!(200.0);
+        let t = Table::build(&[a, input("broken", broken), input("cut", cut)]);
+        let s = text(&t);
+        assert!(
+            s.contains("B: NO_EXPERIMENT — comparing it is meaningless"),
+            "{s}"
+        );
+        assert!(!s.contains("B: LOCALHOST"), "{s}");
+        assert!(s.contains("C: PARTIAL"), "{s}");
+        assert!(
+            s.contains("C: rate 200 req/s differs from A's 100 req/s"),
+            "{s}"
+        );
+        assert!(!s.contains("A: "), "A is fine: {s}");
+        assert!(
+            line(&s, "verdicts").contains("NO_EXPERIMENT,LOCALHOST"),
+            "{s}"
+        );
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("loadfleet-compare-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d.join(name)
+    }
+
+    fn bad_message(path: &Path) -> String {
+        let e = load(path).expect_err("bad input");
+        assert!(e.downcast_ref::<BadInput>().is_some(), "{e:#} is BadInput");
+        format!("{e:#}")
+    }
+
+    #[test]
+    fn compare_bad_inputs_name_the_file_and_the_problem() {
+        let missing = temp("missing.json");
+        let m = bad_message(&missing);
+        assert!(
+            m.contains("missing.json") && m.contains("cannot read"),
+            "{m}"
+        );
+
+        let garbled = temp("garbled.json");
+        std::fs::write(&garbled, "{\"schema\": ").unwrap();
+        let m = bad_message(&garbled);
+        assert!(
+            m.contains("garbled.json") && m.contains("not a JSON report"),
+            "{m}"
+        );
+
+        let other = temp("other.json");
+        std::fs::write(&other, r#"{"schema": "loadfleet.report/v9"}"#).unwrap();
+        let m = bad_message(&other);
+        assert!(
+            m.contains("other.json") && m.contains("loadfleet.report/v9"),
+            "{m}"
+        );
+
+        let none = temp("none.json");
+        std::fs::write(&none, "[1, 2]").unwrap();
+        let m = bad_message(&none);
+        assert!(
+            m.contains("none.json") && m.contains("no \"schema\" key"),
+            "{m}"
+        );
+
+        // run() refuses before printing half a table.
+        let good = temp("good.json");
+        std::fs::write(&good, report(json!({})).to_string()).unwrap();
+        let mut out = Vec::new();
+        let args = CompareArgs {
+            reports: vec![good.clone(), missing],
+            json: false,
+        };
+        assert!(run(&args, &mut out).is_err());
+        assert!(out.is_empty());
+        let args = CompareArgs {
+            reports: vec![good.clone(), good],
+            json: true,
+        };
+        assert_eq!(run(&args, &mut out).unwrap(), 0);
+        let j: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(j["schema"], "loadfleet.compare/v1");
+    }
+
+    #[test]
+    fn compare_labels_come_from_folder_or_stem() {
+        assert_eq!(label_for(Path::new("/runs/pool-10/report.json")), "pool-10");
+        assert_eq!(label_for(Path::new("/runs/baseline.json")), "baseline");
+        assert_eq!(label_for(Path::new("b.json")), "b");
+    }
+}

@@ -1,0 +1,93 @@
+//! `plan check` and `plan preview`: look at a plan without sending anything.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+
+use crate::plan::{self, Model, Plan};
+use crate::run::BadInput;
+
+fn load(file: &Path) -> anyhow::Result<Plan> {
+    plan::load(file).map_err(|e| anyhow!(BadInput(e.to_string().trim_end().to_string())))
+}
+
+/// Validates the plan and summarises it.
+pub fn check(file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+    let plan = load(file)?;
+    writeln!(
+        out,
+        "{}: ok — {} scenario(s), {:.1}s, target {}",
+        file.display(),
+        plan.scenarios.len(),
+        plan.duration().as_secs_f64(),
+        plan.target.url
+    )
+    .context("cannot write")?;
+    for s in &plan.scenarios {
+        let load = match &s.model {
+            Model::Open(schedule) => format!("open, {} arrivals", schedule.count()),
+            Model::Closed { clients, think } => format!(
+                "closed, up to {} clients, think {}",
+                loadfleet_proto::closed::max_clients(clients),
+                humantime::format_duration(*think)
+            ),
+        };
+        writeln!(
+            out,
+            "  {:<16} {load}; starts at {:.1}s, lasts {:.1}s, warm-up {:.1}s, {} request kind(s){}",
+            s.name,
+            s.start.as_secs_f64(),
+            s.duration.as_secs_f64(),
+            s.warmup.as_secs_f64(),
+            s.requests.len(),
+            s.data
+                .as_ref()
+                .map_or(String::new(), |d| format!(", {} data rows", d.rows.len()))
+        )
+        .context("cannot write")?;
+    }
+    Ok(())
+}
+
+/// Per-second load for the fleet and each agent, with a text chart.
+pub fn preview(file: &Path, agents: u32, out: &mut impl Write) -> anyhow::Result<()> {
+    let plan = load(file)?;
+    let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").context("cannot write");
+    for s in &plan.scenarios {
+        let unit = match s.model {
+            Model::Open(_) => "arrivals",
+            Model::Closed { .. } => "clients",
+        };
+        w(
+            out,
+            format!(
+                "\nscenario {} ({}), {unit} per second, starting at t={:.1}s, split across {agents} agent(s):",
+                s.name,
+                s.model.name(),
+                s.start.as_secs_f64()
+            ),
+        )?;
+        let rows = plan::per_second(s, agents as usize);
+        let peak = rows.iter().map(|r| r.0).max().unwrap_or(0).max(1);
+        let shown = agents.min(8) as usize;
+        let mut head = format!("{:>7} {:>9}", "t", "fleet");
+        for a in 0..shown {
+            head.push_str(&format!(" {:>8}", format!("agent{a}")));
+        }
+        if shown < agents as usize {
+            head.push_str(" …");
+        }
+        w(out, head)?;
+        for (sec, (fleet, per_agent)) in rows.iter().enumerate() {
+            let mut line = format!("{:>6}s {:>9}", s.start.as_secs() + sec as u64, fleet);
+            for n in per_agent.iter().take(shown) {
+                line.push_str(&format!(" {n:>8}"));
+            }
+            let bar = ((*fleet as f64 / peak as f64) * 40.0).round() as usize;
+            line.push_str(&format!("  {}", "#".repeat(bar)));
+            w(out, line)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,111 @@
+//! End-to-end: two real runs against the testbed with different service
+//! delays, then `compare` on their reports.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+/// Runs the local fleet at 100 req/s for 2 s against a testbed with `delay`,
+/// writing into `out`.
+fn real_run(out: &Path, delay: &str) {
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "100",
+        "--duration",
+        "2s",
+    ])
+    .args(["--testbed-delay", delay, "--out"])
+    .arg(out);
+    let (status, output) = run(
+        cmd,
+        &format!("coordinator ({delay})"),
+        Duration::from_secs(60),
+    );
+    // 0, or 1/3 would mean a broken run, which compare would flag; the
+    // ratio below needs a real one.
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(out.join("report.json").is_file(), "{output}");
+}
+
+/// The figure's cells in a text table row: `label  a  b  ratio`.
+fn row<'a>(output: &'a str, figure: &str) -> Vec<&'a str> {
+    let line = output
+        .lines()
+        .map(|l| l.trim_start_matches("[stdout]").trim())
+        .find(|l| l.starts_with(&format!("{figure}  ")))
+        .unwrap_or_else(|| panic!("no row {figure:?} in:\n{output}"));
+    line[figure.len()..].split_whitespace().collect()
+}
+
+#[test]
+fn compare_two_real_reports_shows_both_columns_and_the_latency_ratio() {
+    let dir = temp_dir("compare");
+    let fast = dir.join("delay-5ms");
+    let slow = dir.join("delay-20ms");
+    real_run(&fast, "5ms");
+    real_run(&slow, "20ms");
+
+    let mut cmd = coordinator();
+    cmd.arg("compare")
+        .arg(fast.join("report.json"))
+        .arg(slow.join("report.json"));
+    let (status, output) = run(cmd, "compare", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(
+        output.contains("delay-5ms") && output.contains("delay-20ms"),
+        "{output}"
+    );
+    assert!(output.contains("B/A"), "{output}");
+    assert_eq!(row(&output, "intended"), ["200", "200", "1.00"], "{output}");
+    let p50 = row(&output, "latency_ms p50");
+    let ratio: f64 = p50[2]
+        .parse()
+        .unwrap_or_else(|_| panic!("ratio {:?} is not a number:\n{output}", p50[2]));
+    assert!(
+        ratio > 1.5,
+        "20ms / 5ms should show at p50: {ratio}\n{output}"
+    );
+    assert!(output.contains("significance needs repeats"), "{output}");
+
+    // The same comparison for scripts, from the folders.
+    let mut cmd = coordinator();
+    cmd.args(["compare", "--json"]).arg(&fast).arg(&slow);
+    let (status, output) = run(cmd, "compare --json", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let json: String = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("[stdout] "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("compare --json is JSON");
+    let p50 = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["figure"] == "latency_ms p50")
+        .expect("p50 row");
+    assert!(p50["ratios"][0]["ratio"].as_f64().unwrap() > 1.5, "{json}");
+
+    // Bad input: a missing file is named, exit status 2.
+    let missing = dir.join("no-such-run").join("report.json");
+    let mut cmd = coordinator();
+    cmd.arg("compare")
+        .arg(fast.join("report.json"))
+        .arg(&missing);
+    let (status, output) = run(cmd, "compare missing", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("no-such-run"), "{output}");
+
+    // One report is not a comparison: refused by the flag parser.
+    let mut cmd = coordinator();
+    cmd.arg("compare").arg(fast.join("report.json"));
+    let (status, output) = run(cmd, "compare one", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(2), "{output}");
+}

@@ -1,0 +1,178 @@
+//! Request templates with per-request values.
+//!
+//! Placeholders are parsed once, here, by both sides: the coordinator to
+//! reject a bad plan before the run, the agent to render each request. A
+//! text without placeholders renders to itself, so the agent can build such
+//! requests once and clone them.
+
+use crate::rng::SplitMix64;
+
+/// One part of a parsed text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Literal(String),
+    /// `{{seq}}`: the arrival's fleet-wide index within its scenario.
+    Seq,
+    /// `{{agent}}`: the index of the agent sending it.
+    Agent,
+    /// `{{random_id}}`: 16 random hex digits.
+    RandomId,
+    /// `{{data.COLUMN}}`: a column of the scenario's data table.
+    Data(usize),
+}
+
+/// A placeholder that cannot be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// `{{` without a closing `}}`.
+    #[error("unclosed placeholder starting at {0:?}; close it with }}}}")]
+    Unclosed(String),
+    /// Not one of the known names.
+    #[error("unknown placeholder {{{{{0}}}}}; use seq, agent, random_id or data.COLUMN")]
+    Unknown(String),
+    /// `data.X` where the data table has no column X.
+    #[error(
+        "placeholder {{{{data.{0}}}}} names a column the data file does not have (columns: {1})"
+    )]
+    NoColumn(String, String),
+}
+
+/// A parsed text: literal parts and placeholders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text {
+    pieces: Vec<Piece>,
+}
+
+impl Text {
+    /// Parses `{{name}}` placeholders; `columns` are the data table's.
+    pub fn parse(text: &str, columns: &[String]) -> Result<Self, TemplateError> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find("{{") {
+            if open > 0 {
+                pieces.push(Piece::Literal(rest[..open].to_string()));
+            }
+            let after = &rest[open + 2..];
+            let close = after
+                .find("}}")
+                .ok_or_else(|| TemplateError::Unclosed(rest[open..].chars().take(20).collect()))?;
+            let name = after[..close].trim();
+            pieces.push(match name {
+                "seq" => Piece::Seq,
+                "agent" => Piece::Agent,
+                "random_id" => Piece::RandomId,
+                _ => match name.strip_prefix("data.") {
+                    Some(col) => {
+                        Piece::Data(columns.iter().position(|c| c == col).ok_or_else(|| {
+                            TemplateError::NoColumn(col.to_string(), columns.join(", "))
+                        })?)
+                    }
+                    None => return Err(TemplateError::Unknown(name.to_string())),
+                },
+            });
+            rest = &after[close + 2..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Literal(rest.to_string()));
+        }
+        Ok(Self { pieces })
+    }
+
+    /// True when the text has no placeholders.
+    pub fn is_static(&self) -> bool {
+        self.pieces.iter().all(|p| matches!(p, Piece::Literal(_)))
+    }
+
+    /// True when the text reads the data table.
+    pub fn uses_data(&self) -> bool {
+        self.pieces.iter().any(|p| matches!(p, Piece::Data(_)))
+    }
+
+    /// Appends the rendered text to `out`.
+    pub fn render(&self, ctx: &mut Values<'_>, out: &mut String) {
+        use std::fmt::Write;
+        for p in &self.pieces {
+            match p {
+                Piece::Literal(s) => out.push_str(s),
+                Piece::Seq => {
+                    let _ = write!(out, "{}", ctx.seq);
+                }
+                Piece::Agent => {
+                    let _ = write!(out, "{}", ctx.agent);
+                }
+                Piece::RandomId => {
+                    let _ = write!(out, "{:016x}", ctx.rng.next_u64());
+                }
+                Piece::Data(col) => {
+                    if let Some(v) = ctx.row.and_then(|r| r.get(*col)) {
+                        out.push_str(v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The per-request values placeholders draw from.
+pub struct Values<'a> {
+    pub seq: u64,
+    pub agent: u32,
+    pub rng: &'a mut SplitMix64,
+    pub row: Option<&'a [String]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols() -> Vec<String> {
+        vec!["user".into(), "item".into()]
+    }
+
+    #[test]
+    fn renders_every_placeholder() {
+        let t = Text::parse(
+            "/u/{{data.user}}/i/{{ seq }}?a={{agent}}&r={{random_id}}",
+            &cols(),
+        )
+        .unwrap();
+        assert!(!t.is_static());
+        assert!(t.uses_data());
+        let mut rng = SplitMix64::new(1);
+        let row = vec!["ann".to_string(), "7".to_string()];
+        let mut out = String::new();
+        t.render(
+            &mut Values {
+                seq: 42,
+                agent: 3,
+                rng: &mut rng,
+                row: Some(&row),
+            },
+            &mut out,
+        );
+        assert!(out.starts_with("/u/ann/i/42?a=3&r="), "{out}");
+        assert_eq!(out.len(), "/u/ann/i/42?a=3&r=".len() + 16);
+    }
+
+    #[test]
+    fn plain_text_is_static() {
+        let t = Text::parse("/health", &[]).unwrap();
+        assert!(t.is_static());
+    }
+
+    #[test]
+    fn bad_placeholders_are_named() {
+        assert_eq!(
+            Text::parse("/{{nope}}", &[]),
+            Err(TemplateError::Unknown("nope".into()))
+        );
+        assert!(matches!(
+            Text::parse("/{{seq", &[]),
+            Err(TemplateError::Unclosed(_))
+        ));
+        let e = Text::parse("{{data.zip}}", &cols())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zip") && e.contains("user, item"), "{e}");
+    }
+}

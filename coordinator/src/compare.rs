@@ -217,7 +217,8 @@ fn sum_of(t: &Value, map: &str, keep: impl Fn(&str) -> bool) -> Option<f64> {
         m.iter()
             .filter(|(k, _)| keep(k))
             .filter_map(|(_, v)| v.as_f64())
-            .sum(),
+            // Not `.sum()`: the empty f64 sum is -0.0, shown as "-0.00%".
+            .fold(0.0, |a, b| a + b),
     )
 }
 
@@ -784,7 +785,7 @@ mod tests {
         assert_eq!(s503.ratios[0].value, Some(f64::INFINITY));
         // 100 × 5xx over 1000 completed.
         assert_eq!(t.row("error %").unwrap().value(1), Some(10.0));
-        assert_eq!(t.row("error %").unwrap().value(0), Some(0.0));
+        assert_eq!(t.row("error %").unwrap().cell(0), "0.00%");
 
         let s = text(&t);
         assert!(

@@ -1,0 +1,231 @@
+//! Plans end to end: shapes, the closed model and scenarios in sequence,
+//! on a real local fleet; bad plans refused by the real binary.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn write_plan(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).expect("write plan");
+    path
+}
+
+/// A ramp 0 -> 1,000 req/s over 10 s: the per-second `intended` series
+/// follows the ramp (second i carries 100·i + 50 arrivals).
+#[test]
+fn ramp_is_followed_second_by_second() {
+    let dir = temp_dir("ramp");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--rate",
+        "1000",
+        "--ramp",
+        "10s",
+        "--duration",
+        "10s",
+    ])
+    .args(["--testbed-delay", "1ms", "--out"])
+    .arg(&dir);
+    // --ramp equal to --duration is refused; use a 10 s ramp then 1 s hold.
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--ramp"), "{output}");
+
+    let plan = write_plan(
+        &dir,
+        "[target]\nurl = \"testbed\"\n[[scenario]]\nname = \"ramp\"\nstages = [{ to = 1000, over = \"10s\" }]\n",
+    );
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .arg(&dir);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let r = read_report(&dir);
+    let intervals = r["intervals"].as_array().expect("intervals");
+    for i in 0..10u64 {
+        let iv = intervals
+            .iter()
+            .find(|iv| iv["t"].as_f64() == Some(i as f64))
+            .unwrap_or_else(|| panic!("no interval {i}"));
+        let expected = 100 * i + 50;
+        let got = u(&iv["intended"]);
+        assert!(
+            got.abs_diff(expected) <= 2,
+            "second {i}: intended {got}, expected {expected}"
+        );
+    }
+    assert_eq!(u(&r["totals"]["intended"]), 5000);
+    assert_eq!(u(&r["totals"]["unsent"]["total"]), 0, "{output}");
+}
+
+/// Closed model: 20 clients against 50 ms of work never have more than 20
+/// requests in flight and deliver about 20 / 0.05 s = 400 req/s.
+#[test]
+fn closed_model_keeps_its_population() {
+    let dir = temp_dir("closed");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--clients",
+        "20",
+        "--duration",
+        "5s",
+    ])
+    .args(["--testbed-delay", "50ms", "--out"])
+    .arg(&dir);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let r = read_report(&dir);
+    assert_eq!(r["scenarios"][0]["model"], "closed");
+    for iv in r["intervals"].as_array().expect("intervals") {
+        assert!(
+            u(&iv["max_in_flight"]) <= 20,
+            "in flight above the population: {iv}"
+        );
+    }
+    let peak = r["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|iv| u(&iv["max_in_flight"]))
+        .max()
+        .unwrap_or(0);
+    assert_eq!(peak, 20, "all 20 clients were busy at some point");
+    let rps = r["totals"]["throughput_rps"].as_f64().expect("rps");
+    assert!(
+        (340.0..=410.0).contains(&rps),
+        "throughput {rps}, expected about 400"
+    );
+    assert!(
+        output.contains("closed"),
+        "the summary says which model: {output}"
+    );
+}
+
+/// Two scenarios one after another: each is reported apart, with its own
+/// window, and the totals add them up.
+#[test]
+fn scenarios_in_sequence_are_reported_apart() {
+    let dir = temp_dir("sequence");
+    let plan = write_plan(
+        &dir,
+        r#"
+[run]
+warmup = "1s"
+
+[target]
+url = "testbed"
+
+[[scenario]]
+name = "first"
+rate = 100
+duration = "3s"
+
+[[scenario]]
+name = "second"
+after = "previous"
+rate = 200
+duration = "3s"
+
+[[scenario.request]]
+path = "/item/{{seq}}"
+"#,
+    );
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .arg(&dir);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let r = read_report(&dir);
+    let s = r["scenarios"].as_array().expect("scenarios");
+    assert_eq!(s.len(), 2);
+    assert_eq!(
+        (s[0]["name"].as_str(), s[1]["name"].as_str()),
+        (Some("first"), Some("second"))
+    );
+    assert_eq!(u(&s[0]["intended"]), 300);
+    assert_eq!(u(&s[1]["intended"]), 600);
+    assert_eq!(s[0]["window"]["start_s"].as_f64(), Some(1.0));
+    assert_eq!(s[0]["window"]["end_s"].as_f64(), Some(3.0));
+    assert_eq!(s[1]["window"]["start_s"].as_f64(), Some(4.0));
+    assert_eq!(s[1]["window"]["end_s"].as_f64(), Some(6.0));
+    let rps0 = s[0]["throughput_rps"].as_f64().expect("rps");
+    let rps1 = s[1]["throughput_rps"].as_f64().expect("rps");
+    assert!(
+        (rps0 - 100.0).abs() < 10.0 && (rps1 - 200.0).abs() < 20.0,
+        "{rps0} {rps1}"
+    );
+    assert_eq!(u(&r["totals"]["intended"]), 900);
+    // The first scenario's arrivals are all in its own seconds.
+    let early: u64 = r["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .filter(|iv| iv["t"].as_f64().unwrap_or(99.0) < 3.0)
+        .map(|iv| u(&iv["intended"]))
+        .sum();
+    assert_eq!(early, 300);
+}
+
+/// Bad plans: exit 2 with the field and line, from `plan check` and `run`.
+#[test]
+fn bad_plan_is_refused_with_field_and_line() {
+    let dir = temp_dir("badplan");
+    let plan = write_plan(
+        &dir,
+        "[target]\nurl = \"testbed\"\n\n[[scenario]]\nrate = -3\nduration = \"5s\"\n",
+    );
+    for args in [vec!["plan", "check"], vec!["run"]] {
+        let mut cmd = coordinator();
+        cmd.args(&args).arg(&plan).args(["--local-agents", "1"]);
+        if args[0] == "plan" {
+            cmd = coordinator();
+            cmd.args(&args).arg(&plan);
+        }
+        let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+        assert_eq!(status.code(), Some(2), "{args:?}: {output}");
+        assert!(
+            output.contains("line 5") && output.contains("scenario[0].rate"),
+            "{output}"
+        );
+    }
+    let mut cmd = coordinator();
+    cmd.args(["plan", "check"]).arg(dir.join("missing.toml"));
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("missing.toml"), "{output}");
+}
+
+/// `plan preview` shows the fleet and per-agent rate without sending.
+#[test]
+fn preview_splits_the_rate_across_agents() {
+    let dir = temp_dir("preview");
+    let plan = write_plan(
+        &dir,
+        "[target]\nurl = \"http://127.0.0.1:9/\"\n[[scenario]]\nname = \"p\"\nrate = 90\nduration = \"2s\"\n",
+    );
+    let mut cmd = coordinator();
+    cmd.args(["plan", "preview"])
+        .arg(&plan)
+        .args(["--agents", "3"]);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(output.contains("agent2"), "{output}");
+    let line = output
+        .lines()
+        .find(|l| l.trim_start().starts_with("[stdout]") && l.contains("0s ") && l.contains(" 90 "))
+        .unwrap_or_else(|| panic!("no first-second line: {output}"));
+    assert_eq!(line.matches(" 30").count(), 3, "{line}");
+}

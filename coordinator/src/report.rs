@@ -87,8 +87,42 @@ pub struct Totals {
     /// From the actual send time.
     pub service_time_ms: Option<Percentiles>,
     pub latency_by_class_ms: BTreeMap<String, Percentiles>,
+    /// The latency distribution as HdrHistogram plots show it: value at
+    /// percentiles 0, 50, 75, 87.5, … (halving the remainder each step) and 100.
+    pub latency_curve_ms: Vec<CurvePoint>,
     /// Requests intended during warm-up, reported apart.
     pub warmup: Warmup,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CurvePoint {
+    pub percentile: f64,
+    pub ms: f64,
+}
+
+/// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
+fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut k = 0;
+    loop {
+        let q = 1.0 - 0.5f64.powi(k);
+        if (1.0 - q) * (h.len() as f64) < 1.0 || k > 30 {
+            break;
+        }
+        out.push(CurvePoint {
+            percentile: q * 100.0,
+            ms: h.value_at_quantile(q) as f64 / 1000.0,
+        });
+        k += 1;
+    }
+    out.push(CurvePoint {
+        percentile: 100.0,
+        ms: h.max() as f64 / 1000.0,
+    });
+    out
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -279,6 +313,7 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
         .remove(loadfleet_proto::UNSENT_CONCURRENCY_LIMIT)
         .unwrap_or(0);
     let late = other.remove(loadfleet_proto::UNSENT_LATE).unwrap_or(0);
+    let all = m.latency_all();
     Totals {
         intended: m.intended,
         sent: m.sent,
@@ -298,7 +333,8 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
         } else {
             0.0
         },
-        latency_ms: Percentiles::of(&m.latency_all()),
+        latency_ms: Percentiles::of(&all),
+        latency_curve_ms: curve(&all),
         service_time_ms: Percentiles::of(&m.service_time),
         latency_by_class_ms: m
             .latency

@@ -10,4 +10,5 @@ pub mod http;
 pub mod recorder;
 pub mod session;
 pub mod sys;
+pub mod timer;
 pub mod worker;

@@ -405,7 +405,10 @@ fn spawn_worker(
         .context("cannot build a worker runtime")?;
     std::thread::Builder::new()
         .name(name)
-        .spawn(move || runtime.block_on(worker::run(plan, events, stop)))
+        .spawn(move || {
+            crate::timer::tighten_timer_slack();
+            runtime.block_on(worker::run(plan, events, stop))
+        })
         .context("cannot start a worker thread")
 }
 

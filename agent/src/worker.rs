@@ -25,13 +25,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http::{HttpClient, RequestMix};
 use crate::recorder::Recorder;
+use crate::timer::PreciseTimer;
 
 /// Sleeps longer than this also watch for a stop, so a long pause in the
 /// schedule cannot delay stopping; shorter ones just check the flag after.
 const WATCHED_SLEEP: Duration = Duration::from_millis(20);
-/// How early the coarse sleep ends: tokio's timer wheel has 1 ms slots and
-/// the wake-up itself can come a little after the slot.
-const TIMER_GRANULARITY: Duration = Duration::from_millis(2);
+/// How early a long coarse sleep ends, leaving the rest to the precise timer:
+/// tokio's wheel has 1 ms slots and its wake-up can come a little later.
+const COARSE_MARGIN: Duration = Duration::from_millis(3);
 
 /// What a worker reports to the session.
 pub enum WorkerEvent {
@@ -216,9 +217,12 @@ async fn open_loop(
         .enumerate()
         .filter(|(n, _)| n % plan.workers == plan.worker_index)
         .map(|(_, a)| a);
+    let timer = PreciseTimer::new()
+        .map_err(|e| tracing::warn!("no precise timer ({e}); arrivals may lag up to 1 ms"))
+        .ok();
     for (seq, offset_ns) in mine {
         let intended = sc.start + Duration::from_nanos(offset_ns);
-        if !wait_until(intended, stop).await || stop.is_cancelled() {
+        if !wait_until(timer.as_ref(), intended, stop).await || stop.is_cancelled() {
             break;
         }
         let interval = interval_of(shared, intended);
@@ -286,7 +290,13 @@ async fn closed_loop(
                 let mut n = 0u64;
                 for (lo, hi) in windows {
                     let end = shared.scenario_start + Duration::from_nanos(hi);
-                    if !wait_until(shared.scenario_start + Duration::from_nanos(lo), &stop).await {
+                    if !wait_until(
+                        None,
+                        shared.scenario_start + Duration::from_nanos(lo),
+                        &stop,
+                    )
+                    .await
+                    {
                         return;
                     }
                     while Instant::now() < end && !stop.is_cancelled() {
@@ -336,28 +346,29 @@ fn interval_of(shared: &Shared, at: Instant) -> u64 {
     at.saturating_duration_since(shared.common_start).as_nanos() as u64 / shared.interval_ns
 }
 
-/// Waits for an instant; false when stopped meanwhile.
-///
-/// tokio's timer rounds deadlines up to whole milliseconds, which alone
-/// would put up to 1 ms of lag on every arrival. So the coarse sleep ends a
-/// couple of milliseconds early and the rest is a yielding spin: other tasks
-/// (responses being read) still run, and only an otherwise idle worker pays
-/// CPU for the precision.
-async fn wait_until(intended: Instant, stop: &CancellationToken) -> bool {
-    let early = intended.checked_sub(TIMER_GRANULARITY).unwrap_or(intended);
+/// Waits for an instant; false when stopped meanwhile. Long waits (pauses in
+/// the schedule) go through tokio's timer so a stop interrupts them; the last
+/// stretch goes through the precise timer.
+async fn wait_until(
+    timer: Option<&PreciseTimer>,
+    intended: Instant,
+    stop: &CancellationToken,
+) -> bool {
     let now = Instant::now();
-    if now < early {
-        if early - now > WATCHED_SLEEP {
-            tokio::select! {
-                _ = tokio::time::sleep_until(early) => {}
-                _ = stop.cancelled() => return false,
-            }
-        } else {
-            tokio::time::sleep_until(early).await;
+    if intended > now + WATCHED_SLEEP {
+        tokio::select! {
+            _ = tokio::time::sleep_until(intended - COARSE_MARGIN) => {}
+            _ = stop.cancelled() => return false,
         }
     }
-    while Instant::now() < intended {
-        tokio::task::yield_now().await;
+    match timer {
+        Some(t) => {
+            if let Err(e) = t.sleep_until(intended).await {
+                tracing::debug!("precise timer failed ({e}); falling back to tokio's");
+                tokio::time::sleep_until(intended).await;
+            }
+        }
+        None => tokio::time::sleep_until(intended).await,
     }
     true
 }

@@ -163,6 +163,7 @@ pub struct IntervalAgg {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
+    pub unsent_by_reason: BTreeMap<String, u64>,
     pub completed: u64,
     pub classes: BTreeMap<&'static str, u64>,
     pub errors: u64,
@@ -202,6 +203,9 @@ impl Aggregate {
         iv.intended += one.intended;
         iv.sent += one.sent;
         iv.unsent += one.unsent_total();
+        for (reason, n) in &one.unsent {
+            *iv.unsent_by_reason.entry(reason.clone()).or_default() += n;
+        }
         iv.completed += one.completed;
         for (class, n) in one.by_class() {
             *iv.classes.entry(class).or_default() += n;

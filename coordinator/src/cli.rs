@@ -122,6 +122,10 @@ pub struct RunArgs {
     /// Keep-alive connections per agent (default 64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub connections: Option<u32>,
+    /// The least latency the target can answer with (its known work); a
+    /// run whose successes are far faster is flagged NO_EXPERIMENT.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub latency_floor: Option<Duration>,
     /// HTTP method (default GET).
     #[arg(long)]
     pub method: Option<String>,

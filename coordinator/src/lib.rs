@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod compare;
 pub mod fleet;
+pub mod html;
 pub mod local;
 pub mod plan;
 pub mod plan_cmd;

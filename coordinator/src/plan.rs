@@ -84,6 +84,8 @@ pub struct Target {
     pub max_in_flight: u32,
     pub connections: u32,
     pub max_lag: Duration,
+    /// The least latency the target can answer with, when known.
+    pub latency_floor: Option<Duration>,
 }
 
 /// How the fleet's load is shared among agents.
@@ -286,6 +288,7 @@ struct RawTarget {
     max_in_flight: Option<Spanned<i64>>,
     connections: Option<Spanned<i64>>,
     max_lag: Option<Spanned<String>>,
+    latency_floor: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -538,6 +541,7 @@ pub fn parse(text: &str, source: &str, base: &Path) -> Result<Plan, PlanErrors> 
                 max_lag: c
                     .duration("target.max_lag", &t.max_lag)
                     .unwrap_or(Duration::from_secs(1)),
+                latency_floor: c.duration("target.latency_floor", &t.latency_floor),
             })
         }
     };

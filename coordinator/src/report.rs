@@ -250,7 +250,10 @@ pub struct IntervalReport {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
+    pub unsent_by_reason: BTreeMap<String, u64>,
     pub completed: u64,
+    /// Transport errors completed in the interval.
+    pub errors: u64,
     #[serde(flatten)]
     pub classes: BTreeMap<String, u64>,
     pub p50: Option<f64>,
@@ -301,7 +304,18 @@ pub struct Context<'a> {
     /// Verdicts decided outside the fleet (e.g. shared hardware).
     pub extra_verdicts: Vec<Verdict>,
     pub thresholds: &'a [Threshold],
+    /// The least latency the target can answer with (its configured work):
+    /// successes much faster than this mean the work did not happen.
+    pub latency_floor: Option<std::time::Duration>,
 }
+
+/// Send-lag p99 above this means the agent could not keep the schedule.
+pub const SATURATED_LAG_MS: f64 = 5.0;
+/// CPU use (of the agent's cores) above this leaves no headroom.
+pub const SATURATED_CPU: f64 = 0.9;
+/// Clock uncertainty (half the best probe round trip) above this makes the
+/// common start instant too loose to compare agents second by second.
+pub const CLOCK_TOLERANCE_MS: f64 = 5.0;
 
 fn totals_for(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
     totals(m, window_s, warmup_s, 0)
@@ -462,7 +476,9 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
                 intended: iv.intended,
                 sent: iv.sent,
                 unsent: iv.unsent,
+                unsent_by_reason: iv.unsent_by_reason.clone(),
                 completed: iv.completed,
+                errors: iv.errors,
                 classes: CLASSES
                     .iter()
                     .map(|c| {
@@ -482,6 +498,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
         .collect();
 
     let mut verdicts = verdicts(result, &totals, &agents);
+    verdicts.extend(health_verdicts(result, &totals, &agents, ctx.latency_floor));
     verdicts.extend(ctx.extra_verdicts);
     verdicts.sort_by_key(|v| match v.level {
         "error" => 0,
@@ -550,6 +567,75 @@ fn figures(t: &Totals) -> Figures<'_> {
         errors,
         throughput_rps: t.throughput_rps,
     }
+}
+
+/// Whether the generator, the clocks or the target's known floor make the
+/// figures untrustworthy.
+fn health_verdicts(
+    result: &RunResult,
+    t: &Totals,
+    agents: &[AgentReport],
+    floor: Option<std::time::Duration>,
+) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    for (i, a) in agents.iter().enumerate() {
+        let late = result
+            .aggregate
+            .agents
+            .get(i)
+            .and_then(|m| m.unsent.get(loadfleet_proto::UNSENT_LATE).copied())
+            .unwrap_or(0);
+        let lag_p99 = a.lag_ms.as_ref().map_or(0.0, |l| l.p99);
+        let lag_bad = lag_p99 > SATURATED_LAG_MS || late > 0;
+        let cpu_bad = a.cpu >= SATURATED_CPU;
+        if lag_bad || cpu_bad {
+            let mut figures = vec![
+                format!("send-lag p99 {lag_p99:.2} ms (limit {SATURATED_LAG_MS} ms)"),
+                format!("CPU {:.0}% of {} core(s)", a.cpu * 100.0, a.cpus),
+            ];
+            if late > 0 {
+                figures.push(format!("{late} arrivals dropped as late"));
+            }
+            v.push(Verdict {
+                // Lag means the schedule was not kept: the measurement is
+                // degraded. High CPU alone is a warning of no headroom.
+                level: if lag_bad { "error" } else { "warn" },
+                code: "GENERATOR_SATURATED",
+                message: format!(
+                    "agent {} set the pace, not the target: {}; add agents or cores, or lower the rate",
+                    a.id,
+                    figures.join(", ")
+                ),
+            });
+        }
+        if let Some(rtt) = a.clock_rtt_ms {
+            if rtt / 2.0 > CLOCK_TOLERANCE_MS {
+                v.push(Verdict {
+                    level: "warn",
+                    code: "CLOCK",
+                    message: format!(
+                        "agent {}'s clock offset is only known to ±{:.1} ms (best probe round trip {rtt:.1} ms): its start and per-second figures may be misaligned by that much",
+                        a.id,
+                        rtt / 2.0
+                    ),
+                });
+            }
+        }
+    }
+    if let (Some(floor), Some(ok)) = (floor, t.latency_by_class_ms.get("2xx")) {
+        let floor_ms = floor.as_secs_f64() * 1000.0;
+        if floor_ms > 0.0 && ok.p50 < floor_ms / 2.0 {
+            v.push(Verdict {
+                level: "error",
+                code: "NO_EXPERIMENT",
+                message: format!(
+                    "successful responses took {:.2} ms at the median, far below the target's known floor of {floor_ms:.1} ms: the work did not happen (a cache, a stub or the wrong target answered)",
+                    ok.p50
+                ),
+            });
+        }
+    }
+    v
 }
 
 fn verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
@@ -826,153 +912,57 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     Ok(())
 }
 
-pub fn write_json(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
-    writeln!(out)
-}
-
-/// One self-contained page: no scripts or fonts fetched from anywhere.
-pub fn write_html(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let json = serde_json::to_string(r).map_err(std::io::Error::other)?;
-    writeln!(
+/// The per-second series as CSV, for spreadsheets and plotting tools.
+pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    write!(
         out,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>loadfleet report</title>"
+        "t,intended,sent,unsent,unsent_concurrency_limit,unsent_late,completed,errors"
     )?;
-    writeln!(out, "<style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}.error{{color:#b00;font-weight:bold}}.warn{{color:#a60}}.info{{color:#057}}</style></head><body>")?;
-    writeln!(
-        out,
-        "<h1>loadfleet report</h1><p>{} — {:.1}s on {} agent(s){}</p>",
-        esc(&r.run.target),
-        r.run.duration_s,
-        r.run.agents,
-        if r.partial { " — <b>PARTIAL</b>" } else { "" }
-    )?;
-    writeln!(out, "<h2>Verdicts</h2><ul>")?;
-    for v in &r.verdicts {
+    for c in CLASSES {
+        write!(out, ",completed_{c}")?;
+    }
+    writeln!(out, ",p50_ms,p99_ms,in_flight,max_in_flight,max_lag_ms")?;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
+    for iv in &r.intervals {
+        let reason = |k: &str| iv.unsent_by_reason.get(k).copied().unwrap_or(0);
+        write!(
+            out,
+            "{},{},{},{},{},{},{},{}",
+            iv.t,
+            iv.intended,
+            iv.sent,
+            iv.unsent,
+            reason(loadfleet_proto::UNSENT_CONCURRENCY_LIMIT),
+            reason(loadfleet_proto::UNSENT_LATE),
+            iv.completed,
+            iv.errors
+        )?;
+        for c in CLASSES {
+            write!(
+                out,
+                ",{}",
+                iv.classes
+                    .get(&format!("completed_{c}"))
+                    .copied()
+                    .unwrap_or(0)
+            )?;
+        }
         writeln!(
             out,
-            "<li class=\"{}\">[{}] {}: {}</li>",
-            v.level,
-            v.level,
-            v.code,
-            esc(&v.message)
+            ",{},{},{},{},{:.3}",
+            opt(iv.p50),
+            opt(iv.p99),
+            iv.in_flight,
+            iv.max_in_flight,
+            iv.max_lag_ms
         )?;
     }
-    writeln!(out, "</ul>")?;
-    let t = &r.totals;
-    writeln!(out, "<h2>Headline</h2><table><tr><th>intended</th><th>sent</th><th>unsent</th><th>completed</th><th>in window</th><th>throughput (req/s)</th></tr>")?;
-    writeln!(
-        out,
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr></table>",
-        t.intended, t.sent, t.unsent.total, t.completed, t.completed_in_window, t.throughput_rps
-    )?;
-    writeln!(out, "<h2>Latency (ms, from intended send time)</h2><table><tr><th></th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>mean</th></tr>")?;
-    let mut rows: Vec<(String, &Percentiles)> = Vec::new();
-    if let Some(p) = &t.latency_ms {
-        rows.push(("all".into(), p));
-    }
-    for (k, p) in &t.latency_by_class_ms {
-        rows.push((k.clone(), p));
-    }
-    if let Some(p) = &t.service_time_ms {
-        rows.push(("service time".into(), p));
-    }
-    for (k, p) in rows {
-        writeln!(out, "<tr><th>{}</th><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td></tr>",
-            esc(&k), p.p50, p.p90, p.p95, p.p99, p.p999, p.max, p.mean)?;
-    }
-    writeln!(out, "</table>")?;
-    writeln!(
-        out,
-        "<h2>Over time</h2>{}{}",
-        svg_series(
-            r,
-            "requests per second",
-            &[
-                ("intended", "#888"),
-                ("sent", "#36c"),
-                ("completed", "#3a3"),
-                ("unsent", "#c33")
-            ]
-        ),
-        svg_series(r, "latency ms", &[("p50", "#36c"), ("p99", "#c33")])
-    )?;
-    writeln!(out, "<h2>Status and errors</h2><table>")?;
-    for (k, v) in &t.status {
-        writeln!(out, "<tr><th>{}</th><td>{v}</td></tr>", esc(k))?;
-    }
-    for (k, v) in &t.errors {
-        writeln!(out, "<tr><th>error: {}</th><td>{v}</td></tr>", esc(k))?;
-    }
-    writeln!(out, "</table><h2>Agents</h2><table><tr><th>id</th><th>host</th><th>status</th><th>intended</th><th>sent</th><th>unsent</th><th>cpu</th><th>lag p99 ms</th></tr>")?;
-    for a in &r.agents {
-        writeln!(out, "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>",
-            esc(&a.id), esc(&a.host), a.status, a.intended, a.sent, a.unsent, a.cpu * 100.0,
-            a.lag_ms.as_ref().map_or("-".into(), |l| format!("{:.2}", l.p99)))?;
-    }
-    writeln!(
-        out,
-        "</table><script type=\"application/json\" id=\"report\">{}</script></body></html>",
-        json.replace("</", "<\\/")
-    )?;
     Ok(())
 }
 
-/// A small inline SVG line chart of interval series.
-fn svg_series(r: &Report, title: &str, series: &[(&str, &str)]) -> String {
-    let (w, h, pad) = (720.0, 220.0, 40.0);
-    let value = |iv: &IntervalReport, name: &str| -> Option<f64> {
-        match name {
-            "intended" => Some(iv.intended as f64),
-            "sent" => Some(iv.sent as f64),
-            "completed" => Some(iv.completed as f64),
-            "unsent" => Some(iv.unsent as f64),
-            "p50" => iv.p50,
-            "p99" => iv.p99,
-            _ => None,
-        }
-    };
-    let n = r.intervals.len().max(2) as f64;
-    let max = r
-        .intervals
-        .iter()
-        .flat_map(|iv| series.iter().filter_map(move |(s, _)| value(iv, s)))
-        .fold(0.0f64, f64::max)
-        .max(1e-9);
-    let mut svg = format!("<figure><figcaption>{title} (max {max:.1})</figcaption><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" style=\"background:#fafafa;border:1px solid #ddd\">");
-    for (name, color) in series {
-        let points: Vec<String> = r
-            .intervals
-            .iter()
-            .enumerate()
-            .filter_map(|(i, iv)| {
-                value(iv, name).map(|v| {
-                    format!(
-                        "{:.1},{:.1}",
-                        pad + i as f64 / (n - 1.0) * (w - 2.0 * pad),
-                        h - pad - v / max * (h - 2.0 * pad)
-                    )
-                })
-            })
-            .collect();
-        svg.push_str(&format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-            points.join(" ")
-        ));
-    }
-    for (i, (name, color)) in series.iter().enumerate() {
-        svg.push_str(&format!(
-            "<text x=\"{}\" y=\"16\" fill=\"{color}\" font-size=\"12\">{name}</text>",
-            pad + i as f64 * 80.0
-        ));
-    }
-    svg.push_str("</svg></figure>");
-    svg
+pub fn write_json(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, r).map_err(std::io::Error::other)?;
+    writeln!(out)
 }
 
 /// The HdrHistogram interval log: one tagged entry per interval and outcome

@@ -145,6 +145,9 @@ pub fn resolve_plan(args: &RunArgs) -> anyhow::Result<Plan> {
     if let Some(n) = args.connections {
         plan.target.connections = n;
     }
+    if let Some(d) = args.latency_floor {
+        plan.target.latency_floor = Some(d);
+    }
     plan.thresholds.extend(args.thresholds.iter().cloned());
     let reshape = args.rate.is_some()
         || args.clients.is_some()
@@ -217,6 +220,7 @@ fn flags_plan(args: &RunArgs) -> anyhow::Result<Plan> {
             max_in_flight: 1000,
             connections: 64,
             max_lag: Duration::from_secs(1),
+            latency_floor: None,
         },
         shares: plan::Shares::default(),
         scenarios: vec![scenario],
@@ -361,6 +365,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
 
     // The built-in target, when no URL was given.
     let mut testbed = None;
+    // The built-in testbed's floor is its configured delay.
+    let latency_floor = match plan.target.url.as_str() {
+        plan::TESTBED_URL => plan.target.latency_floor.or(Some(args.testbed_delay)),
+        _ => plan.target.latency_floor,
+    };
     let target = match plan.target.url.as_str() {
         plan::TESTBED_URL => {
             let mut tb_args = vec![
@@ -523,6 +532,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             local,
             extra_verdicts,
             thresholds: &plan.thresholds,
+            latency_floor,
         },
     );
     write_outputs(&out_dir, &report, &result)?;
@@ -601,7 +611,8 @@ fn write_outputs(
                 .with_context(|| format!("cannot write {}", path.display()))
         };
     write("report.json", &|w| report::write_json(w, report))?;
-    write("report.html", &|w| report::write_html(w, report))?;
+    write("intervals.csv", &|w| report::write_csv(w, report))?;
+    write("report.html", &|w| crate::html::write_html(w, report))?;
     write("latency.hlog", &|w| report::write_hlog(w, result))?;
     Ok(())
 }

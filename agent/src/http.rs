@@ -1,15 +1,17 @@
 //! The HTTP/1.1 transport: a hyper client with a keep-alive pool per worker.
 
-use std::net::IpAddr;
+use std::cell::RefCell;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpSocket;
 use loadfleet_proto::partition::Interleave;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
@@ -192,89 +194,187 @@ impl RequestMix {
 /// Unsent reason: the rendered template did not form a valid request.
 pub const UNSENT_INVALID_REQUEST: &str = "invalid_request";
 
-/// A keep-alive HTTP/1.1 client owned by one worker.
+/// Keep-alive HTTP/1.1 connections owned by one worker.
+///
+/// Built on hyper's connection-level client rather than its pooled one: a
+/// worker is single-threaded, so its idle connections sit in a `RefCell`
+/// (no lock, no pool key parsing, no task per checkout). A request takes an
+/// idle connection to its host or opens a new one — never waits for one, so
+/// the client adds no hidden queue; the in-flight cap bounds connections.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    inner: Rc<ClientInner>,
+}
+
+struct ClientInner {
+    /// Idle connections per `host:port`; one or two hosts in practice, so a
+    /// list beats a map.
+    idle: RefCell<Vec<(String, Vec<SendRequest<Full<Bytes>>>)>>,
+    max_idle: usize,
     timeout: Duration,
+    source: Option<IpAddr>,
+}
+
+/// How a worker's client is set up; plain data, so it can cross to the
+/// worker's thread, where the client itself is made.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientConfig {
+    pub timeout: Duration,
+    /// Idle keep-alive connections kept per host.
+    pub connections: usize,
+    /// Local address to send from, so agents on one machine can appear as
+    /// distinct hosts (127.0.0.2, 127.0.0.3, …).
+    pub source: Option<IpAddr>,
 }
 
 impl HttpClient {
-    /// `source` binds outgoing connections to a local address, so agents on
-    /// one machine can appear as distinct hosts (127.0.0.2, 127.0.0.3, …).
-    pub fn new(timeout: Duration, connections: usize, source: Option<IpAddr>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
-        connector.set_local_address(source);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(connections.max(1))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
-        Self { client, timeout }
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            inner: Rc::new(ClientInner {
+                idle: RefCell::new(Vec::new()),
+                max_idle: config.connections.max(1),
+                timeout: config.timeout,
+                source: config.source,
+            }),
+        }
     }
 
     /// Sends one request and reads the whole response body; the body is part
     /// of the latency because a user waits for it too.
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Outcome {
-        let fut = async {
-            let resp = self.client.request(request).await?;
-            let status = resp.status().as_u16();
-            resp.into_body()
-                .collect()
-                .await
-                .map_err(ClientFailure::Body)?;
-            Ok::<u16, ClientFailure>(status)
-        };
-        match tokio::time::timeout(self.timeout, fut).await {
+        match tokio::time::timeout(self.inner.timeout, self.exchange(request)).await {
             Ok(Ok(status)) => Outcome::Status(status),
             Ok(Err(e)) => Outcome::Error(e.kind()),
             Err(_) => Outcome::Error("timeout"),
         }
     }
-}
 
-/// The two ways hyper can fail us, kept apart to classify them.
-enum ClientFailure {
-    Request(hyper_util::client::legacy::Error),
-    Body(hyper::Error),
-}
-
-impl From<hyper_util::client::legacy::Error> for ClientFailure {
-    fn from(e: hyper_util::client::legacy::Error) -> Self {
-        Self::Request(e)
+    async fn exchange(&self, mut request: Request<Full<Bytes>>) -> Result<u16, ClientFailure> {
+        let uri = request.uri().clone();
+        let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
+        let key = authority.as_str();
+        let mut sender = match self.take_idle(key) {
+            Some(s) => s,
+            None => self.connect(&uri).await?,
+        };
+        // HTTP/1.1 origin form: the path in the request line, the host in
+        // its header.
+        if !request.headers().contains_key(http::header::HOST) {
+            let host = HeaderValue::from_str(key).map_err(|_| ClientFailure::NoHost)?;
+            request.headers_mut().insert(http::header::HOST, host);
+        }
+        *request.uri_mut() = uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        let response = sender.send_request(request).await.map_err(ClientFailure::Http)?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            frame.map_err(ClientFailure::Http)?;
+        }
+        self.give_back(key, sender);
+        Ok(status)
     }
+
+    fn take_idle(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.inner.idle.borrow_mut();
+        let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
+        while let Some(s) = list.pop() {
+            if s.is_ready() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, key: &str, sender: SendRequest<Full<Bytes>>) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.inner.idle.borrow_mut();
+        let list = match idle.iter().position(|(k, _)| k == key) {
+            Some(i) => &mut idle[i].1,
+            None => {
+                idle.push((key.to_string(), Vec::new()));
+                let last = idle.len() - 1;
+                &mut idle[last].1
+            }
+        };
+        if list.len() < self.inner.max_idle {
+            list.push(sender);
+        }
+    }
+
+    async fn connect(&self, uri: &Uri) -> Result<SendRequest<Full<Bytes>>, ClientFailure> {
+        let host = uri.host().ok_or(ClientFailure::NoHost)?;
+        let port = uri.port_u16().unwrap_or(80);
+        let addr = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+            .await
+            .map_err(|e| {
+                tracing::debug!("cannot resolve {host}: {e}");
+                ClientFailure::Dns
+            })?
+            .next()
+            .ok_or(ClientFailure::NoAddress)?;
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .map_err(ClientFailure::Connect)?;
+        if let Some(ip) = self.inner.source {
+            socket
+                .bind(SocketAddr::new(ip, 0))
+                .map_err(ClientFailure::Connect)?;
+        }
+        socket.set_nodelay(true).map_err(ClientFailure::Connect)?;
+        let stream = socket.connect(addr).await.map_err(ClientFailure::Connect)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(ClientFailure::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// The ways a request can fail, kept apart to classify them.
+enum ClientFailure {
+    NoHost,
+    Dns,
+    NoAddress,
+    Connect(std::io::Error),
+    Http(hyper::Error),
 }
 
 impl ClientFailure {
     /// The report's error kind: what an operator would act on.
     fn kind(&self) -> &'static str {
-        let (connect, root): (bool, &(dyn std::error::Error + 'static)) = match self {
-            ClientFailure::Request(e) => (e.is_connect(), e),
-            ClientFailure::Body(e) => (false, e),
-        };
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(root);
-        while let Some(err) = source {
-            if let Some(io) = err.downcast_ref::<std::io::Error>() {
-                return io_kind(io.kind(), connect);
+        match self {
+            ClientFailure::NoHost => "invalid_request",
+            ClientFailure::Dns | ClientFailure::NoAddress => "dns",
+            ClientFailure::Connect(io) => io_kind(io.kind(), true),
+            ClientFailure::Http(h) => {
+                let mut source: Option<&(dyn std::error::Error + 'static)> = Some(h);
+                while let Some(err) = source {
+                    if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                        return io_kind(io.kind(), false);
+                    }
+                    source = err.source();
+                }
+                if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                    "reset"
+                } else if h.is_timeout() {
+                    "timeout"
+                } else if h.is_parse() {
+                    "protocol"
+                } else {
+                    "other"
+                }
             }
-            if let Some(h) = err.downcast_ref::<hyper::Error>() {
-                if h.is_incomplete_message() || h.is_canceled() {
-                    return "reset";
-                }
-                if h.is_timeout() {
-                    return "timeout";
-                }
-                if h.is_parse() {
-                    return "protocol";
-                }
-            }
-            source = err.source();
-        }
-        if connect {
-            "connect"
-        } else {
-            "other"
         }
     }
 }
@@ -374,7 +474,11 @@ mod tests {
             0,
         )
         .unwrap();
-        let client = HttpClient::new(Duration::from_secs(2), 1, None);
+        let client = HttpClient::new(ClientConfig {
+            timeout: Duration::from_secs(2),
+            connections: 1,
+            source: None,
+        });
         let req = mix.build(0, &mut SplitMix64::new(1)).unwrap();
         assert_eq!(client.send(req).await, Outcome::Error("refused"));
     }

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{HttpClient, RequestMix};
+use crate::http::{ClientConfig, RequestMix};
 use crate::sys;
 use crate::worker::{self, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
 
@@ -354,11 +354,11 @@ fn plan_workers(
                 drain: Duration::from_nanos(a.drain_ns),
                 max_in_flight: share(cap).max(1),
                 max_lag: Duration::from_nanos(a.max_lag_ns),
-                client: HttpClient::new(
-                    Duration::from_nanos(a.timeout_ns.max(1)),
-                    share(conns).max(1) as usize,
-                    config.source,
-                ),
+                client: ClientConfig {
+                    timeout: Duration::from_nanos(a.timeout_ns.max(1)),
+                    connections: share(conns).max(1) as usize,
+                    source: config.source,
+                },
                 scenarios: parsed
                     .iter()
                     .map(|(index, sc, model, mix)| ScenarioPlan {

@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{HttpClient, RequestMix};
+use crate::http::{ClientConfig, HttpClient, RequestMix};
 use crate::recorder::Recorder;
 use crate::timer::PreciseTimer;
 
@@ -83,7 +83,7 @@ pub struct WorkerPlan {
     pub drain: Duration,
     pub max_in_flight: u64,
     pub max_lag: Duration,
-    pub client: HttpClient,
+    pub client: ClientConfig,
     pub scenarios: Vec<ScenarioPlan>,
 }
 
@@ -115,6 +115,7 @@ async fn run_scenarios(
 ) {
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
     let scenarios = std::mem::take(&mut plan.scenarios);
+    let client = HttpClient::new(plan.client);
     let plan = Rc::new(plan);
     let mut tasks = Vec::new();
     let mut flushers = Vec::new();
@@ -123,7 +124,7 @@ async fn run_scenarios(
         let shared = Shared {
             recorder: Rc::new(RefCell::new(Recorder::new(sc.index))),
             in_flight: Rc::new(Cell::new(0)),
-            client: plan.client.clone(),
+            client: client.clone(),
             mix: sc.mix.clone(),
             rng: Rc::new(RefCell::new(SplitMix64::new(
                 sc.seed ^ ((plan.agent_index as u64) << 32) ^ plan.worker_index as u64,

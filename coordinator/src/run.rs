@@ -532,6 +532,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             local,
             extra_verdicts,
             thresholds: &plan.thresholds,
+            max_lag: plan.target.max_lag,
             latency_floor,
         },
     );

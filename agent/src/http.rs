@@ -1,6 +1,7 @@
 //! The HTTP/1.1 transport: a hyper client with a keep-alive pool per worker.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
@@ -209,7 +210,7 @@ pub struct HttpClient {
 struct ClientInner {
     /// Idle connections per `host:port`; one or two hosts in practice, so a
     /// list beats a map.
-    idle: RefCell<Vec<(String, Vec<SendRequest<Full<Bytes>>>)>>,
+    idle: RefCell<Vec<(String, VecDeque<SendRequest<Full<Bytes>>>)>>,
     max_idle: usize,
     timeout: Duration,
     source: Option<IpAddr>,
@@ -253,9 +254,19 @@ impl HttpClient {
         let uri = request.uri().clone();
         let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
-        let mut sender = match self.take_idle(key) {
-            Some(s) => s,
-            None => self.connect(&uri).await?,
+        let mut sender = loop {
+            match self.take_idle(key) {
+                Some(mut s) if !s.is_ready() => {
+                    // Just handed back: its connection task has not yet
+                    // marked it idle. That takes microseconds; a dead one
+                    // errors and the next is tried.
+                    if s.ready().await.is_ok() {
+                        break s;
+                    }
+                }
+                Some(s) => break s,
+                None => break self.connect(&uri).await?,
+            }
         };
         // HTTP/1.1 origin form: the path in the request line, the host in
         // its header.
@@ -276,11 +287,13 @@ impl HttpClient {
         Ok(status)
     }
 
+    /// The longest-idle live connection to `key` (oldest first: the most
+    /// likely to be ready).
     fn take_idle(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
         let mut idle = self.inner.idle.borrow_mut();
         let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
-        while let Some(s) = list.pop() {
-            if s.is_ready() {
+        while let Some(s) = list.pop_front() {
+            if !s.is_closed() {
                 return Some(s);
             }
         }
@@ -295,13 +308,13 @@ impl HttpClient {
         let list = match idle.iter().position(|(k, _)| k == key) {
             Some(i) => &mut idle[i].1,
             None => {
-                idle.push((key.to_string(), Vec::new()));
+                idle.push((key.to_string(), VecDeque::new()));
                 let last = idle.len() - 1;
                 &mut idle[last].1
             }
         };
         if list.len() < self.inner.max_idle {
-            list.push(sender);
+            list.push_back(sender);
         }
     }
 
@@ -323,6 +336,7 @@ impl HttpClient {
         }
         .map_err(ClientFailure::Connect)?;
         if let Some(ip) = self.inner.source {
+            defer_port_choice(&socket);
             socket
                 .bind(SocketAddr::new(ip, 0))
                 .map_err(ClientFailure::Connect)?;
@@ -338,6 +352,28 @@ impl HttpClient {
             }
         });
         Ok(sender)
+    }
+}
+
+/// Lets `bind(ip, 0)` leave the port to `connect()`. Otherwise the kernel
+/// must pick a port unique for the source address alone, scanning every
+/// socket (TIME_WAIT ones too) bound to it: slow, and exhausted after ~28k
+/// connections, where `connect()` can reuse a port for another destination.
+fn defer_port_choice(socket: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket we own, with a c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!("IP_BIND_ADDRESS_NO_PORT unavailable: {}", std::io::Error::last_os_error());
     }
 }
 

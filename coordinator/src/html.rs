@@ -373,6 +373,7 @@ fn charts(h: &mut String, r: &Report) -> fmt::Result {
     };
     let mut intended = Series::line("intended", C_INTENDED, per_second(|iv| iv.intended));
     intended.dashed = true;
+    intended.width = 1.5;
     let requests = Chart {
         title: "Requests per second: intended, sent, completed, unsent",
         y_label: "requests / s",
@@ -554,7 +555,8 @@ impl Chart<'_> {
                 esc(no_data)
             );
         }
-        let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max));
+        // 5% headroom, so a series at its maximum is not drawn on the frame.
+        let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
         let (x0, x1, x_ticks): (f64, f64, Vec<(f64, String)>) = match self.x {
             XAxis::Seconds { end } => {
                 let (top, step) = nice_scale(end);
@@ -927,7 +929,7 @@ fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -82,17 +82,19 @@ impl FromStr for Threshold {
                 ))
             }
         };
-        let (number, percent, scale) = if let Some(v) = value.strip_suffix('%') {
-            (v, true, 1.0)
+        // (number, is a percentage, milliseconds per unit when a time unit)
+        let (number, percent, unit) = if let Some(v) = value.strip_suffix('%') {
+            (v, true, None)
         } else if let Some(v) = value.strip_suffix("ms") {
-            (v, false, 1.0)
+            (v, false, Some(1.0))
         } else if let Some(v) = value.strip_suffix("us") {
-            (v, false, 0.001)
+            (v, false, Some(0.001))
         } else if let Some(v) = value.strip_suffix('s') {
-            (v, false, 1000.0)
+            (v, false, Some(1000.0))
         } else {
-            (value, false, 1.0)
+            (value, false, None)
         };
+        let scale = unit.unwrap_or(1.0);
         let value: f64 = number
             .parse()
             .map_err(|_| format!("{s:?}: {value:?} is not a number (e.g. 500ms, 1%, 0)"))?;
@@ -101,7 +103,7 @@ impl FromStr for Threshold {
                 "{s:?}: a percentage only applies to unsent and errors"
             ));
         }
-        if !matches!(metric, Metric::Latency(_)) && scale != 1.0 {
+        if !matches!(metric, Metric::Latency(_)) && unit.is_some() {
             return Err(format!("{s:?}: time units only apply to latency metrics"));
         }
         Ok(Self {

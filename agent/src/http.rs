@@ -1,6 +1,6 @@
 //! The HTTP/1.1 transport: a hyper client with a keep-alive pool per worker.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpSocket;
+use tokio::sync::oneshot;
 use loadfleet_proto::partition::Interleave;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
@@ -198,20 +199,30 @@ pub const UNSENT_INVALID_REQUEST: &str = "invalid_request";
 /// Keep-alive HTTP/1.1 connections owned by one worker.
 ///
 /// Built on hyper's connection-level client rather than its pooled one: a
-/// worker is single-threaded, so its idle connections sit in a `RefCell`
-/// (no lock, no pool key parsing, no task per checkout). A request takes an
-/// idle connection to its host or opens a new one — never waits for one, so
-/// the client adds no hidden queue; the in-flight cap bounds connections.
+/// worker is single-threaded, so its connections sit in a `RefCell` (no
+/// lock, no pool-key parsing, no task per checkout). At most `connections`
+/// are open at once, as with wrk2 or a browser's pool: a request that finds
+/// them all busy waits for the next free one. That wait is not hidden — it
+/// counts in the latency, which runs from the intended instant — and it
+/// keeps a hiccup on the target from turning into a storm of new
+/// connections that the target (and the port space) must absorb.
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Rc<ClientInner>,
 }
 
+type Sender = SendRequest<Full<Bytes>>;
+
 struct ClientInner {
     /// Idle connections per `host:port`; one or two hosts in practice, so a
     /// list beats a map.
-    idle: RefCell<Vec<(String, VecDeque<SendRequest<Full<Bytes>>>)>>,
-    max_idle: usize,
+    idle: RefCell<Vec<(String, VecDeque<Sender>)>>,
+    /// Requests waiting for a connection, oldest first: handed a connection
+    /// to their host, or `None` as leave to open one.
+    waiters: RefCell<VecDeque<(String, oneshot::Sender<Option<Sender>>)>>,
+    /// Connections open or being opened.
+    open: Cell<usize>,
+    max_open: usize,
     timeout: Duration,
     source: Option<IpAddr>,
 }
@@ -221,11 +232,40 @@ struct ClientInner {
 #[derive(Debug, Clone, Copy)]
 pub struct ClientConfig {
     pub timeout: Duration,
-    /// Idle keep-alive connections kept per host.
+    /// Most connections open at once.
     pub connections: usize,
     /// Local address to send from, so agents on one machine can appear as
     /// distinct hosts (127.0.0.2, 127.0.0.3, …).
     pub source: Option<IpAddr>,
+}
+
+/// A connection in use; dropping it unfinished (a timeout, an error)
+/// closes the connection and frees its slot.
+struct Lease<'a> {
+    client: &'a HttpClient,
+    key: &'a str,
+    sender: Option<Sender>,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if self.sender.take().is_some() {
+            self.client.release();
+        }
+    }
+}
+
+impl Lease<'_> {
+    fn sender(&mut self) -> &mut Sender {
+        self.sender.as_mut().expect("a lease holds its sender until finished")
+    }
+
+    /// The exchange completed: the connection is reusable.
+    fn finish(mut self) {
+        if let Some(s) = self.sender.take() {
+            self.client.give_back(self.key, s);
+        }
+    }
 }
 
 impl HttpClient {
@@ -233,7 +273,9 @@ impl HttpClient {
         Self {
             inner: Rc::new(ClientInner {
                 idle: RefCell::new(Vec::new()),
-                max_idle: config.connections.max(1),
+                waiters: RefCell::new(VecDeque::new()),
+                open: Cell::new(0),
+                max_open: config.connections.max(1),
                 timeout: config.timeout,
                 source: config.source,
             }),
@@ -254,19 +296,10 @@ impl HttpClient {
         let uri = request.uri().clone();
         let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
-        let mut sender = loop {
-            match self.take_idle(key) {
-                Some(mut s) if !s.is_ready() => {
-                    // Just handed back: its connection task has not yet
-                    // marked it idle. That takes microseconds; a dead one
-                    // errors and the next is tried.
-                    if s.ready().await.is_ok() {
-                        break s;
-                    }
-                }
-                Some(s) => break s,
-                None => break self.connect(&uri).await?,
-            }
+        let mut lease = Lease {
+            client: self,
+            key,
+            sender: Some(self.acquire(key, &uri).await?),
         };
         // HTTP/1.1 origin form: the path in the request line, the host in
         // its header.
@@ -277,48 +310,110 @@ impl HttpClient {
         *request.uri_mut() = uri
             .path_and_query()
             .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
-        let response = sender.send_request(request).await.map_err(ClientFailure::Http)?;
+        let response = lease
+            .sender()
+            .send_request(request)
+            .await
+            .map_err(ClientFailure::Http)?;
         let status = response.status().as_u16();
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {
             frame.map_err(ClientFailure::Http)?;
         }
-        self.give_back(key, sender);
+        lease.finish();
         Ok(status)
     }
 
-    /// The longest-idle live connection to `key` (oldest first: the most
-    /// likely to be ready).
-    fn take_idle(&self, key: &str) -> Option<SendRequest<Full<Bytes>>> {
+    /// A ready connection to `key`: an idle one, a new one while under the
+    /// limit, or the next one freed.
+    async fn acquire(&self, key: &str, uri: &Uri) -> Result<Sender, ClientFailure> {
+        loop {
+            if let Some(mut s) = self.take_idle(key) {
+                if s.is_ready() {
+                    return Ok(s);
+                }
+                // Just handed back: its connection task has not yet marked
+                // it idle, which takes microseconds. A dead one errors.
+                if s.ready().await.is_ok() {
+                    return Ok(s);
+                }
+                self.release();
+                continue;
+            }
+            if self.inner.open.get() < self.inner.max_open {
+                self.inner.open.set(self.inner.open.get() + 1);
+                return match self.connect(uri).await {
+                    Ok(s) => Ok(s),
+                    Err(e) => {
+                        self.release();
+                        Err(e)
+                    }
+                };
+            }
+            let (tx, rx) = oneshot::channel();
+            self.inner.waiters.borrow_mut().push_back((key.to_string(), tx));
+            match rx.await {
+                Ok(Some(s)) => return Ok(s),
+                // Leave to open one (a slot was freed), or the hand-over
+                // was lost: try again from the top.
+                Ok(None) | Err(_) => continue,
+            }
+        }
+    }
+
+    fn take_idle(&self, key: &str) -> Option<Sender> {
         let mut idle = self.inner.idle.borrow_mut();
         let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
+        // Oldest first: the most likely to be ready.
         while let Some(s) = list.pop_front() {
             if !s.is_closed() {
                 return Some(s);
             }
+            self.inner.open.set(self.inner.open.get().saturating_sub(1));
         }
         None
     }
 
-    fn give_back(&self, key: &str, sender: SendRequest<Full<Bytes>>) {
+    /// A reusable connection: to the oldest waiter for its host, else idle.
+    fn give_back(&self, key: &str, mut sender: Sender) {
         if sender.is_closed() {
+            self.release();
             return;
         }
-        let mut idle = self.inner.idle.borrow_mut();
-        let list = match idle.iter().position(|(k, _)| k == key) {
-            Some(i) => &mut idle[i].1,
-            None => {
-                idle.push((key.to_string(), VecDeque::new()));
-                let last = idle.len() - 1;
-                &mut idle[last].1
+        {
+            let mut waiters = self.inner.waiters.borrow_mut();
+            while let Some(pos) = waiters.iter().position(|(k, _)| k == key) {
+                let Some((_, tx)) = waiters.remove(pos) else { break };
+                match tx.send(Some(sender)) {
+                    Ok(()) => return,
+                    // That waiter gave up (timed out); try the next.
+                    Err(back) => match back {
+                        Some(s) => sender = s,
+                        None => return,
+                    },
+                }
             }
-        };
-        if list.len() < self.inner.max_idle {
-            list.push_back(sender);
+        }
+        let mut idle = self.inner.idle.borrow_mut();
+        match idle.iter_mut().find(|(k, _)| k == key) {
+            Some((_, list)) => list.push_back(sender),
+            None => idle.push((key.to_string(), VecDeque::from([sender]))),
         }
     }
 
-    async fn connect(&self, uri: &Uri) -> Result<SendRequest<Full<Bytes>>, ClientFailure> {
+    /// A connection closed: its slot goes to the oldest waiter, who may open
+    /// a new one.
+    fn release(&self) {
+        self.inner.open.set(self.inner.open.get().saturating_sub(1));
+        let mut waiters = self.inner.waiters.borrow_mut();
+        while let Some((_, tx)) = waiters.pop_front() {
+            if tx.send(None).is_ok() {
+                return;
+            }
+        }
+    }
+
+    async fn connect(&self, uri: &Uri) -> Result<Sender, ClientFailure> {
         let host = uri.host().ok_or(ClientFailure::NoHost)?;
         let port = uri.port_u16().unwrap_or(80);
         let addr = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))

@@ -12,12 +12,12 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpSocket;
-use tokio::sync::oneshot;
 use loadfleet_proto::partition::Interleave;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
 use loadfleet_proto::v1;
+use tokio::net::TcpSocket;
+use tokio::sync::oneshot;
 
 use crate::recorder::Outcome;
 
@@ -257,7 +257,9 @@ impl Drop for Lease<'_> {
 
 impl Lease<'_> {
     fn sender(&mut self) -> &mut Sender {
-        self.sender.as_mut().expect("a lease holds its sender until finished")
+        self.sender
+            .as_mut()
+            .expect("a lease holds its sender until finished")
     }
 
     /// The exchange completed: the connection is reusable.
@@ -351,7 +353,10 @@ impl HttpClient {
                 };
             }
             let (tx, rx) = oneshot::channel();
-            self.inner.waiters.borrow_mut().push_back((key.to_string(), tx));
+            self.inner
+                .waiters
+                .borrow_mut()
+                .push_back((key.to_string(), tx));
             match rx.await {
                 Ok(Some(s)) => return Ok(s),
                 // Leave to open one (a slot was freed), or the hand-over
@@ -383,7 +388,9 @@ impl HttpClient {
         {
             let mut waiters = self.inner.waiters.borrow_mut();
             while let Some(pos) = waiters.iter().position(|(k, _)| k == key) {
-                let Some((_, tx)) = waiters.remove(pos) else { break };
+                let Some((_, tx)) = waiters.remove(pos) else {
+                    break;
+                };
                 match tx.send(Some(sender)) {
                     Ok(()) => return,
                     // That waiter gave up (timed out); try the next.
@@ -468,7 +475,10 @@ fn defer_port_choice(socket: &TcpSocket) {
         )
     };
     if rc != 0 {
-        tracing::debug!("IP_BIND_ADDRESS_NO_PORT unavailable: {}", std::io::Error::last_os_error());
+        tracing::debug!(
+            "IP_BIND_ADDRESS_NO_PORT unavailable: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 

@@ -37,6 +37,12 @@ struct Cli {
     /// How long to keep trying to reach the coordinator.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     connect_timeout: Duration,
+    /// Shortest time between two wake-ups of a worker: arrivals closer
+    /// together than this leave together, up to this late (shown in the
+    /// lag figures). Smaller is more precise, larger costs less CPU at high
+    /// rates (each wake-up is a context switch).
+    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "250us", value_parser = humantime::parse_duration)]
+    wake_quantum: Duration,
     /// Announce a different protocol version (for testing refusals).
     #[arg(long, hide = true, default_value_t = loadfleet_proto::PROTOCOL_VERSION)]
     protocol_version: u32,
@@ -80,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
         source: cli.bind,
         workers,
         connect_timeout: cli.connect_timeout,
+        wake_quantum: cli.wake_quantum,
         protocol_version: cli.protocol_version,
     };
     // The control plane gets its own small runtime; the workers each run

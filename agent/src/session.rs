@@ -34,6 +34,8 @@ pub struct AgentConfig {
     pub source: Option<IpAddr>,
     pub workers: usize,
     pub connect_timeout: Duration,
+    /// Shortest time between two wake-ups of a worker's open-model loop.
+    pub wake_quantum: Duration,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
 }
@@ -354,6 +356,7 @@ fn plan_workers(
                 drain: Duration::from_nanos(a.drain_ns),
                 max_in_flight: share(cap).max(1),
                 max_lag: Duration::from_nanos(a.max_lag_ns),
+                wake_quantum: config.wake_quantum,
                 client: ClientConfig {
                     timeout: Duration::from_nanos(a.timeout_ns.max(1)),
                     connections: share(conns).max(1) as usize,

@@ -30,8 +30,6 @@ use crate::timer::PreciseTimer;
 /// Sleeps longer than this also watch for a stop, so a long pause in the
 /// schedule cannot delay stopping; shorter ones just check the flag after.
 const WATCHED_SLEEP: Duration = Duration::from_millis(20);
-/// Shortest time between two wake-ups of an open-model loop.
-const WAKE_QUANTUM: Duration = Duration::from_micros(100);
 /// How early a long coarse sleep ends, leaving the rest to the precise timer:
 /// tokio's wheel has 1 ms slots and its wake-up can come a little later.
 const COARSE_MARGIN: Duration = Duration::from_millis(3);
@@ -85,6 +83,8 @@ pub struct WorkerPlan {
     pub drain: Duration,
     pub max_in_flight: u64,
     pub max_lag: Duration,
+    /// Shortest time between two wake-ups of an open-model loop.
+    pub wake_quantum: Duration,
     pub client: ClientConfig,
     pub scenarios: Vec<ScenarioPlan>,
 }
@@ -227,12 +227,12 @@ async fn open_loop(
     for (seq, offset_ns) in mine {
         let intended = sc.start + Duration::from_nanos(offset_ns);
         if intended > Instant::now() {
-            // Coalesce wake-ups: at most one per WAKE_QUANTUM. Each sleep is
+            // Coalesce wake-ups: at most one per wake quantum. Each sleep is
             // a context switch (several µs); at high rates they would cost
             // more than the requests. Arrivals then leave up to one quantum
             // late, which the lag histogram and the latency (taken from the
             // intended instant) both show.
-            let wake = intended.max(last_wake + WAKE_QUANTUM);
+            let wake = intended.max(last_wake + plan.wake_quantum);
             if !wait_until(timer.as_ref(), wake, stop).await {
                 break;
             }

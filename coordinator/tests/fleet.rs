@@ -193,5 +193,8 @@ fn arrivals_beyond_max_lag_are_unsent_late() {
     let t = &r["totals"];
     assert!(u(&t["unsent"]["late"]) > 0, "{output}");
     assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 4000);
-    assert_eq!(status.code(), Some(0), "{output}");
+    // With a 1 µs allowance nearly every arrival is late; if none at all
+    // was sent, the run rightly says the experiment did not happen.
+    let expected = if u(&t["sent"]) == 0 { 3 } else { 0 };
+    assert_eq!(status.code(), Some(expected), "{output}");
 }

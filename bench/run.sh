@@ -17,7 +17,7 @@ OUT=$ROOT/bench/out
 mkdir -p "$OUT"
 
 STEP_SECONDS=${STEP_SECONDS:-5}
-RATES=${RATES:-"5000 10000 20000 30000 40000 50000 60000 70000 80000"}
+RATES=${RATES:-"10000 20000 30000 40000 50000 60000 70000 80000 100000"}
 COMPARE_RATE=${COMPARE_RATE:-20000}
 REPEATS=${REPEATS:-3}
 if [[ "${1:-}" == "--quick" ]]; then
@@ -156,17 +156,21 @@ ramp() {
 
 compare() {
     local name=$1 url=$2
-    local lf=() oh=()
+    local lf=() lf5=() oh=() lag=() lag5=()
     for i in $(seq "$REPEATS"); do
-        read -r sent unsent lag cpu completed rps < <(loadfleet_step "$url" "$COMPARE_RATE" "$OUT/cmp-$name-lf-$i")
-        lf+=("$(python3 -c "print($completed / $cpu if $cpu > 0 else 0)")")
+        read -r sent unsent l cpu completed rps < <(loadfleet_step "$url" "$COMPARE_RATE" "$OUT/cmp-$name-lf-$i")
+        lf+=("$(python3 -c "print($completed / $cpu if $cpu > 0 else 0)")"); lag+=("$l")
+        read -r sent unsent l cpu completed rps < <(LOADFLEET_WAKE_QUANTUM=500us loadfleet_step "$url" "$COMPARE_RATE" "$OUT/cmp-$name-lf500-$i")
+        lf5+=("$(python3 -c "print($completed / $cpu if $cpu > 0 else 0)")"); lag5+=("$l")
         read -r total cpu rps < <(oha_step "$url" "$COMPARE_RATE" "$OUT/cmp-$name-oha-$i")
         oh+=("$(python3 -c "print($total / $cpu if $cpu > 0 else 0)")")
     done
-    local mlf moh
-    mlf=$(median "${lf[@]}"); moh=$(median "${oh[@]}")
-    printf '| %s | %s | %.0f | %.0f | %.2f |\n' "$name" "$COMPARE_RATE" "$mlf" "$moh" \
-        "$(python3 -c "print($mlf / $moh if $moh > 0 else 0)")" >> "$REPORT"
+    local mlf mlf5 moh
+    mlf=$(median "${lf[@]}"); mlf5=$(median "${lf5[@]}"); moh=$(median "${oh[@]}")
+    printf '| %s | %s | %.0f (lag p99 %s ms) | %.0f (lag p99 %s ms) | %.0f | %.2f | %.2f |\n' "$name" "$COMPARE_RATE" \
+        "$mlf" "$(median "${lag[@]}")" "$mlf5" "$(median "${lag5[@]}")" "$moh" \
+        "$(python3 -c "print($mlf / $moh if $moh > 0 else 0)")" \
+        "$(python3 -c "print($mlf5 / $moh if $moh > 0 else 0)")" >> "$REPORT"
 }
 
 start_testbed
@@ -177,8 +181,8 @@ ramp nginx "$NGINX_URL"
 {
     echo "### Side by side at $COMPARE_RATE req/s (open model), median of $REPEATS alternating runs"
     echo
-    echo "| target | rate | loadfleet req per CPU-s | oha -q req per CPU-s | ratio |"
-    echo "|---|---:|---:|---:|---:|"
+    echo "| target | rate | loadfleet req per CPU-s (default 250us wake quantum) | loadfleet, 500us quantum | oha -q req per CPU-s | ratio (250us) | ratio (500us) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
 } >> "$REPORT"
 compare testbed "$TESTBED_URL"
 compare nginx "$NGINX_URL"

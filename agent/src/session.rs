@@ -41,7 +41,7 @@ pub struct AgentConfig {
 }
 
 /// How a session ended, for the exit status.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionEnd {
     /// The schedule ran and every snapshot was delivered.
     Finished,
@@ -136,10 +136,14 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
     let mut dead_man = Duration::from_secs(3);
     let mut last_heard = Instant::now();
     let mut heartbeat = tokio::time::interval(Duration::from_millis(500));
-    let stop = CancellationToken::new();
+    let mut stop = CancellationToken::new();
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<WorkerEvent>();
     let mut workers_running = 0usize;
-    let mut started = false;
+    // A coordinator may run the plan several times (--repeat) over one
+    // session: each assignment is one run, and the session ends when the
+    // coordinator closes the stream after the last.
+    let mut running = false;
+    let mut last_end: Option<SessionEnd> = None;
     let mut snapshots = 0u64;
     let mut in_flight_at_end = 0u64;
     let mut cut_short = false;
@@ -152,7 +156,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
             msg = inbound.message() => {
                 let msg = match msg {
                     Ok(Some(m)) => m,
-                    Ok(None) => break Err(anyhow!("the coordinator closed the control stream")),
+                    Ok(None) => match (running, last_end) {
+                        (false, Some(end)) => break Ok(end),
+                        _ => break Err(anyhow!("the coordinator closed the control stream")),
+                    },
                     Err(status) => break Err(refusal(status)),
                 };
                 last_heard = Instant::now();
@@ -176,10 +183,15 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
                         }
                     }
                     Some(coordinator_message::Kind::Assignment(a)) => {
-                        if started {
-                            break Err(anyhow!("the coordinator sent a second assignment"));
+                        if running {
+                            break Err(anyhow!("the coordinator sent an assignment during a run"));
                         }
-                        started = true;
+                        running = true;
+                        stop = CancellationToken::new();
+                        snapshots = 0;
+                        in_flight_at_end = 0;
+                        cut_short = false;
+                        cpu = CpuSampler::new();
                         let start = clock.0 + Duration::from_nanos(a.start_at_agent_ns);
                         let plans = match plan_workers(&a, &config, start) {
                             Ok(p) => p,
@@ -198,7 +210,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
                         tracing::warn!("coordinator asked to stop: {}", s.reason);
                         cut_short = true;
                         stop.cancel();
-                        if workers_running == 0 {
+                        if !running {
                             break Ok(SessionEnd::Stopped);
                         }
                     }
@@ -232,7 +244,12 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
                             snapshots,
                         }));
                         let _ = out_tx.send(fin).await;
-                        break Ok(if cut_short { SessionEnd::Stopped } else { SessionEnd::Finished });
+                        running = false;
+                        cpu_interval = None;
+                        last_end = Some(if cut_short { SessionEnd::Stopped } else { SessionEnd::Finished });
+                        for t in threads.drain(..) {
+                            let _ = t.join();
+                        }
                     }
                 }
             },

@@ -140,6 +140,10 @@ pub struct RunArgs {
     /// failed one makes the exit status 1.
     #[arg(long = "threshold")]
     pub thresholds: Vec<Threshold>,
+    /// Run the plan N times, one after another on the same fleet with fresh
+    /// connections; the report keeps each run and adds median, min and max.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Start N agent processes on this machine.
     #[arg(long, conflicts_with = "expect_agents")]
     pub local_agents: Option<u32>,
@@ -156,6 +160,10 @@ pub struct RunArgs {
     /// How long to wait for the expected agents.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub agent_timeout: Duration,
+    /// Serve live Prometheus metrics (GET /metrics) on this address while
+    /// the run goes, e.g. 127.0.0.1:9464.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Folder for report.json, report.html and the interval log (default: a
     /// fresh loadfleet-out-<time> folder).
     #[arg(long)]

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
@@ -39,7 +39,12 @@ pub struct RunSpec {
     pub interval: Duration,
     pub expect_agents: usize,
     pub agent_timeout: Duration,
+    /// Runs of the plan, one after another, by the same fleet.
+    pub repeats: usize,
 }
+
+/// Pause between repeated runs, so one run's drain cannot touch the next.
+const BETWEEN_RUNS: Duration = Duration::from_secs(1);
 
 /// One agent as the fleet knows it.
 #[derive(Debug)]
@@ -61,10 +66,35 @@ impl Agent {
     }
 }
 
-/// How the run went, for the report.
+/// What the report needs of an agent, once its run is over.
+#[derive(Debug, Clone)]
+pub struct AgentView {
+    pub hello: v1::Hello,
+    pub peer: Option<SocketAddr>,
+    /// Best clock sample: (round trip, agent clock minus coordinator clock).
+    pub clock: Option<(u64, i64)>,
+    pub finished: Option<v1::Finished>,
+    pub lost: Option<String>,
+    pub share: f64,
+}
+
+impl From<&Agent> for AgentView {
+    fn from(a: &Agent) -> Self {
+        Self {
+            hello: a.hello.clone(),
+            peer: a.peer,
+            clock: a.clock,
+            finished: a.finished,
+            lost: a.lost.clone(),
+            share: a.share,
+        }
+    }
+}
+
+/// How one run went, for the report.
 #[derive(Debug)]
 pub struct RunResult {
-    pub agents: Vec<Agent>,
+    pub agents: Vec<AgentView>,
     pub aggregate: Aggregate,
     /// Set when the run could not be carried out (too few agents, ...).
     pub failure: Option<String>,
@@ -95,6 +125,12 @@ struct Fleet {
     start: Option<Instant>,
     last_progress: Instant,
     progress: Box<dyn FnMut(&Progress) + Send>,
+    interrupted: bool,
+    /// Where the Prometheus text goes, when --metrics-listen is on.
+    metrics: Option<watch::Sender<String>>,
+    /// Finished runs, in order.
+    results: Vec<RunResult>,
+    run_started_at: SystemTime,
 }
 
 /// What the live progress line shows.
@@ -109,17 +145,26 @@ pub struct Progress {
     pub in_flight: u64,
     /// p99 (ms) of the last complete interval.
     pub p99_ms: Option<f64>,
+    /// Sent and completed in the last complete interval (per second).
+    pub sent_rps: u64,
+    pub completed_rps: u64,
     pub agents_alive: usize,
 }
 
-/// Runs the whole fleet side of a run. `interrupt` resolves when the user
-/// asks to stop (Ctrl-C); what was measured until then is still returned.
+/// Runs the whole fleet side: every repeat of the plan. `interrupt`
+/// resolves when the user asks to stop (Ctrl-C); what was measured until
+/// then is still returned. There is always at least one result.
 pub async fn run(
     spec: RunSpec,
     events: mpsc::Receiver<FleetEvent>,
     interrupt: impl Future<Output = ()>,
     progress: Box<dyn FnMut(&Progress) + Send>,
-) -> RunResult {
+    metrics: Option<watch::Sender<String>>,
+) -> Vec<RunResult> {
+    use futures::FutureExt;
+    // Fused: once the user has interrupted, it stays quiet instead of being
+    // polled again after completion.
+    let interrupt = interrupt.fuse();
     let mut interrupt = std::pin::pin!(interrupt);
     let mut fleet = Fleet {
         aggregate: Aggregate::new(0, 0),
@@ -132,34 +177,20 @@ pub async fn run(
         start: None,
         last_progress: Instant::now(),
         progress,
+        interrupted: false,
+        metrics,
+        results: Vec::new(),
+        run_started_at: SystemTime::now(),
     };
-    let started_at = SystemTime::now();
-    let failure = fleet.drive(&mut interrupt).await;
-    let started = fleet.start.is_some();
-    let cut_short = failure.is_some()
-        || fleet
-            .agents
-            .iter()
-            .any(|a| !a.alive() || a.finished.as_ref().is_some_and(|f| f.cut_short));
-    let elapsed = fleet
-        .start
-        .map(|s| Instant::now().saturating_duration_since(s))
-        .unwrap_or_default();
-    // Dropping the senders ends every agent's stream: the run is over.
+    if let Some(failure) = fleet.drive(&mut interrupt).await {
+        fleet.close_run(Some(failure));
+    }
+    // Dropping the senders ends every agent's stream: the fleet is done.
     for a in &mut fleet.agents {
         let (closed, _) = mpsc::channel(1);
         a.tx = closed;
     }
-    RunResult {
-        agents: fleet.agents,
-        aggregate: fleet.aggregate,
-        failure,
-        cut_short: cut_short && started,
-        started,
-        started_at,
-        elapsed,
-        corrupt_snapshots: fleet.corrupt_snapshots,
-    }
+    fleet.results
 }
 
 impl Fleet {
@@ -225,6 +256,60 @@ impl Fleet {
             ));
         }
 
+        for run in 0..self.spec.repeats.max(1) {
+            if run > 0 {
+                tokio::time::sleep(BETWEEN_RUNS).await;
+                eprintln!("run {} of {}", run + 1, self.spec.repeats);
+            }
+            let failure = self.one_run(interrupt).await;
+            let stop = failure.is_some() || self.interrupted || self.alive() < expect;
+            self.close_run(failure);
+            if stop {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Files the current run's result and resets for the next.
+    fn close_run(&mut self, failure: Option<String>) {
+        let started = self.start.is_some();
+        let cut_short = failure.is_some()
+            || self
+                .agents
+                .iter()
+                .any(|a| !a.alive() || a.finished.as_ref().is_some_and(|f| f.cut_short));
+        let elapsed = self
+            .start
+            .map(|s| Instant::now().saturating_duration_since(s))
+            .unwrap_or_default();
+        let aggregate = std::mem::replace(
+            &mut self.aggregate,
+            Aggregate::new(self.agents.len(), self.spec.scenarios.len()),
+        );
+        self.results.push(RunResult {
+            agents: self.agents.iter().map(AgentView::from).collect(),
+            aggregate,
+            failure,
+            cut_short: cut_short && started,
+            started,
+            started_at: self.run_started_at,
+            elapsed,
+            corrupt_snapshots: std::mem::take(&mut self.corrupt_snapshots),
+        });
+        for a in &mut self.agents {
+            a.finished = None;
+        }
+        self.start = None;
+    }
+
+    /// One run: assign slices with a common start, merge until every agent
+    /// finished (or was lost, or the user interrupted).
+    async fn one_run(
+        &mut self,
+        interrupt: &mut Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<String> {
+        self.run_started_at = SystemTime::now();
         // Assignment: weighted shares, one common start instant.
         let max_rtt = self
             .agents
@@ -242,6 +327,9 @@ impl Fleet {
         let total: u32 = weights.iter().sum();
         for (i, a) in self.agents.iter_mut().enumerate() {
             a.share = f64::from(weights[i]) / f64::from(total.max(1));
+            if !a.alive() {
+                continue;
+            }
             let offset = a.clock.map_or(0, |c| c.1);
             let assignment = v1::Assignment {
                 weights: weights.clone(),
@@ -276,11 +364,11 @@ impl Fleet {
                 Some("agents did not finish in time".into())
             }
             PumpEnd::Interrupted => {
+                self.interrupted = true;
                 eprintln!("\ninterrupted: stopping agents and collecting what they measured…");
                 self.stop_all("interrupted by the user").await;
                 let grace = Instant::now() + Duration::from_secs(5);
-                let mut never = std::pin::pin!(std::future::pending::<()>());
-                self.pump(grace, &mut never, all_done).await;
+                self.pump(grace, interrupt, all_done).await;
                 None
             }
         }
@@ -348,6 +436,15 @@ impl Fleet {
                 self.last_progress = Instant::now();
                 let p = self.progress_now(start);
                 (self.progress)(&p);
+                if let Some(m) = &self.metrics {
+                    let text = crate::metrics::render(
+                        &self.aggregate,
+                        p.in_flight,
+                        p.agents_alive,
+                        p.elapsed.as_secs_f64(),
+                    );
+                    let _ = m.send(text);
+                }
             }
         }
     }
@@ -362,10 +459,10 @@ impl Fleet {
             .and_then(|iv| iv.latency.as_ref())
             .filter(|h| !h.is_empty())
             .map(|h| h.value_at_quantile(0.99) as f64 / 1000.0);
-        let in_flight = last_complete
+        let last = last_complete
             .checked_sub(1)
-            .and_then(|i| self.aggregate.intervals.get(&i))
-            .map_or(0, |iv| iv.in_flight);
+            .and_then(|i| self.aggregate.intervals.get(&i));
+        let in_flight = last.map_or(0, |iv| iv.in_flight);
         Progress {
             elapsed,
             duration: self.spec.duration,
@@ -376,6 +473,8 @@ impl Fleet {
             errors: t.errors_total(),
             in_flight,
             p99_ms,
+            sent_rps: last.map_or(0, |iv| iv.sent),
+            completed_rps: last.map_or(0, |iv| iv.completed),
             agents_alive: self.alive(),
         }
     }

@@ -86,6 +86,7 @@ fn page(h: &mut String, r: &Report, json: &str) -> fmt::Result {
     header(h, r)?;
     verdicts(h, r)?;
     headline(h, r)?;
+    repeats(h, r)?;
     scenarios(h, r)?;
     charts(h, r)?;
     outcomes(h, &r.totals)?;
@@ -295,6 +296,60 @@ fn percentile_row(h: &mut String, label: &str, note: &str, p: Option<&Percentile
             esc(label)
         ),
     }
+}
+
+/// With --repeat: every run's headline figures, then median, min and max.
+fn repeats(h: &mut String, r: &Report) -> fmt::Result {
+    let Some(rep) = &r.repeats else {
+        return Ok(());
+    };
+    let cols = [
+        ("intended", "intended", false),
+        ("sent", "sent", false),
+        ("unsent", "unsent.total", false),
+        ("throughput (req/s)", "throughput_rps", false),
+        ("p50 (ms)", "latency_ms.p50", true),
+        ("p99 (ms)", "latency_ms.p99", true),
+        ("max (ms)", "latency_ms.max", true),
+    ];
+    let get = |v: &serde_json::Value, path: &str| {
+        path.split('.')
+            .try_fold(v, |v, k| v.get(k))
+            .and_then(serde_json::Value::as_f64)
+    };
+    writeln!(
+        h,
+        "<h2>Repeats</h2><p>{} runs; the figures above are run {}, the one with the median p99.</p><table><tr><th class=\"l\">run</th>",
+        rep.count,
+        rep.representative + 1
+    )?;
+    for (name, _, _) in cols {
+        write!(h, "<th>{}</th>", esc(name))?;
+    }
+    writeln!(h, "</tr>")?;
+    let rows = rep
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (format!("run {}", i + 1), v))
+        .chain([
+            ("median".to_string(), &rep.median),
+            ("min".to_string(), &rep.min),
+            ("max".to_string(), &rep.max),
+        ]);
+    for (label, v) in rows {
+        write!(h, "<tr><td class=\"l\">{}</td>", esc(&label))?;
+        for (_, path, is_ms) in cols {
+            let cell = match get(v, path) {
+                Some(x) if is_ms => ms(x),
+                Some(x) => num(x, if path == "throughput_rps" { 1 } else { 0 }),
+                None => "–".into(),
+            };
+            write!(h, "<td>{cell}</td>")?;
+        }
+        writeln!(h, "</tr>")?;
+    }
+    writeln!(h, "</table>")
 }
 
 fn scenarios(h: &mut String, r: &Report) -> fmt::Result {
@@ -1111,6 +1166,7 @@ mod tests {
                     max_lag_ms: 0.4,
                 })
                 .collect(),
+            repeats: None,
         }
     }
 

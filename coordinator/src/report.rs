@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use crate::aggregate::{Merged, CLASSES};
 use crate::fleet::RunResult;
-use crate::thresholds::{Checked, Figures, Threshold};
+pub use crate::thresholds::Checked;
+use crate::thresholds::{Figures, Threshold};
 
 pub const SCHEMA: &str = "loadfleet.report/v1";
 
@@ -291,9 +292,13 @@ pub struct Report {
     pub scenarios: Vec<Scenario>,
     pub agents: Vec<AgentReport>,
     pub intervals: Vec<IntervalReport>,
+    /// With --repeat: every run's headline figures and their median/min/max.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<crate::repeats::Repeats>,
 }
 
 /// Facts about the run that the fleet result does not carry.
+#[derive(Clone)]
 pub struct Context<'a> {
     pub target: &'a str,
     pub scenarios: Vec<ScenarioInfo>,
@@ -550,6 +555,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
         totals,
         agents,
         intervals,
+        repeats: None,
     }
 }
 
@@ -902,6 +908,9 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             lag
         )?;
     }
+    if let Some(rep) = &r.repeats {
+        write_repeats(out, rep)?;
+    }
     if !r.thresholds.is_empty() {
         writeln!(out)?;
         writeln!(out, "  thresholds:")?;
@@ -962,6 +971,60 @@ pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
             iv.max_in_flight,
             iv.max_lag_ms
         )?;
+    }
+    Ok(())
+}
+
+/// The runs side by side, then their median, min and max.
+fn write_repeats(out: &mut impl Write, rep: &crate::repeats::Repeats) -> std::io::Result<()> {
+    let cols = [
+        ("intended", "intended"),
+        ("sent", "sent"),
+        ("unsent", "unsent.total"),
+        ("req/s", "throughput_rps"),
+        ("p50", "latency_ms.p50"),
+        ("p99", "latency_ms.p99"),
+        ("max", "latency_ms.max"),
+    ];
+    let get = |v: &serde_json::Value, path: &str| {
+        path.split('.')
+            .try_fold(v, |v, k| v.get(k))
+            .and_then(serde_json::Value::as_f64)
+    };
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  {} runs (figures above are run {}, the one with the median p99):",
+        rep.count,
+        rep.representative + 1
+    )?;
+    let mut head = format!("  {:<8}", "");
+    for (name, _) in cols {
+        head.push_str(&format!(" {name:>10}"));
+    }
+    writeln!(out, "{head}")?;
+    let rows = rep
+        .runs
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (format!("run {}", i + 1), v))
+        .chain([
+            ("median".to_string(), &rep.median),
+            ("min".to_string(), &rep.min),
+            ("max".to_string(), &rep.max),
+        ]);
+    for (label, v) in rows {
+        let mut line = format!("  {label:<8}");
+        for (name, path) in cols {
+            let cell = match get(v, path) {
+                Some(x) if name.starts_with('p') || name == "max" => fmt_ms(x),
+                Some(x) if name == "req/s" => format!("{x:.1}"),
+                Some(x) => format!("{x:.0}"),
+                None => "-".into(),
+            };
+            line.push_str(&format!(" {cell:>10}"));
+        }
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

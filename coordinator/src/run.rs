@@ -94,24 +94,36 @@ fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The live view: a bar with elapsed/remaining and the current rates on a
+/// terminal, one plain line per second otherwise (logs, CI).
 fn print_progress(p: &Progress) {
-    let line = format!(
-        "[{:>5.1}s/{:.0}s] intended {} sent {} unsent {} completed {} errors {} in-flight {} p99 {} agents {}",
-        p.elapsed.as_secs_f64().min(p.duration.as_secs_f64() + 999.0),
-        p.duration.as_secs_f64(),
+    let elapsed = p.elapsed.as_secs_f64();
+    let total = p.duration.as_secs_f64().max(1e-9);
+    let figures = format!(
+        "sent {}/s done {}/s · intended {} sent {} unsent {} · errors {} · in flight {} · p99 {} · agents {}",
+        p.sent_rps,
+        p.completed_rps,
         p.intended,
         p.sent,
         p.unsent,
-        p.completed,
         p.errors,
         p.in_flight,
         p.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms")),
         p.agents_alive
     );
     if std::io::stderr().is_terminal() {
-        eprint!("\r\x1b[2K{line}");
+        let done = (elapsed / total).clamp(0.0, 1.0);
+        let width = 24;
+        let filled = (done * width as f64).round() as usize;
+        let remaining = (total - elapsed).max(0.0);
+        eprint!(
+            "\r\x1b[2K[{}{}] {:>3.0}% {elapsed:.0}s, {remaining:.0}s left · {figures}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            done * 100.0
+        );
     } else {
-        eprintln!("{line}");
+        eprintln!("[{elapsed:>5.1}s/{total:.0}s] {figures}");
     }
 }
 
@@ -458,6 +470,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         connections: plan.target.connections,
         interval: Duration::from_secs(1),
         expect_agents: expect,
+        repeats: args.repeat as usize,
         agent_timeout: if local {
             Duration::from_secs(20)
         } else {
@@ -499,7 +512,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             std::future::pending::<()>().await;
         }
     };
-    let result = fleet::run(spec.clone(), events_rx, interrupt, Box::new(print_progress)).await;
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}: cannot bind"))?;
+            let bound = listener.local_addr().context("metrics address")?;
+            eprintln!("metrics on http://{bound}/metrics");
+            let (tx, rx) = tokio::sync::watch::channel(String::new());
+            tokio::spawn(crate::metrics::serve(listener, rx));
+            Some(tx)
+        }
+        None => None,
+    };
+    let results = fleet::run(
+        spec.clone(),
+        events_rx,
+        interrupt,
+        Box::new(print_progress),
+        metrics,
+    )
+    .await;
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
@@ -519,24 +552,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
 
     if !local {
-        extra_verdicts.extend(shared_host_verdicts(&target, &target_ips, &result));
+        if let Some(first) = results.first() {
+            extra_verdicts.extend(shared_host_verdicts(&target, &target_ips, first));
+        }
     }
-    let report = report::build(
-        &result,
-        report::Context {
-            target: &target,
-            scenarios: scenario_infos,
-            duration: plan.duration(),
-            drain: plan.run.drain,
-            max_in_flight: plan.target.max_in_flight,
-            local,
-            extra_verdicts,
-            thresholds: &plan.thresholds,
-            max_lag: plan.target.max_lag,
-            latency_floor,
-        },
-    );
-    write_outputs(&out_dir, &report, &result)?;
+    let ctx = report::Context {
+        target: &target,
+        scenarios: scenario_infos,
+        duration: plan.duration(),
+        drain: plan.run.drain,
+        max_in_flight: plan.target.max_in_flight,
+        local,
+        extra_verdicts,
+        thresholds: &plan.thresholds,
+        max_lag: plan.target.max_lag,
+        latency_floor,
+    };
+    let mut reports: Vec<report::Report> = results
+        .iter()
+        .map(|r| report::build(r, ctx.clone()))
+        .collect();
+    let (report, shown) = if reports.len() > 1 {
+        crate::repeats::combine(reports, &plan.thresholds)
+    } else {
+        (reports.remove(0), 0)
+    };
+    let result = &results[shown];
+    write_outputs(&out_dir, &report, result)?;
     let mut stdout = std::io::stdout().lock();
     report::write_text(&mut stdout, &report, std::io::stdout().is_terminal())
         .context("cannot write the summary")?;

@@ -165,7 +165,8 @@ fn running_fleet(test: &str) -> (Proc, Proc, Proc, std::path::PathBuf) {
     );
     let url = control_url(&mut c);
     let a = start_agent(&url, "t", &["--bind", "127.0.0.2"]);
-    c.wait_for_line("completed 5", Duration::from_secs(30));
+    // Load flows once a whole second of it has been merged.
+    c.wait_for_line("sent 50/s", Duration::from_secs(30));
     (c, a, testbed, out)
 }
 
@@ -221,4 +222,34 @@ fn interrupted_run_keeps_what_it_measured() {
         .expect("verdicts")
         .iter()
         .any(|v| v["code"] == "PARTIAL"));
+}
+
+/// With --repeat, remote agents keep their session across runs and exit 0
+/// when the coordinator closes it after the last one.
+#[test]
+fn remote_agent_serves_every_repeat() {
+    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
+    tb.args(["--listen", "127.0.0.1:0"]);
+    let mut testbed = Proc::spawn(tb, "testbed");
+    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
+    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let out = temp_dir("remote-repeat");
+    let mut c = remote_coordinator(
+        &format!("http://{addr}/"),
+        1,
+        "t",
+        &out,
+        &["--rate", "100", "--duration", "1s", "--repeat", "2"],
+    );
+    let url = control_url(&mut c);
+    let a = start_agent(&url, "t", &[]);
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
+    assert_eq!(agent_status.code(), Some(0), "{agent_output}");
+    let r = read_report(&out);
+    assert_eq!(u(&r["repeats"]["count"]), 2);
+    for run in r["repeats"]["runs"].as_array().expect("runs") {
+        assert_eq!(u(&run["intended"]), 100);
+    }
 }

@@ -232,3 +232,61 @@ fn starved_agent_is_named_as_the_bottleneck() {
         "a generator-bound run is degraded: {output}"
     );
 }
+
+/// --metrics-listen serves the live run in Prometheus' text format.
+#[test]
+fn live_metrics_for_prometheus() {
+    use std::io::{Read, Write};
+    let out = temp_dir("metrics");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "100",
+        "--duration",
+        "4s",
+    ])
+    .args([
+        "--testbed-delay",
+        "2ms",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--out",
+    ])
+    .arg(&out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let line = c.wait_for_line("metrics on http://", Duration::from_secs(20));
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.strip_suffix("/metrics"))
+        .expect("metrics address")
+        .to_string();
+    c.wait_for_line("sent 100/s", Duration::from_secs(20));
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect to metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("response");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.contains("# TYPE loadfleet_requests_intended_total counter"),
+        "{body}"
+    );
+    assert!(
+        body.contains("loadfleet_responses_total{code=\"200\"}"),
+        "{body}"
+    );
+    assert!(
+        body.contains("loadfleet_latency_seconds{quantile=\"0.99\"}"),
+        "{body}"
+    );
+    let (status, output) = c.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{output}");
+}

@@ -1,0 +1,57 @@
+//! `--repeat N`: the same fleet runs the plan N times; the report keeps
+//! every run and their median, min and max.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn repeated_runs_are_kept_with_their_spread() {
+    let out = temp_dir("repeat");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "2",
+        "--rate",
+        "200",
+        "--duration",
+        "2s",
+        "--repeat",
+        "3",
+    ])
+    .args(["--testbed-delay", "2ms", "--threshold", "p99<5s", "--out"])
+    .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let r = read_report(&out);
+    let rep = &r["repeats"];
+    assert_eq!(u(&rep["count"]), 3, "{rep}");
+    let runs = rep["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 3);
+    for run in runs {
+        assert_eq!(u(&run["intended"]), 400);
+        assert_eq!(u(&run["sent"]) + u(&run["unsent"]["total"]), 400);
+        assert!(run["latency_ms"]["p99"].is_number());
+    }
+    assert_eq!(rep["median"]["intended"].as_f64(), Some(400.0));
+    let (lo, mid, hi) = (
+        rep["min"]["latency_ms"]["p99"].as_f64().expect("min"),
+        rep["median"]["latency_ms"]["p99"].as_f64().expect("median"),
+        rep["max"]["latency_ms"]["p99"].as_f64().expect("max"),
+    );
+    assert!(lo <= mid && mid <= hi, "{lo} {mid} {hi}");
+    let shown = u(&rep["representative"]) as usize;
+    assert!(shown < 3);
+    assert_eq!(
+        r["totals"]["latency_ms"]["p99"],
+        runs[shown]["latency_ms"]["p99"]
+    );
+    assert!(output.contains("3 runs"), "{output}");
+    assert!(r["thresholds"][0]["threshold"]
+        .as_str()
+        .unwrap_or("")
+        .contains("median of 3 runs"));
+}

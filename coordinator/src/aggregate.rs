@@ -173,8 +173,9 @@ pub struct IntervalAgg {
     pub max_in_flight: u64,
     pub latency: Option<Histogram<u64>>,
     pub max_lag_us: u64,
-    /// Per-class latency for the HdrHistogram interval log.
-    pub latency_by_class: BTreeMap<String, Histogram<u64>>,
+    /// Latency per (scenario index, outcome class), for the HdrHistogram
+    /// interval log.
+    pub latency_by_class: BTreeMap<(u32, String), Histogram<u64>>,
 }
 
 impl Aggregate {
@@ -223,7 +224,7 @@ impl Aggregate {
         for (class, h) in &one.latency {
             add_hist(
                 iv.latency_by_class
-                    .entry(class.clone())
+                    .entry((s.scenario, class.clone()))
                     .or_insert_with(new_histogram),
                 h,
             );

@@ -1034,9 +1034,26 @@ pub fn write_json(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     writeln!(out)
 }
 
+/// Tags may not hold spaces, commas or other separators of the log format.
+fn hlog_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// The HdrHistogram interval log: one tagged entry per interval and outcome
 /// class, readable by the standard HdrHistogram tools.
-pub fn write_hlog(out: &mut impl Write, result: &RunResult) -> std::io::Result<()> {
+pub fn write_hlog(
+    out: &mut impl Write,
+    result: &RunResult,
+    scenarios: &[String],
+) -> std::io::Result<()> {
     use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
     use hdrhistogram::serialization::V2DeflateSerializer;
     let start = result
@@ -1054,11 +1071,15 @@ pub fn write_hlog(out: &mut impl Write, result: &RunResult) -> std::io::Result<(
         .begin_log_with(&mut *out, &mut serializer)
         .map_err(std::io::Error::other)?;
     for (&i, iv) in &result.aggregate.intervals {
-        for (class, h) in &iv.latency_by_class {
+        for ((scenario, class), h) in &iv.latency_by_class {
             if h.is_empty() {
                 continue;
             }
-            let tag = Tag::new(class);
+            let name = scenarios
+                .get(*scenario as usize)
+                .map_or_else(|| format!("scenario-{scenario}"), |n| hlog_safe(n));
+            let tag_text = format!("{name}.{class}");
+            let tag = Tag::new(&tag_text);
             writer
                 .write_histogram(
                     h,

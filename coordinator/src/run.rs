@@ -656,7 +656,8 @@ fn write_outputs(
     write("report.json", &|w| report::write_json(w, report))?;
     write("intervals.csv", &|w| report::write_csv(w, report))?;
     write("report.html", &|w| crate::html::write_html(w, report))?;
-    write("latency.hlog", &|w| report::write_hlog(w, result))?;
+    let names: Vec<String> = report.scenarios.iter().map(|s| s.name.clone()).collect();
+    write("latency.hlog", &|w| report::write_hlog(w, result, &names))?;
     Ok(())
 }
 

@@ -79,7 +79,7 @@ fn two_agents_send_the_exact_schedule() {
     assert!(out.join("report.html").is_file());
     let hlog = std::fs::read_to_string(out.join("latency.hlog")).expect("hlog");
     assert!(
-        hlog.contains("#[StartTime:") && hlog.contains("Tag=2xx"),
+        hlog.contains("#[StartTime:") && hlog.contains("Tag=default.2xx"),
         "{hlog}"
     );
 }

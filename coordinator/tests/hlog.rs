@@ -94,19 +94,28 @@ fn hlog_read_by_hdrh_matches_the_report() {
     );
     assert_eq!(u(&s["count"]), count, "total count: {ctx}");
 
-    // Per tag: each outcome class's count.
+    // Per tag (SCENARIO.CLASS): each outcome class's count.
     let tags = s["tags"].as_object().expect("tags");
     let classes = t["latency_by_class_ms"].as_object().expect("classes");
     assert!(
         tags.len() >= 2,
         "expected 2xx and 5xx entries in the log: {ctx}"
     );
+    let tag_classes: Vec<String> = tags
+        .keys()
+        .map(|k| {
+            let (scenario, class) = k.rsplit_once('.').expect("SCENARIO.CLASS tag");
+            assert_eq!(scenario, "default", "tag {k}: {ctx}");
+            class.to_string()
+        })
+        .collect();
     assert_eq!(
-        tags.keys().collect::<Vec<_>>(),
-        classes.keys().collect::<Vec<_>>(),
+        tag_classes,
+        classes.keys().cloned().collect::<Vec<_>>(),
         "tags vs classes: {ctx}"
     );
-    for (class, n) in tags {
+    for (tag, n) in tags {
+        let class = tag.rsplit_once('.').map_or(tag.as_str(), |(_, c)| c);
         assert_eq!(
             u(n),
             u(&classes[class]["count"]),

@@ -253,3 +253,46 @@ fn remote_agent_serves_every_repeat() {
         assert_eq!(u(&run["intended"]), 100);
     }
 }
+
+/// Shares by label: an agent labelled `big` with weight 3 sends three
+/// quarters of the load, the other one quarter, exactly.
+#[test]
+fn weighted_shares_follow_agent_labels() {
+    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
+    tb.args(["--listen", "127.0.0.1:0"]);
+    let mut testbed = Proc::spawn(tb, "testbed");
+    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
+    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let out = temp_dir("shares");
+    let plan = out.join("plan.toml");
+    std::fs::write(
+        &plan,
+        format!(
+            "[target]\nurl = \"http://{addr}/\"\n[agents]\nshares = {{ big = 3 }}\n[[scenario]]\nrate = 400\nduration = \"2s\"\n"
+        ),
+    )
+    .expect("plan");
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--listen", "127.0.0.1:0", "--token", "t", "--expect-agents", "2", "--out"])
+        .arg(&out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let url = control_url(&mut c);
+    let big = start_agent(&url, "t", &["--label", "big", "--id", "big", "--bind", "127.0.0.2"]);
+    let small = start_agent(&url, "t", &["--id", "small", "--bind", "127.0.0.3"]);
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    drop((big, small));
+    let r = read_report(&out);
+    let agents = r["agents"].as_array().expect("agents");
+    let find = |id: &str| {
+        agents
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no agent {id}: {agents:?}"))
+    };
+    assert_eq!(u(&find("big")["intended"]), 600);
+    assert_eq!(u(&find("small")["intended"]), 200);
+    assert_eq!(find("big")["share"].as_f64(), Some(0.75));
+}

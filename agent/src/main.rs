@@ -43,6 +43,16 @@ struct Cli {
     /// rates (each wake-up is a context switch).
     #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "250us", value_parser = humantime::parse_duration)]
     wake_quantum: Duration,
+    /// Only send to these targets (`host` or `host:port`, repeatable or
+    /// comma-separated): an assignment aimed anywhere else is refused, so a
+    /// coordinator — or whoever impersonates one — cannot turn this agent on
+    /// a target it was not meant to hit.
+    #[arg(
+        long = "allow-target",
+        env = "LOADFLEET_ALLOW_TARGETS",
+        value_delimiter = ','
+    )]
+    allow_targets: Vec<String>,
     /// Announce a different protocol version (for testing refusals).
     #[arg(long, hide = true, default_value_t = loadfleet_proto::PROTOCOL_VERSION)]
     protocol_version: u32,
@@ -87,6 +97,7 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
         workers,
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
+        allow_targets: cli.allow_targets,
         protocol_version: cli.protocol_version,
     };
     // The control plane gets its own small runtime; the workers each run

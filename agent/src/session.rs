@@ -36,6 +36,9 @@ pub struct AgentConfig {
     pub connect_timeout: Duration,
     /// Shortest time between two wake-ups of a worker's open-model loop.
     pub wake_quantum: Duration,
+    /// Targets this agent may be sent at (`host` or `host:port`); empty
+    /// means any. The agent refuses an assignment aimed elsewhere.
+    pub allow_targets: Vec<String>,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
 }
@@ -143,6 +146,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
     // session: each assignment is one run, and the session ends when the
     // coordinator closes the stream after the last.
     let mut running = false;
+    let mut refused = false;
     let mut last_end: Option<SessionEnd> = None;
     let mut snapshots = 0u64;
     let mut in_flight_at_end = 0u64;
@@ -192,6 +196,12 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
                         in_flight_at_end = 0;
                         cut_short = false;
                         cpu = CpuSampler::new();
+                        if let Err(reason) = check_targets(&a, &config.allow_targets) {
+                            let refusal = send(agent_message::Kind::Refusal(v1::Refusal { reason: reason.clone() }));
+                            let _ = out_tx.send(refusal).await;
+                            refused = true;
+                            break Err(anyhow!("refused the assignment: {reason}"));
+                        }
                         let start = clock.0 + Duration::from_nanos(a.start_at_agent_ns);
                         let plans = match plan_workers(&a, &config, start) {
                             Ok(p) => p,
@@ -278,8 +288,9 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
     };
     // Whatever happened, nothing keeps firing after the session ends.
     stop.cancel();
-    if result.is_ok() {
-        // Let the outbound queue drain and the coordinator close the stream.
+    if result.is_ok() || refused {
+        // Let the outbound queue drain (a refusal must reach the
+        // coordinator) and the coordinator close the stream.
         drop(out_tx);
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             while let Ok(Some(_)) = inbound.message().await {}
@@ -292,6 +303,60 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
         }
     }
     result
+}
+
+/// The `host:port` a URL (template) points at; `None` when it has no
+/// authority or builds it from placeholders.
+fn url_authority(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.contains("{{") || authority.is_empty() {
+        return None;
+    }
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
+            Ok(port) => (h, port),
+            Err(_) => (authority, 80),
+        },
+        _ => (authority, 80),
+    };
+    Some((host.trim_matches(['[', ']']).to_ascii_lowercase(), port))
+}
+
+/// Refuses an assignment that aims at a target outside `allow`.
+fn check_targets(a: &v1::Assignment, allow: &[String]) -> Result<(), String> {
+    if allow.is_empty() {
+        return Ok(());
+    }
+    for sc in &a.scenarios {
+        for r in &sc.requests {
+            let Some((host, port)) = url_authority(&r.url) else {
+                return Err(format!(
+                    "target {:?} has no fixed host, and this agent only sends to --allow-target {}",
+                    r.url,
+                    allow.join(",")
+                ));
+            };
+            let allowed = allow.iter().any(|entry| {
+                let entry = entry.trim().to_ascii_lowercase();
+                match entry.rsplit_once(':') {
+                    Some((h, p)) if p.parse::<u16>().is_ok() => {
+                        h.trim_matches(['[', ']']) == host && p.parse::<u16>().ok() == Some(port)
+                    }
+                    _ => entry.trim_matches(['[', ']']) == host,
+                }
+            });
+            if !allowed {
+                return Err(format!(
+                    "target {host}:{port} is not in this agent's --allow-target list ({})",
+                    allow.join(",")
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Turns a refused call into a message that says what to fix.
@@ -463,5 +528,46 @@ impl CpuSampler {
             unsent: HashMap::new(),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(url: &str) -> v1::Assignment {
+        v1::Assignment {
+            scenarios: vec![v1::ScenarioAssignment {
+                requests: vec![v1::RequestTemplate {
+                    url: url.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn allow_list_checks_host_and_port() {
+        let allow = vec!["10.0.0.9:8080".to_string(), "api.example".to_string()];
+        assert!(check_targets(&assignment("http://10.0.0.9:8080/x"), &allow).is_ok());
+        assert!(check_targets(&assignment("http://API.example/x?y"), &allow).is_ok());
+        assert!(check_targets(&assignment("http://api.example:9000/"), &allow).is_ok());
+        let e = check_targets(&assignment("http://10.0.0.9:9090/"), &allow).unwrap_err();
+        assert!(
+            e.contains("10.0.0.9:9090") && e.contains("--allow-target"),
+            "{e}"
+        );
+        assert!(check_targets(&assignment("http://{{data.host}}/"), &allow).is_err());
+        assert!(check_targets(&assignment("http://anything/"), &[]).is_ok());
+    }
+
+    #[test]
+    fn authorities_parse() {
+        assert_eq!(url_authority("http://h:81/p"), Some(("h".into(), 81)));
+        assert_eq!(url_authority("http://h"), Some(("h".into(), 80)));
+        assert_eq!(url_authority("http://[::1]:9/"), Some(("::1".into(), 9)));
+        assert_eq!(url_authority("/relative"), None);
     }
 }

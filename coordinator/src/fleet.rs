@@ -552,6 +552,13 @@ impl Fleet {
                         }
                     }
                     Some(agent_message::Kind::Finished(f)) => a.finished = Some(f),
+                    Some(agent_message::Kind::Refusal(r)) => {
+                        tracing::warn!("agent {} refused the run: {}", a.hello.agent_id, r.reason);
+                        a.lost = Some(format!("refused the assignment: {}", r.reason));
+                        // End its stream: there is nothing more to say.
+                        let (closed, _) = mpsc::channel(1);
+                        a.tx = closed;
+                    }
                     Some(agent_message::Kind::Heartbeat(_))
                     | Some(agent_message::Kind::Hello(_))
                     | None => {}

@@ -275,11 +275,23 @@ fn weighted_shares_follow_agent_labels() {
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--listen", "127.0.0.1:0", "--token", "t", "--expect-agents", "2", "--out"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "t",
+            "--expect-agents",
+            "2",
+            "--out",
+        ])
         .arg(&out);
     let mut c = Proc::spawn(cmd, "coordinator");
     let url = control_url(&mut c);
-    let big = start_agent(&url, "t", &["--label", "big", "--id", "big", "--bind", "127.0.0.2"]);
+    let big = start_agent(
+        &url,
+        "t",
+        &["--label", "big", "--id", "big", "--bind", "127.0.0.2"],
+    );
     let small = start_agent(&url, "t", &["--id", "small", "--bind", "127.0.0.3"]);
     let (status, output) = c.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{output}");
@@ -295,4 +307,33 @@ fn weighted_shares_follow_agent_labels() {
     assert_eq!(u(&find("big")["intended"]), 600);
     assert_eq!(u(&find("small")["intended"]), 200);
     assert_eq!(find("big")["share"].as_f64(), Some(0.75));
+}
+
+/// An agent limited by --allow-target refuses a run aimed elsewhere: it
+/// sends nothing, and the coordinator reports why.
+#[test]
+fn agent_refuses_a_target_outside_its_allow_list() {
+    let target = Silent::new();
+    let out = temp_dir("allow");
+    let mut c = remote_coordinator(
+        &target.url(),
+        1,
+        "t",
+        &out,
+        &["--rate", "50", "--duration", "2s"],
+    );
+    let url = control_url(&mut c);
+    let a = start_agent(&url, "t", &["--allow-target", "127.0.0.1:1"]);
+    let (status, output) = c.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(3), "{output}");
+    let (agent_status, agent_output) = a.wait(Duration::from_secs(10));
+    assert!(!agent_status.success());
+    assert!(agent_output.contains("--allow-target"), "{agent_output}");
+    let r = read_report(&out);
+    let reason = r["agents"][0]["lost_reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(reason.contains("allow-target"), "{reason}");
+    assert_eq!(target.connections(), 0, "no load may be sent");
 }

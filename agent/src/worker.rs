@@ -104,6 +104,17 @@ struct Shared {
     duration: Duration,
 }
 
+impl Shared {
+    /// An arrival goes out now: one more in flight, counted as sent.
+    fn mark_sent(&self, interval: u64, lag: Duration) {
+        let in_flight = self.in_flight.get() + 1;
+        self.in_flight.set(in_flight);
+        self.recorder
+            .borrow_mut()
+            .arrival_sent(interval, lag.as_micros() as u64, in_flight);
+    }
+}
+
 /// Runs a worker to completion on the current (single-threaded) runtime.
 pub async fn run(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, stop: CancellationToken) {
     let local = tokio::task::LocalSet::new();
@@ -257,23 +268,10 @@ async fn open_loop(
                 .arrival_unsent(interval, loadfleet_proto::UNSENT_CONCURRENCY_LIMIT);
             continue;
         }
-        let built = shared.mix.build(seq, &mut shared.rng.borrow_mut());
-        let request = match built {
-            Ok(r) => r,
-            Err(reason) => {
-                shared
-                    .recorder
-                    .borrow_mut()
-                    .arrival_unsent(interval, reason);
-                continue;
-            }
+        let Some(request) = build_or_count(shared, seq, interval) else {
+            continue;
         };
-        let in_flight = shared.in_flight.get() + 1;
-        shared.in_flight.set(in_flight);
-        shared
-            .recorder
-            .borrow_mut()
-            .arrival_sent(interval, lag.as_micros() as u64, in_flight);
+        shared.mark_sent(interval, lag);
         let task_shared = shared.clone();
         tokio::task::spawn_local(async move {
             one_request(&task_shared, request, intended).await;
@@ -322,25 +320,12 @@ async fn closed_loop(
                         let seq = n * max_clients + c;
                         n += 1;
                         let interval = interval_of(&shared, intended);
-                        // Bound first: the RefCell borrow must end before any await.
-                        let built = shared.mix.build(seq, &mut shared.rng.borrow_mut());
-                        let request = match built {
-                            Ok(r) => r,
-                            Err(reason) => {
-                                shared
-                                    .recorder
-                                    .borrow_mut()
-                                    .arrival_unsent(interval, reason);
-                                tokio::time::sleep(think.max(Duration::from_millis(1))).await;
-                                continue;
-                            }
+                        let Some(request) = build_or_count(&shared, seq, interval) else {
+                            // A bad rendering must not spin the client.
+                            tokio::time::sleep(think.max(Duration::from_millis(1))).await;
+                            continue;
                         };
-                        let in_flight = shared.in_flight.get() + 1;
-                        shared.in_flight.set(in_flight);
-                        shared
-                            .recorder
-                            .borrow_mut()
-                            .arrival_sent(interval, 0, in_flight);
+                        shared.mark_sent(interval, Duration::ZERO);
                         one_request(&shared, request, intended).await;
                         if !think.is_zero() {
                             tokio::select! {
@@ -355,6 +340,26 @@ async fn closed_loop(
         .collect();
     for c in clients {
         let _ = c.await;
+    }
+}
+
+/// Builds arrival `seq`'s request, or counts it unsent when the rendered
+/// template is not a valid request. Not async: the RefCell borrows end here.
+fn build_or_count(
+    shared: &Shared,
+    seq: u64,
+    interval: u64,
+) -> Option<http::Request<http_body_util::Full<bytes::Bytes>>> {
+    let built = shared.mix.build(seq, &mut shared.rng.borrow_mut());
+    match built {
+        Ok(r) => Some(r),
+        Err(reason) => {
+            shared
+                .recorder
+                .borrow_mut()
+                .arrival_unsent(interval, reason);
+            None
+        }
     }
 }
 

@@ -54,47 +54,37 @@ impl Default for Merged {
 }
 
 impl Merged {
-    /// Adds one snapshot. On corrupt histogram bytes nothing is added, so a
-    /// bad snapshot cannot leave counts and histograms disagreeing.
-    pub fn add(&mut self, s: &v1::Snapshot) -> Result<(), CodecError> {
-        let mut latency: Vec<(String, Histogram<u64>)> = Vec::new();
-        for (class, bytes) in &s.latency {
+    /// One snapshot, decoded. Fails as a whole on corrupt histogram bytes,
+    /// so a bad snapshot cannot leave counts and histograms disagreeing.
+    pub fn from_snapshot(s: &v1::Snapshot) -> Result<Self, CodecError> {
+        let decode = |bytes: &[u8]| -> Result<Histogram<u64>, CodecError> {
             let mut h = new_histogram();
             merge_into(&mut h, bytes)?;
-            latency.push((class.clone(), h));
+            Ok(h)
+        };
+        let mut latency = BTreeMap::new();
+        for (class, bytes) in &s.latency {
+            latency.insert(class.clone(), decode(bytes)?);
         }
-        let mut service = new_histogram();
-        merge_into(&mut service, &s.service_time)?;
-        let mut warmup = new_histogram();
-        merge_into(&mut warmup, &s.warmup_latency)?;
-        let mut lag = new_histogram();
-        merge_into(&mut lag, &s.lag)?;
-
-        self.intended += s.intended;
-        self.sent += s.sent;
-        for (reason, n) in &s.unsent {
-            *self.unsent.entry(reason.clone()).or_default() += n;
-        }
-        self.completed += s.completed;
-        self.completed_in_window += s.completed_in_window;
-        for (code, n) in &s.status {
-            *self.status.entry(*code).or_default() += n;
-        }
-        for (kind, n) in &s.errors {
-            *self.errors.entry(kind.clone()).or_default() += n;
-        }
-        for (class, h) in latency {
-            add_hist(self.latency.entry(class).or_insert_with(new_histogram), &h);
-        }
-        add_hist(&mut self.service_time, &service);
-        add_hist(&mut self.warmup_latency, &warmup);
-        add_hist(&mut self.lag, &lag);
-        self.cpu_seconds += s.cpu_seconds;
-        if s.host_cpu > 0.0 {
-            self.host_cpu.0 += s.host_cpu;
-            self.host_cpu.1 += 1;
-        }
-        Ok(())
+        Ok(Self {
+            intended: s.intended,
+            sent: s.sent,
+            unsent: s.unsent.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            completed: s.completed,
+            completed_in_window: s.completed_in_window,
+            status: s.status.iter().map(|(k, v)| (*k, *v)).collect(),
+            errors: s.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            latency,
+            service_time: decode(&s.service_time)?,
+            warmup_latency: decode(&s.warmup_latency)?,
+            lag: decode(&s.lag)?,
+            cpu_seconds: s.cpu_seconds,
+            host_cpu: if s.host_cpu > 0.0 {
+                (s.host_cpu, 1)
+            } else {
+                (0.0, 0)
+            },
+        })
     }
 
     pub fn unsent_total(&self) -> u64 {
@@ -190,9 +180,8 @@ impl Aggregate {
 
     /// Adds one agent's snapshot to the totals, its agent and its interval.
     pub fn add(&mut self, agent: usize, s: &v1::Snapshot) -> Result<(), CodecError> {
-        // Decode once into a one-snapshot Merged, then add that everywhere.
-        let mut one = Merged::default();
-        one.add(s)?;
+        // Decode once, then add that everywhere.
+        let one = Merged::from_snapshot(s)?;
         merge(&mut self.totals, &one);
         if let Some(a) = self.agents.get_mut(agent) {
             merge(a, &one);

@@ -300,22 +300,9 @@ fn percentile_row(h: &mut String, label: &str, note: &str, p: Option<&Percentile
 
 /// With --repeat: every run's headline figures, then median, min and max.
 fn repeats(h: &mut String, r: &Report) -> fmt::Result {
+    use crate::repeats::{Unit, COLUMNS};
     let Some(rep) = &r.repeats else {
         return Ok(());
-    };
-    let cols = [
-        ("intended", "intended", false),
-        ("sent", "sent", false),
-        ("unsent", "unsent.total", false),
-        ("throughput (req/s)", "throughput_rps", false),
-        ("p50 (ms)", "latency_ms.p50", true),
-        ("p99 (ms)", "latency_ms.p99", true),
-        ("max (ms)", "latency_ms.max", true),
-    ];
-    let get = |v: &serde_json::Value, path: &str| {
-        path.split('.')
-            .try_fold(v, |v, k| v.get(k))
-            .and_then(serde_json::Value::as_f64)
     };
     writeln!(
         h,
@@ -323,27 +310,19 @@ fn repeats(h: &mut String, r: &Report) -> fmt::Result {
         rep.count,
         rep.representative + 1
     )?;
-    for (name, _, _) in cols {
-        write!(h, "<th>{}</th>", esc(name))?;
+    for (name, _, unit) in COLUMNS {
+        let suffix = if unit == Unit::Millis { " (ms)" } else { "" };
+        write!(h, "<th>{}{suffix}</th>", esc(name))?;
     }
     writeln!(h, "</tr>")?;
-    let rows = rep
-        .runs
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (format!("run {}", i + 1), v))
-        .chain([
-            ("median".to_string(), &rep.median),
-            ("min".to_string(), &rep.min),
-            ("max".to_string(), &rep.max),
-        ]);
-    for (label, v) in rows {
+    for (label, values) in rep.table() {
         write!(h, "<tr><td class=\"l\">{}</td>", esc(&label))?;
-        for (_, path, is_ms) in cols {
-            let cell = match get(v, path) {
-                Some(x) if is_ms => ms(x),
-                Some(x) => num(x, if path == "throughput_rps" { 1 } else { 0 }),
-                None => "–".into(),
+        for ((_, _, unit), v) in COLUMNS.iter().zip(values) {
+            let cell = match (v, unit) {
+                (Some(x), Unit::Millis) => ms(x),
+                (Some(x), Unit::PerSecond) => num(x, 1),
+                (Some(x), Unit::Count) => num(x, 0),
+                (None, _) => "–".into(),
             };
             write!(h, "<td>{cell}</td>")?;
         }

@@ -52,6 +52,43 @@ pub struct Repeats {
     pub max: Value,
 }
 
+/// How a column of the repeats table is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Count,
+    PerSecond,
+    Millis,
+}
+
+/// The columns of the repeats table (text and HTML): title, key path, unit.
+pub const COLUMNS: [(&str, &str, Unit); 7] = [
+    ("intended", "intended", Unit::Count),
+    ("sent", "sent", Unit::Count),
+    ("unsent", "unsent.total", Unit::Count),
+    ("req/s", "throughput_rps", Unit::PerSecond),
+    ("p50", "latency_ms.p50", Unit::Millis),
+    ("p99", "latency_ms.p99", Unit::Millis),
+    ("max", "latency_ms.max", Unit::Millis),
+];
+
+impl Repeats {
+    /// Rows of the repeats table: each run, then median, min and max, with
+    /// one value per column of [`COLUMNS`].
+    pub fn table(&self) -> Vec<(String, Vec<Option<f64>>)> {
+        let row = |v: &Value| COLUMNS.iter().map(|(_, path, _)| get(v, path)).collect();
+        self.runs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("run {}", i + 1), row(v)))
+            .chain([
+                ("median".to_string(), row(&self.median)),
+                ("min".to_string(), row(&self.min)),
+                ("max".to_string(), row(&self.max)),
+            ])
+            .collect()
+    }
+}
+
 fn get(v: &Value, path: &str) -> Option<f64> {
     path.split('.').try_fold(v, |v, k| v.get(k))?.as_f64()
 }

@@ -977,20 +977,7 @@ pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
 
 /// The runs side by side, then their median, min and max.
 fn write_repeats(out: &mut impl Write, rep: &crate::repeats::Repeats) -> std::io::Result<()> {
-    let cols = [
-        ("intended", "intended"),
-        ("sent", "sent"),
-        ("unsent", "unsent.total"),
-        ("req/s", "throughput_rps"),
-        ("p50", "latency_ms.p50"),
-        ("p99", "latency_ms.p99"),
-        ("max", "latency_ms.max"),
-    ];
-    let get = |v: &serde_json::Value, path: &str| {
-        path.split('.')
-            .try_fold(v, |v, k| v.get(k))
-            .and_then(serde_json::Value::as_f64)
-    };
+    use crate::repeats::{Unit, COLUMNS};
     writeln!(out)?;
     writeln!(
         out,
@@ -999,28 +986,18 @@ fn write_repeats(out: &mut impl Write, rep: &crate::repeats::Repeats) -> std::io
         rep.representative + 1
     )?;
     let mut head = format!("  {:<8}", "");
-    for (name, _) in cols {
+    for (name, _, _) in COLUMNS {
         head.push_str(&format!(" {name:>10}"));
     }
     writeln!(out, "{head}")?;
-    let rows = rep
-        .runs
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (format!("run {}", i + 1), v))
-        .chain([
-            ("median".to_string(), &rep.median),
-            ("min".to_string(), &rep.min),
-            ("max".to_string(), &rep.max),
-        ]);
-    for (label, v) in rows {
+    for (label, values) in rep.table() {
         let mut line = format!("  {label:<8}");
-        for (name, path) in cols {
-            let cell = match get(v, path) {
-                Some(x) if name.starts_with('p') || name == "max" => fmt_ms(x),
-                Some(x) if name == "req/s" => format!("{x:.1}"),
-                Some(x) => format!("{x:.0}"),
-                None => "-".into(),
+        for ((_, _, unit), v) in COLUMNS.iter().zip(values) {
+            let cell = match (v, unit) {
+                (Some(x), Unit::Millis) => fmt_ms(x),
+                (Some(x), Unit::PerSecond) => format!("{x:.1}"),
+                (Some(x), Unit::Count) => format!("{x:.0}"),
+                (None, _) => "-".into(),
             };
             line.push_str(&format!(" {cell:>10}"));
         }

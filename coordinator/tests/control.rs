@@ -150,11 +150,7 @@ fn missing_token_for_remote_agents_is_bad_input() {
 
 /// Runs a remote fleet of one agent against the testbed until load flows.
 fn running_fleet(test: &str) -> (Proc, Proc, Proc, std::path::PathBuf) {
-    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
-    tb.args(["--listen", "127.0.0.1:0"]);
-    let mut testbed = Proc::spawn(tb, "testbed");
-    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
-    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let (testbed, addr) = start_testbed(&[]);
     let out = temp_dir(test);
     let mut c = remote_coordinator(
         &format!("http://{addr}/"),
@@ -228,11 +224,7 @@ fn interrupted_run_keeps_what_it_measured() {
 /// when the coordinator closes it after the last one.
 #[test]
 fn remote_agent_serves_every_repeat() {
-    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
-    tb.args(["--listen", "127.0.0.1:0"]);
-    let mut testbed = Proc::spawn(tb, "testbed");
-    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
-    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let (_testbed, addr) = start_testbed(&[]);
     let out = temp_dir("remote-repeat");
     let mut c = remote_coordinator(
         &format!("http://{addr}/"),
@@ -258,11 +250,7 @@ fn remote_agent_serves_every_repeat() {
 /// quarters of the load, the other one quarter, exactly.
 #[test]
 fn weighted_shares_follow_agent_labels() {
-    let mut tb = std::process::Command::new(bin("loadfleet-testbed"));
-    tb.args(["--listen", "127.0.0.1:0"]);
-    let mut testbed = Proc::spawn(tb, "testbed");
-    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
-    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let (_testbed, addr) = start_testbed(&[]);
     let out = temp_dir("shares");
     let plan = out.join("plan.toml");
     std::fs::write(

@@ -11,21 +11,20 @@ use common::*;
 /// intended arrival sent, each agent exactly its share, counts consistent.
 #[test]
 fn two_agents_send_the_exact_schedule() {
-    let out = temp_dir("exact");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--local-agents",
-        "2",
-        "--rate",
-        "1000",
-        "--duration",
-        "5s",
-    ])
-    .args(["--testbed-delay", "0ms", "--out"])
-    .arg(&out);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    let r = read_report(&out);
+    let (status, output, r, out) = run_report(
+        "exact",
+        &[
+            "run",
+            "--local-agents",
+            "2",
+            "--rate",
+            "1000",
+            "--duration",
+            "5s",
+            "--testbed-delay",
+            "0ms",
+        ],
+    );
     assert_eq!(status.code(), Some(0), "{output}");
     assert_eq!(r["schema"], "loadfleet.report/v1");
     let t = &r["totals"];
@@ -89,28 +88,26 @@ fn two_agents_send_the_exact_schedule() {
 /// and latency from the intended time includes the wait for the pool.
 #[test]
 fn overload_counts_unsent_and_keeps_outcomes_apart() {
-    let out = temp_dir("overload");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--local-agents",
-        "2",
-        "--rate",
-        "300",
-        "--duration",
-        "4s",
-    ])
-    .args(["--max-in-flight", "15", "--testbed-delay", "100ms"])
-    .args([
-        "--testbed-pool",
-        "10",
-        "--testbed-pool-timeout",
-        "150ms",
-        "--out",
-    ])
-    .arg(&out);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    let r = read_report(&out);
+    let (status, output, r, out) = run_report(
+        "overload",
+        &[
+            "run",
+            "--local-agents",
+            "2",
+            "--rate",
+            "300",
+            "--duration",
+            "4s",
+            "--max-in-flight",
+            "15",
+            "--testbed-delay",
+            "100ms",
+            "--testbed-pool",
+            "10",
+            "--testbed-pool-timeout",
+            "150ms",
+        ],
+    );
     let t = &r["totals"];
     assert_eq!(status.code(), Some(0), "{output}");
     assert_eq!(u(&t["intended"]), 1200);
@@ -124,6 +121,8 @@ fn overload_counts_unsent_and_keeps_outcomes_apart() {
     // 503s waited the pool timeout.
     let failed = &t["latency_by_class_ms"]["5xx"];
     assert!(failed["p50"].as_f64().expect("p50") >= 150.0, "{failed}");
+    // The UNSENT verdict states the right share.
+    let share = 100.0 * u(&t["unsent"]["total"]) as f64 / u(&t["intended"]) as f64;
     let unsent_verdict = r["verdicts"]
         .as_array()
         .expect("verdicts")
@@ -131,6 +130,37 @@ fn overload_counts_unsent_and_keeps_outcomes_apart() {
         .find(|v| v["code"] == "UNSENT")
         .expect("UNSENT verdict");
     assert_eq!(unsent_verdict["level"], "warn");
+    let message = unsent_verdict["message"].as_str().expect("message");
+    assert!(
+        message.contains(&format!("({share:.1}%)")),
+        "{message} vs {share:.1}%"
+    );
+    // The per-second series shows unsent only once in-flight hit the cap
+    // (2 agents × 15).
+    let mut seen_unsent = false;
+    for iv in r["intervals"].as_array().expect("intervals") {
+        if iv["unsent_by_reason"]["concurrency_limit"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+        {
+            seen_unsent = true;
+            assert!(
+                u(&iv["max_in_flight"]) >= 30,
+                "unsent before the cap was reached: {iv}"
+            );
+        }
+    }
+    assert!(seen_unsent, "the series shows unsent seconds");
+    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
+    assert!(
+        csv.starts_with("t,intended,sent,unsent,unsent_concurrency_limit"),
+        "{csv}"
+    );
+    assert_eq!(
+        csv.lines().count(),
+        r["intervals"].as_array().map_or(0, Vec::len) + 1
+    );
 }
 
 /// Nothing listens on the target port: every sent request is refused, the
@@ -154,8 +184,8 @@ fn closed_port_is_no_experiment() {
     .arg("--out")
     .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    assert_eq!(status.code(), Some(3), "{output}");
     let r = read_report(&out);
+    assert_eq!(status.code(), Some(3), "{output}");
     let t = &r["totals"];
     assert!(u(&t["sent"]) > 0);
     assert_eq!(u(&t["errors"]["refused"]), u(&t["sent"]), "{output}");
@@ -175,21 +205,22 @@ fn closed_port_is_no_experiment() {
 /// reason `late` instead of being sent late.
 #[test]
 fn arrivals_beyond_max_lag_are_unsent_late() {
-    let out = temp_dir("late");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--local-agents",
-        "1",
-        "--rate",
-        "2000",
-        "--duration",
-        "2s",
-    ])
-    .args(["--max-lag", "1us", "--testbed-delay", "0ms", "--out"])
-    .arg(&out);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    let r = read_report(&out);
+    let (status, output, r, _) = run_report(
+        "late",
+        &[
+            "run",
+            "--local-agents",
+            "1",
+            "--rate",
+            "2000",
+            "--duration",
+            "2s",
+            "--max-lag",
+            "1us",
+            "--testbed-delay",
+            "0ms",
+        ],
+    );
     let t = &r["totals"];
     assert!(u(&t["unsent"]["late"]) > 0, "{output}");
     assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 4000);

@@ -3,30 +3,29 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 #[test]
 fn repeated_runs_are_kept_with_their_spread() {
-    let out = temp_dir("repeat");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--local-agents",
-        "2",
-        "--rate",
-        "200",
-        "--duration",
-        "2s",
-        "--repeat",
-        "3",
-    ])
-    .args(["--testbed-delay", "2ms", "--threshold", "p99<5s", "--out"])
-    .arg(&out);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    let (status, output, r, _) = run_report(
+        "repeat",
+        &[
+            "run",
+            "--local-agents",
+            "2",
+            "--rate",
+            "200",
+            "--duration",
+            "2s",
+            "--repeat",
+            "3",
+            "--testbed-delay",
+            "2ms",
+            "--threshold",
+            "p99<5s",
+        ],
+    );
     assert_eq!(status.code(), Some(0), "{output}");
-    let r = read_report(&out);
     let rep = &r["repeats"];
     assert_eq!(u(&rep["count"]), 3, "{rep}");
     let runs = rep["runs"].as_array().expect("runs");

@@ -9,9 +9,7 @@ use std::time::Duration;
 use common::*;
 
 fn local_run(test: &str, extra: &[&str]) -> (Option<i32>, String, serde_json::Value) {
-    let out = temp_dir(test);
-    let mut cmd = coordinator();
-    cmd.args([
+    let mut all = vec![
         "run",
         "--local-agents",
         "1",
@@ -19,12 +17,12 @@ fn local_run(test: &str, extra: &[&str]) -> (Option<i32>, String, serde_json::Va
         "100",
         "--duration",
         "2s",
-    ])
-    .args(["--testbed-delay", "5ms", "--out"])
-    .arg(&out)
-    .args(extra);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    (status.code(), output, read_report(&out))
+        "--testbed-delay",
+        "5ms",
+    ];
+    all.extend_from_slice(extra);
+    let (status, output, r, _) = run_report(test, &all);
+    (status.code(), output, r)
 }
 
 #[test]
@@ -78,74 +76,6 @@ fn latency_below_the_known_floor_is_no_experiment() {
     );
 }
 
-/// Overload with a small cap: the UNSENT verdict states the right share,
-/// and the per-second series shows unsent only once in-flight hit the cap.
-#[test]
-fn unsent_share_and_series_under_overload() {
-    let out = temp_dir("unsent-series");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--local-agents",
-        "2",
-        "--rate",
-        "300",
-        "--duration",
-        "4s",
-    ])
-    .args(["--max-in-flight", "15", "--testbed-delay", "100ms"])
-    .args([
-        "--testbed-pool",
-        "10",
-        "--testbed-pool-timeout",
-        "150ms",
-        "--out",
-    ])
-    .arg(&out);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
-    let r = read_report(&out);
-    let t = &r["totals"];
-    let share = 100.0 * u(&t["unsent"]["total"]) as f64 / u(&t["intended"]) as f64;
-    let verdict = r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .find(|v| v["code"] == "UNSENT")
-        .expect("UNSENT verdict")["message"]
-        .as_str()
-        .expect("message")
-        .to_string();
-    assert!(
-        verdict.contains(&format!("({share:.1}%)")),
-        "{verdict} vs {share:.1}%"
-    );
-    let cap = 2 * 15;
-    let mut seen_unsent = false;
-    for iv in r["intervals"].as_array().expect("intervals") {
-        let unsent = iv["unsent_by_reason"]["concurrency_limit"]
-            .as_u64()
-            .unwrap_or(0);
-        if unsent > 0 {
-            seen_unsent = true;
-            assert!(
-                u(&iv["max_in_flight"]) >= cap,
-                "unsent before the cap was reached: {iv}"
-            );
-        }
-    }
-    assert!(seen_unsent, "the series shows unsent seconds");
-    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
-    assert!(
-        csv.starts_with("t,intended,sent,unsent,unsent_concurrency_limit"),
-        "{csv}"
-    );
-    assert_eq!(
-        csv.lines().count(),
-        r["intervals"].as_array().map_or(0, Vec::len) + 1
-    );
-}
-
 /// An agent whose core is taken by a higher-priority busy loop cannot keep
 /// the schedule: GENERATOR_SATURATED names it, and the run is degraded.
 #[test]
@@ -155,11 +85,7 @@ fn starved_agent_is_named_as_the_bottleneck() {
         cpus >= 2,
         "this test needs two CPUs (target and agent apart)"
     );
-    let mut tb = Command::new(bin("loadfleet-testbed"));
-    tb.args(["--listen", "127.0.0.1:0", "--cpus", "0"]);
-    let mut testbed = Proc::spawn(tb, "testbed");
-    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
-    let addr = line.rsplit(' ').next().expect("addr").to_string();
+    let (_testbed, addr) = start_testbed(&["--cpus", "0"]);
 
     // taskset and nice exec into python, so the handle is the busy loop
     // itself: it ends by itself after 30 s, and is killed by handle sooner.

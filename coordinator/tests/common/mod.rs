@@ -148,6 +148,24 @@ pub fn run(cmd: Command, what: &str, patience: Duration) -> (ExitStatus, String)
     Proc::spawn(cmd, what).wait(patience)
 }
 
+/// Runs the coordinator with `args` plus `--out` a fresh folder, to the end;
+/// returns its exit code, its output, the report and the folder. A missing
+/// report fails the test with the coordinator's output.
+pub fn run_report(test: &str, args: &[&str]) -> (ExitStatus, String, serde_json::Value, PathBuf) {
+    let out = temp_dir(test);
+    let mut cmd = coordinator();
+    cmd.args(args).arg("--out").arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
+    if !out.join("report.json").is_file() {
+        panic!(
+            "no report.json (exit {:?}); output:\n{output}",
+            status.code()
+        );
+    }
+    let report = read_report(&out);
+    (status, output, report, out)
+}
+
 pub fn read_report(dir: &Path) -> serde_json::Value {
     let path = dir.join("report.json");
     let mut s = String::new();
@@ -161,6 +179,21 @@ pub fn read_report(dir: &Path) -> serde_json::Value {
 pub fn u(v: &serde_json::Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned number: {v}"))
+}
+
+/// Starts the testbed on 127.0.0.1 (extra flags appended); returns it and
+/// its `host:port`, read from its readiness line.
+pub fn start_testbed(extra: &[&str]) -> (Proc, String) {
+    let mut cmd = Command::new(bin("loadfleet-testbed"));
+    cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
+    let mut testbed = Proc::spawn(cmd, "testbed");
+    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
+    let addr = line
+        .rsplit(' ')
+        .next()
+        .expect("address in the line")
+        .to_string();
+    (testbed, addr)
 }
 
 /// A port on 127.0.0.1 with nothing listening (bound, then released).

@@ -507,9 +507,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         agents = local::start_agents(n, &url, &token, split.as_ref().map(|s| s.agents.as_slice()))?;
     }
 
-    let interrupt = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+    // Ctrl-C and SIGTERM (Kubernetes, docker stop) both cut the run short
+    // and keep what was measured. Once registered, tokio's handler stays in
+    // place, so a SIGTERM that arrives while the report is being written
+    // cannot kill the process half-way through it.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot watch for SIGTERM")?;
+    let interrupt = async move {
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => {
+                if r.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            _ = terminate.recv() => {}
         }
     };
     let metrics = match args.metrics_listen {

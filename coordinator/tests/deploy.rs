@@ -1,0 +1,112 @@
+//! The deployment files agree with each other and with the binaries: the
+//! Kubernetes manifests (read with PyYAML), the plan they ship (checked by
+//! the real `plan check`), and the systemd unit (by `systemd-analyze
+//! verify`). No cluster or VM is reachable here, so these are checked as
+//! files; the container path is exercised for real in `containers.rs`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn arg<'a>(args: &'a [serde_json::Value], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .filter_map(|a| a.as_str())
+        .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+}
+
+#[test]
+fn kubernetes_manifests_fit_together() {
+    let mut py = Command::new("python3");
+    py.arg(repo().join("coordinator/tests/support/k8s_facts.py"))
+        .arg(repo().join("deploy/k8s"));
+    let (status, output) = run(py, "k8s_facts.py", Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "reading the manifests failed (PyYAML is installed by .ci/run):\n{output}"
+    );
+    let json = output
+        .lines()
+        .find_map(|l| l.split("RESULT ").nth(1))
+        .expect("a RESULT line");
+    let f: serde_json::Value = serde_json::from_str(json).expect("facts");
+
+    // Agents: an Indexed Job, all at once, as many as the coordinator expects.
+    assert_eq!(f["completion_mode"], "Indexed");
+    assert_eq!(f["parallelism"], f["completions"]);
+    let coord_args = f["coordinator_args"].as_array().expect("args");
+    let expect: u64 = arg(coord_args, "--expect-agents")
+        .and_then(|v| v.parse().ok())
+        .expect("--expect-agents");
+    assert_eq!(u(&f["parallelism"]), expect);
+    // They dial the Service, on its port, which selects the coordinator.
+    let agent_args = f["agent_args"].as_array().expect("args");
+    let dial = arg(agent_args, "--coordinator").expect("--coordinator");
+    assert_eq!(
+        dial,
+        format!("http://loadfleet-coordinator:{}", u(&f["service_port"]))
+    );
+    assert_eq!(f["service_selector"], f["coordinator_labels"]);
+    assert_eq!(
+        arg(coord_args, "--listen"),
+        Some(format!("0.0.0.0:{}", u(&f["service_port"])).as_str())
+    );
+    // One token, from the Secret, on both sides.
+    assert_eq!(
+        f["agent_secret"]["LOADFLEET_TOKEN"],
+        f["coordinator_secret"]["LOADFLEET_TOKEN"]
+    );
+    let key = f["agent_secret"]["LOADFLEET_TOKEN"]["key"]
+        .as_str()
+        .expect("key");
+    assert!(f["secret_keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .any(|k| k == key));
+    // Agents keep away from each other.
+    assert_eq!(f["anti_affinity_self"], f["agent_labels"]);
+    assert!(
+        arg(agent_args, "--allow-target").is_some(),
+        "agents are limited to the target"
+    );
+
+    // The shipped plan is valid and expects the same number of agents.
+    let dir = temp_dir("k8s-plan");
+    let plan = dir.join("plan.toml");
+    std::fs::write(&plan, f["plan"].as_str().expect("plan text")).expect("write plan");
+    let mut check = coordinator();
+    check.args(["plan", "check"]).arg(&plan);
+    let (status, output) = run(check, "plan check", Duration::from_secs(20));
+    assert!(status.success(), "{output}");
+    assert!(f["plan"]
+        .as_str()
+        .unwrap_or("")
+        .contains(&format!("expect = {expect}")));
+}
+
+#[test]
+fn systemd_unit_verifies() {
+    let unit =
+        std::fs::read_to_string(repo().join("deploy/ec2/loadfleet-agent.service")).expect("unit");
+    // Point it at the agent just built, so verify can check the command.
+    let unit = unit.replace(
+        "/usr/local/bin/loadfleet-agent",
+        bin("loadfleet-agent").to_str().expect("utf-8 path"),
+    );
+    let dir = temp_dir("systemd");
+    let path = dir.join("loadfleet-agent.service");
+    std::fs::write(&path, unit).expect("write unit");
+    let mut verify = Command::new("systemd-analyze");
+    verify.arg("verify").arg(&path);
+    let (status, output) = run(verify, "systemd-analyze verify", Duration::from_secs(30));
+    assert!(status.success(), "{output}");
+    assert!(!output.contains("Unknown"), "{output}");
+}

@@ -1069,3 +1069,150 @@ pub fn write_hlog(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Aggregate;
+    use crate::fleet::AgentView;
+    use loadfleet_proto::histogram::{encode, new_histogram};
+    use loadfleet_proto::v1;
+    use std::time::Duration;
+
+    /// One agent whose snapshot has `n` 200s at `latency_us`, `lag_us` of
+    /// send lag and `cpu_seconds` over a 10 s run.
+    fn result(n: u64, latency_us: u64, lag_us: u64, cpu_seconds: f64, rtt_ms: u64) -> RunResult {
+        let mut lat = new_histogram();
+        let mut lag = new_histogram();
+        for _ in 0..n {
+            lat.record(latency_us).unwrap();
+            lag.record(lag_us).unwrap();
+        }
+        let mut aggregate = Aggregate::new(1, 1);
+        aggregate
+            .add(
+                0,
+                &v1::Snapshot {
+                    intended: n,
+                    sent: n,
+                    completed: n,
+                    completed_in_window: n,
+                    status: [(200, n)].into_iter().collect(),
+                    latency: [("2xx".to_string(), encode(&lat).unwrap())]
+                        .into_iter()
+                        .collect(),
+                    lag: encode(&lag).unwrap(),
+                    cpu_seconds,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        RunResult {
+            agents: vec![AgentView {
+                hello: v1::Hello {
+                    agent_id: "a0".into(),
+                    cpus: 1,
+                    ..Default::default()
+                },
+                peer: None,
+                clock: Some((rtt_ms * 1_000_000, 0)),
+                finished: Some(v1::Finished::default()),
+                lost: None,
+                share: 1.0,
+            }],
+            aggregate,
+            failure: None,
+            cut_short: false,
+            started: true,
+            started_at: std::time::SystemTime::now(),
+            elapsed: Duration::from_secs(10),
+            corrupt_snapshots: 0,
+        }
+    }
+
+    fn context(floor: Option<Duration>) -> Context<'static> {
+        Context {
+            target: "http://t/",
+            scenarios: vec![ScenarioInfo {
+                name: "s".into(),
+                model: "open",
+                start: Duration::ZERO,
+                duration: Duration::from_secs(10),
+                warmup: Duration::ZERO,
+                process: Some("uniform".into()),
+                offered_rps: Some(10.0),
+            }],
+            duration: Duration::from_secs(10),
+            drain: Duration::from_secs(1),
+            max_in_flight: 100,
+            local: false,
+            extra_verdicts: Vec::new(),
+            thresholds: &[],
+            max_lag: Duration::from_secs(1),
+            latency_floor: floor,
+        }
+    }
+
+    fn codes(r: &Report) -> Vec<(&'static str, &'static str)> {
+        r.verdicts.iter().map(|v| (v.code, v.level)).collect()
+    }
+
+    #[test]
+    fn a_healthy_run_has_no_verdicts_and_exits_0() {
+        let r = build(
+            &result(100, 5_000, 50, 0.5, 1),
+            context(Some(Duration::from_millis(2))),
+        );
+        assert!(r.verdicts.is_empty(), "{:?}", r.verdicts);
+        assert_eq!(exit_status(&r), 0);
+        assert_eq!(r.totals.latency_ms.as_ref().map(|p| p.count), Some(100));
+    }
+
+    #[test]
+    fn lag_saturation_is_an_error_cpu_alone_a_warning() {
+        let r = build(&result(100, 5_000, 20_000, 0.5, 1), context(None));
+        assert!(
+            codes(&r).contains(&("GENERATOR_SATURATED", "error")),
+            "{:?}",
+            r.verdicts
+        );
+        assert_eq!(exit_status(&r), 3);
+        let r = build(&result(100, 5_000, 50, 9.5, 1), context(None));
+        assert!(
+            codes(&r).contains(&("GENERATOR_SATURATED", "warn")),
+            "{:?}",
+            r.verdicts
+        );
+        assert!(
+            r.verdicts[0].message.contains("CPU 95%"),
+            "{}",
+            r.verdicts[0].message
+        );
+        assert_eq!(exit_status(&r), 0);
+    }
+
+    #[test]
+    fn loose_clock_is_flagged() {
+        let r = build(&result(100, 5_000, 50, 0.5, 30), context(None));
+        let clock = r
+            .verdicts
+            .iter()
+            .find(|v| v.code == "CLOCK")
+            .expect("CLOCK verdict");
+        assert!(clock.message.contains("±15.0 ms"), "{}", clock.message);
+    }
+
+    #[test]
+    fn answers_below_the_floor_are_no_experiment() {
+        let r = build(
+            &result(100, 300, 50, 0.5, 1),
+            context(Some(Duration::from_millis(100))),
+        );
+        assert!(
+            codes(&r).contains(&("NO_EXPERIMENT", "error")),
+            "{:?}",
+            r.verdicts
+        );
+        assert_eq!(exit_status(&r), 3);
+    }
+}

@@ -366,6 +366,19 @@ mod tests {
             prop_assert!((n - integral).abs() <= 1.0 + 1e-6, "{n} arrivals in [{lo},{hi}) vs {integral}");
         }
 
+        /// Poisson arrivals over any interval stay within five standard
+        /// deviations of the integral of the rate there.
+        #[test]
+        fn poisson_interval_counts_match_integral(stages in stages(), seed in any::<u64>(), from in 0.0f64..1.0, len in 0.0f64..1.0) {
+            let s = ArrivalSchedule::new(stages, Process::Poisson { seed }).unwrap();
+            let total = s.duration_ns() as f64;
+            let lo = (from * total) as u64;
+            let hi = (lo as f64 + len * (total - lo as f64)) as u64;
+            let n = s.arrivals().filter(|&t| t >= lo && t < hi).count() as f64;
+            let mu = mass_between(&s, lo, hi);
+            prop_assert!((n - mu).abs() <= 5.0 * mu.sqrt() + 3.0, "{n} arrivals in [{lo},{hi}) vs {mu}");
+        }
+
         /// A seeded Poisson schedule is reproducible and its count stays
         /// within five standard deviations of the expected mass.
         #[test]

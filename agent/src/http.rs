@@ -4,6 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -16,8 +17,11 @@ use loadfleet_proto::partition::Interleave;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
 use loadfleet_proto::v1;
+use rustls_pki_types::ServerName;
 use tokio::net::TcpSocket;
 use tokio::sync::oneshot;
+use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
 
 use crate::recorder::Outcome;
 
@@ -49,8 +53,10 @@ fn check_uri(url: &str) -> anyhow::Result<Uri> {
         .parse()
         .with_context(|| format!("target url {url:?} is not a valid URL"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some(other) => bail!("target url scheme {other:?} is not supported yet; use http://"),
+        Some("http" | "https") => {}
+        Some(other) => {
+            bail!("target url scheme {other:?} is not supported; use http:// or https://")
+        }
         None => bail!("target url {url:?} has no scheme; use http://HOST:PORT/PATH"),
     }
     if uri.host().is_none() {
@@ -225,11 +231,12 @@ struct ClientInner {
     max_open: usize,
     timeout: Duration,
     source: Option<IpAddr>,
+    tls: Arc<rustls::ClientConfig>,
 }
 
-/// How a worker's client is set up; plain data, so it can cross to the
+/// How a worker's client is set up; `Send`, so it can cross to the
 /// worker's thread, where the client itself is made.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClientConfig {
     pub timeout: Duration,
     /// Most connections open at once.
@@ -237,6 +244,8 @@ pub struct ClientConfig {
     /// Local address to send from, so agents on one machine can appear as
     /// distinct hosts (127.0.0.2, 127.0.0.3, …).
     pub source: Option<IpAddr>,
+    /// Trust and ALPN settings for https:// targets.
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 /// A connection in use; dropping it unfinished (a timeout, an error)
@@ -280,6 +289,7 @@ impl HttpClient {
                 max_open: config.connections.max(1),
                 timeout: config.timeout,
                 source: config.source,
+                tls: config.tls,
             }),
         }
     }
@@ -422,15 +432,54 @@ impl HttpClient {
 
     async fn connect(&self, uri: &Uri) -> Result<Sender, ClientFailure> {
         let host = uri.host().ok_or(ClientFailure::NoHost)?;
-        let port = uri.port_u16().unwrap_or(80);
-        let addr = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let addrs = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
             .await
             .map_err(|e| {
                 tracing::debug!("cannot resolve {host}: {e}");
                 ClientFailure::Dns
-            })?
-            .next()
-            .ok_or(ClientFailure::NoAddress)?;
+            })?;
+        // Every address in turn (a name like localhost may give ::1 first
+        // to a server that only listens on 127.0.0.1); with a source
+        // address, only those of its family can be reached from it.
+        let mut failure = ClientFailure::NoAddress;
+        let mut stream = None;
+        for addr in addrs.filter(|a| self.inner.source.is_none_or(|s| s.is_ipv4() == a.is_ipv4())) {
+            match self.open_tcp(addr).await {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => failure = e,
+            }
+        }
+        let stream = stream.ok_or(failure)?;
+        let io = if uri.scheme_str() == Some("https") {
+            let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|_| ClientFailure::NoHost)?;
+            let tls = TlsConnector::from(self.inner.tls.clone())
+                .connect(name, stream)
+                .await
+                .map_err(ClientFailure::Tls)?;
+            Either::Right(tls)
+        } else {
+            Either::Left(stream)
+        };
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(ClientFailure::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+impl HttpClient {
+    async fn open_tcp(&self, addr: SocketAddr) -> Result<tokio::net::TcpStream, ClientFailure> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {
@@ -444,16 +493,7 @@ impl HttpClient {
                 .map_err(ClientFailure::Connect)?;
         }
         socket.set_nodelay(true).map_err(ClientFailure::Connect)?;
-        let stream = socket.connect(addr).await.map_err(ClientFailure::Connect)?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(ClientFailure::Http)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("connection ended: {e}");
-            }
-        });
-        Ok(sender)
+        socket.connect(addr).await.map_err(ClientFailure::Connect)
     }
 }
 
@@ -488,6 +528,8 @@ enum ClientFailure {
     Dns,
     NoAddress,
     Connect(std::io::Error),
+    /// The TLS handshake failed (certificate, protocol, or the peer hung up).
+    Tls(std::io::Error),
     Http(hyper::Error),
 }
 
@@ -498,6 +540,12 @@ impl ClientFailure {
             ClientFailure::NoHost => "invalid_request",
             ClientFailure::Dns | ClientFailure::NoAddress => "dns",
             ClientFailure::Connect(io) => io_kind(io.kind(), true),
+            // rustls reports its own failures as InvalidData; anything else
+            // is the transport under it.
+            ClientFailure::Tls(io) => match io.kind() {
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other => "tls",
+                kind => io_kind(kind, true),
+            },
             ClientFailure::Http(h) => {
                 let mut source: Option<&(dyn std::error::Error + 'static)> = Some(h);
                 while let Some(err) = source {
@@ -619,6 +667,7 @@ mod tests {
             timeout: Duration::from_secs(2),
             connections: 1,
             source: None,
+            tls: crate::tls::client_config(None).unwrap(),
         });
         let req = mix.build(0, &mut SplitMix64::new(1)).unwrap();
         assert_eq!(client.send(req).await, Outcome::Error("refused"));

@@ -11,4 +11,5 @@ pub mod recorder;
 pub mod session;
 pub mod sys;
 pub mod timer;
+pub mod tls;
 pub mod worker;

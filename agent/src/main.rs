@@ -53,6 +53,10 @@ struct Cli {
         value_delimiter = ','
     )]
     allow_targets: Vec<String>,
+    /// Extra CA certificate (PEM) to trust for https:// targets, besides
+    /// the system's trust store.
+    #[arg(long, env = "LOADFLEET_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Announce a different protocol version (for testing refusals).
     #[arg(long, hide = true, default_value_t = loadfleet_proto::PROTOCOL_VERSION)]
     protocol_version: u32,
@@ -98,6 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
         allow_targets: cli.allow_targets,
+        tls: loadfleet_agent::tls::client_config(cli.ca_cert.as_deref())?,
         protocol_version: cli.protocol_version,
     };
     // The control plane gets its own small runtime; the workers each run

@@ -39,6 +39,8 @@ pub struct AgentConfig {
     /// Targets this agent may be sent at (`host` or `host:port`); empty
     /// means any. The agent refuses an assignment aimed elsewhere.
     pub allow_targets: Vec<String>,
+    /// TLS settings for https:// targets.
+    pub tls: Arc<rustls::ClientConfig>,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
 }
@@ -443,6 +445,7 @@ fn plan_workers(
                     timeout: Duration::from_nanos(a.timeout_ns.max(1)),
                     connections: share(conns).max(1) as usize,
                     source: config.source,
+                    tls: config.tls.clone(),
                 },
                 scenarios: parsed
                     .iter()

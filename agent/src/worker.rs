@@ -128,7 +128,7 @@ async fn run_scenarios(
 ) {
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
     let scenarios = std::mem::take(&mut plan.scenarios);
-    let client = HttpClient::new(plan.client);
+    let client = HttpClient::new(plan.client.clone());
     let plan = Rc::new(plan);
     let mut tasks = Vec::new();
     let mut flushers = Vec::new();

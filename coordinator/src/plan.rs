@@ -657,8 +657,12 @@ fn check_base_url(url: &str) -> Result<(), String> {
         format!("{url:?} is not a valid URL ({e}); write e.g. \"http://HOST:PORT\"")
     })?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some(s) => return Err(format!("scheme {s:?} is not supported yet; use http://")),
+        Some("http" | "https") => {}
+        Some(s) => {
+            return Err(format!(
+                "scheme {s:?} is not supported; use http:// or https://"
+            ))
+        }
         None => return Err(format!("{url:?} has no scheme; write \"http://{url}\"")),
     }
     if uri.host().is_none_or(str::is_empty) {

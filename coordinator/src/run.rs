@@ -36,10 +36,10 @@ fn check_url(url: &str) -> anyhow::Result<()> {
         ))
     })?;
     match uri.scheme_str() {
-        Some("http") => {}
+        Some("http" | "https") => {}
         Some(s) => {
             return Err(bad(format!(
-                "--url: scheme {s:?} is not supported yet; use http://"
+                "--url: scheme {s:?} is not supported; use http:// or https://"
             )))
         }
         None => {

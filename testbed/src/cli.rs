@@ -78,6 +78,14 @@ pub struct Cli {
     /// that a load generator on the same machine can be kept off them.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<CpuList>,
+
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Cli {

@@ -63,3 +63,36 @@ pub struct Limit {
     /// How long to wait for a permit: `None` without limit, zero not at all.
     pub timeout: Option<Duration>,
 }
+
+/// The TLS acceptor for `--tls-cert`/`--tls-key`, so the testbed can stand
+/// in for an https:// target (HTTP/1.1 over ALPN).
+pub fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use anyhow::Context;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("--tls-cert {}: cannot read it", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--tls-cert {}: not a PEM certificate chain", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("--tls-cert {}: no certificate in the file", cert.display());
+    }
+    let key = PrivateKeyDer::from_pem_file(key).with_context(|| {
+        format!(
+            "--tls-key {}: not a readable PEM private key",
+            key.display()
+        )
+    })?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("--tls-key does not match --tls-cert")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}

@@ -30,11 +30,18 @@ fn main() -> ExitCode {
         }
     }
 
+    let tls = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => match loadfleet_testbed::tls_acceptor(cert, key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(err) => return fail(EXIT_BAD_INPUT, &err),
+        },
+        _ => None,
+    };
     let runtime = match build_runtime(&cli) {
         Ok(runtime) => runtime,
         Err(err) => return fail(EXIT_FAILED, &err),
     };
-    match runtime.block_on(run(cli.listen, Arc::new(cli.config()))) {
+    match runtime.block_on(run(cli.listen, Arc::new(cli.config()), tls)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => fail(EXIT_FAILED, &err),
     }
@@ -71,7 +78,11 @@ fn build_runtime(cli: &Cli) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Binds, announces readiness on stdout, and serves until SIGINT/SIGTERM.
-async fn run(listen: SocketAddr, config: Arc<Config>) -> anyhow::Result<()> {
+async fn run(
+    listen: SocketAddr,
+    config: Arc<Config>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> anyhow::Result<()> {
     // Signal handlers go in before the readiness line, so a signal sent as
     // soon as the line is read still ends the process cleanly.
     let shutdown = shutdown_signal()?;
@@ -85,7 +96,7 @@ async fn run(listen: SocketAddr, config: Arc<Config>) -> anyhow::Result<()> {
         .context("writing the readiness line to stdout")?;
     drop(stdout);
 
-    serve(listener, config, shutdown).await;
+    serve(listener, config, tls, shutdown).await;
     Ok(())
 }
 

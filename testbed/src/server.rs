@@ -39,7 +39,12 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// errors never end the loop: running out of file descriptors under overload
 /// is exactly the situation the testbed exists to produce, so it backs off
 /// briefly and keeps accepting.
-pub async fn serve(listener: TcpListener, config: Arc<Config>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<Config>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+) {
     let service = Testbed(Arc::new(Shared::new(&config)));
     let mut http = http1::Builder::new();
     // A load generator may leave keep-alive connections idle between bursts;
@@ -77,12 +82,33 @@ pub async fn serve(listener: TcpListener, config: Arc<Config>, shutdown: impl Fu
         if let Err(err) = stream.set_nodelay(true) {
             debug!(%peer, %err, "could not set TCP_NODELAY");
         }
-        let connection = http.serve_connection(TokioIo::new(stream), service.clone());
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                debug!(%peer, %err, "connection ended with an error");
+        match &tls {
+            None => {
+                let connection = http.serve_connection(TokioIo::new(stream), service.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = connection.await {
+                        debug!(%peer, %err, "connection ended with an error");
+                    }
+                });
             }
-        });
+            // The handshake runs in the connection's task, so a slow or
+            // failing client never holds up the accept loop.
+            Some(acceptor) => {
+                let (acceptor, http, service) = (acceptor.clone(), http.clone(), service.clone());
+                tokio::spawn(async move {
+                    let stream = match acceptor.accept(stream).await {
+                        Ok(stream) => stream,
+                        Err(err) => {
+                            debug!(%peer, %err, "TLS handshake failed");
+                            return;
+                        }
+                    };
+                    if let Err(err) = http.serve_connection(TokioIo::new(stream), service).await {
+                        debug!(%peer, %err, "connection ended with an error");
+                    }
+                });
+            }
+        }
     }
 }
 

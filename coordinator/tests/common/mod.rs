@@ -152,9 +152,22 @@ pub fn run(cmd: Command, what: &str, patience: Duration) -> (ExitStatus, String)
 /// returns its exit code, its output, the report and the folder. A missing
 /// report fails the test with the coordinator's output.
 pub fn run_report(test: &str, args: &[&str]) -> (ExitStatus, String, serde_json::Value, PathBuf) {
+    run_report_with_env(test, args, &[])
+}
+
+/// [`run_report`] with extra environment variables for the coordinator (and
+/// so for the agents it starts).
+pub fn run_report_with_env(
+    test: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ExitStatus, String, serde_json::Value, PathBuf) {
     let out = temp_dir(test);
     let mut cmd = coordinator();
     cmd.args(args).arg("--out").arg(&out);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
     if !out.join("report.json").is_file() {
         panic!(

@@ -53,8 +53,8 @@ struct Cli {
         value_delimiter = ','
     )]
     allow_targets: Vec<String>,
-    /// Extra CA certificate (PEM) to trust for https:// targets, besides
-    /// the system's trust store.
+    /// Extra CA certificate (PEM) to trust, besides the system's trust
+    /// store, for https:// targets and an https:// coordinator.
     #[arg(long, env = "LOADFLEET_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
     /// Announce a different protocol version (for testing refusals).
@@ -103,6 +103,13 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
         wake_quantum: cli.wake_quantum,
         allow_targets: cli.allow_targets,
         tls: loadfleet_agent::tls::client_config(cli.ca_cert.as_deref())?,
+        coordinator_ca: match &cli.ca_cert {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("--ca-cert {}: cannot read it", path.display()))?,
+            ),
+            None => None,
+        },
         protocol_version: cli.protocol_version,
     };
     // The control plane gets its own small runtime; the workers each run

@@ -41,6 +41,8 @@ pub struct AgentConfig {
     pub allow_targets: Vec<String>,
     /// TLS settings for https:// targets.
     pub tls: Arc<rustls::ClientConfig>,
+    /// The --ca-cert PEM, also trusted for an https:// coordinator.
+    pub coordinator_ca: Option<Vec<u8>>,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
 }
@@ -69,7 +71,7 @@ async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::tr
     let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
         .with_context(|| {
             format!(
-                "--coordinator {:?} is not a valid URL (expected http://HOST:PORT)",
+                "--coordinator {:?} is not a valid URL (expected http://HOST:PORT or https://HOST:PORT)",
                 config.coordinator
             )
         })?
@@ -77,6 +79,20 @@ async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::tr
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(1))
         .keep_alive_timeout(Duration::from_secs(3));
+    // https:// checks the coordinator's certificate against the system's
+    // trust store and --ca-cert: the token then never crosses the network
+    // in the clear, and nobody can pose as the coordinator.
+    let endpoint = if config.coordinator.starts_with("https://") {
+        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+        if let Some(pem) = &config.coordinator_ca {
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        endpoint
+            .tls_config(tls)
+            .context("--coordinator: cannot set up TLS")?
+    } else {
+        endpoint
+    };
     let deadline = Instant::now() + config.connect_timeout;
     let mut backoff = Duration::from_millis(100);
     loop {

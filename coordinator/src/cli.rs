@@ -157,6 +157,13 @@ pub struct RunArgs {
     /// a local run makes a random one.
     #[arg(long, env = "LOADFLEET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Serve the control plane over TLS with this certificate chain (PEM);
+    /// agents then dial https://HOST:PORT. Needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// How long to wait for the expected agents.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub agent_timeout: Duration,

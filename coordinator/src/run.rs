@@ -357,6 +357,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
     };
     let plan = resolve_plan(&args)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(_), Some(_)) if local => {
+            return Err(bad(
+                "--tls-cert secures agents on other hosts; a local run stays on loopback, so leave it out (or use --expect-agents)",
+            ))
+        }
+        (Some(cert), Some(key)) => {
+            let read = |flag: &str, p: &Path| {
+                std::fs::read(p).map_err(|e| bad(format!("{flag} {}: {e}", p.display())))
+            };
+            Some(tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
+                read("--tls-cert", cert)?,
+                read("--tls-key", key)?,
+            )))
+        }
+        _ => None,
+    };
     let expect = local_agents
         .or(args.expect_agents)
         .or(plan.shares.expect)
@@ -491,9 +508,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let (events_tx, events_rx) = mpsc::channel(4096);
     let service = ControlService::new(token.clone(), events_tx);
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let mut builder = tonic::transport::Server::builder().tcp_nodelay(true);
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| bad(format!("--tls-cert/--tls-key: {e}")))?;
+    }
     let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .tcp_nodelay(true)
+        builder
             .add_service(v1::control_server::ControlServer::new(service))
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                 let _ = shutdown_rx.await;

@@ -325,3 +325,94 @@ fn agent_refuses_a_target_outside_its_allow_list() {
     assert!(reason.contains("allow-target"), "{reason}");
     assert_eq!(target.connections(), 0, "no load may be sent");
 }
+
+/// Writes a self-signed certificate for `localhost` and its key.
+fn localhost_certificate(dir: &std::path::Path) -> (String, String) {
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).expect("write cert");
+    std::fs::write(&key_path, key_pair.serialize_pem()).expect("write key");
+    (
+        cert_path.to_string_lossy().into_owned(),
+        key_path.to_string_lossy().into_owned(),
+    )
+}
+
+/// The control plane over TLS: an agent that trusts the coordinator's
+/// certificate joins and runs; one that does not cannot even connect.
+#[test]
+fn control_plane_over_tls() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let out = temp_dir("control-tls");
+    let (cert, key) = localhost_certificate(&out);
+    let extra = [
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+    ];
+    let mut c = remote_coordinator(&format!("http://{addr}/"), 1, "t", &out, &extra);
+    let plain = control_url(&mut c);
+    let port = plain.rsplit(':').next().expect("port");
+    let url = format!("https://localhost:{port}");
+
+    let (status, output) =
+        start_agent(&url, "t", &["--connect-timeout", "2s"]).wait(Duration::from_secs(20));
+    assert!(
+        !status.success(),
+        "an agent that does not trust the certificate got in: {output}"
+    );
+
+    let a = start_agent(&url, "t", &["--ca-cert", &cert]);
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
+    assert_eq!(agent_status.code(), Some(0), "{agent_output}");
+    assert_eq!(u(&read_report(&out)["totals"]["status"]["200"]), 100);
+}
+
+#[test]
+fn tls_flags_are_checked() {
+    let out = temp_dir("tls-flags");
+    std::fs::write(out.join("junk.pem"), "not a certificate").expect("write");
+    let junk = out.join("junk.pem").to_string_lossy().into_owned();
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--expect-agents",
+        "1",
+        "--token",
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+    ])
+    .args([
+        "--url",
+        "http://127.0.0.1:9/",
+        "--tls-cert",
+        &junk,
+        "--tls-key",
+        &junk,
+    ]);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--tls-cert"), "{output}");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--tls-cert",
+        &junk,
+        "--tls-key",
+        &junk,
+    ]);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("local run"), "{output}");
+}

@@ -6,9 +6,10 @@
 //! are disjoint and their union is the fleet schedule by construction: no
 //! arrival can be lost or doubled, whatever the shape or process.
 //!
-//! The interleave is the smooth weighted round-robin sequence (as in nginx),
-//! which spreads each agent's turns evenly, so over any stretch of arrivals
-//! each agent's count stays within one of its share.
+//! The interleave is built by Balinski and Young's quota method, which
+//! keeps every agent within one arrival of its exact share after any number
+//! of arrivals (so within two over any stretch of them), where smooth
+//! weighted round-robin can drift past one.
 
 use crate::schedule::ArrivalSchedule;
 
@@ -40,7 +41,12 @@ pub struct Interleave {
 }
 
 impl Interleave {
-    /// Builds the smooth weighted round-robin cycle for these weights.
+    /// Builds one cycle (one entry per unit of weight) by the quota method:
+    /// each next arrival goes, among the agents whose count would stay
+    /// within the upper quota `ceil(k·w/W)`, to the one with the largest
+    /// `w / (count + 1)` (D'Hondt). Balinski and Young proved this keeps
+    /// every count between `floor(k·w/W)` and `ceil(k·w/W)` for every k.
+    /// Ties go to the lowest index, so the order is deterministic.
     pub fn new(weights: &[u32]) -> Result<Self, PartitionError> {
         if weights.is_empty() {
             return Err(PartitionError::NoAgents);
@@ -52,23 +58,28 @@ impl Interleave {
         if total > MAX_TOTAL_WEIGHT {
             return Err(PartitionError::TooHeavy(total));
         }
-        let total = total as i64;
-        let mut current = vec![0i64; weights.len()];
+        let mut counts = vec![0u64; weights.len()];
         let mut table = Vec::with_capacity(total as usize);
-        for _ in 0..total {
-            for (c, &w) in current.iter_mut().zip(weights) {
-                *c += i64::from(w);
+        for k in 1..=total {
+            let mut best: Option<usize> = None;
+            for (i, &w) in weights.iter().enumerate() {
+                let w = u64::from(w);
+                // Upper quota: (count + 1) <= ceil(k·w / total).
+                if (counts[i] + 1) * total > k * w + total - 1 {
+                    continue;
+                }
+                // Larger w / (count + 1) wins, compared without division.
+                let better = best
+                    .is_none_or(|b| w * (counts[b] + 1) > u64::from(weights[b]) * (counts[i] + 1));
+                if better {
+                    best = Some(i);
+                }
             }
-            // Ties go to the lowest index, so the order is deterministic.
-            let (best, _) = current
-                .iter()
-                .enumerate()
-                .fold(
-                    (0, i64::MIN),
-                    |acc, (i, &c)| if c > acc.1 { (i, c) } else { acc },
-                );
-            current[best] -= total;
-            table.push(best as u32);
+            // The theorem guarantees an eligible agent; the fallback only
+            // keeps the table complete should that ever not hold.
+            let pick = best.unwrap_or(0);
+            counts[pick] += 1;
+            table.push(pick as u32);
         }
         Ok(Self {
             table,
@@ -154,10 +165,10 @@ mod tests {
     }
 
     #[test]
-    fn weights_are_spread_smoothly() {
+    fn weights_are_dealt_within_quota() {
         let i = Interleave::new(&[5, 1, 1]).unwrap();
         let owners: Vec<usize> = (0..7).map(|k| i.owner(k)).collect();
-        assert_eq!(owners, vec![0, 0, 1, 0, 2, 0, 0]);
+        assert_eq!(owners, vec![0, 0, 0, 1, 0, 0, 2]);
     }
 
     #[test]
@@ -213,8 +224,8 @@ mod tests {
         }
 
         /// Over any run of arrivals, each agent's count stays within two of
-        /// its weighted share (smooth round-robin keeps every prefix within
-        /// one, so any window — the difference of two prefixes — within two).
+        /// its weighted share (every prefix is within one, and a window is
+        /// the difference of two prefixes).
         #[test]
         fn every_agent_stays_within_two_of_its_weighted_share(
             weights in prop::collection::vec(1u32..20, 1..=64),
@@ -244,8 +255,10 @@ mod tests {
             for k in 0..2 * total {
                 counts[interleave.owner(k)] += 1;
                 for (i, &n) in counts.iter().enumerate() {
-                    let share = (k + 1) as f64 * f64::from(weights[i]) / total as f64;
-                    prop_assert!((n as f64 - share).abs() < 1.0, "agent {i} after {} arrivals: {n} vs {share}", k + 1);
+                    // floor(k·w/W) <= n <= ceil(k·w/W), in integers.
+                    let exact = (k + 1) * u64::from(weights[i]);
+                    prop_assert!(n * total <= exact + total - 1 && exact < (n + 1) * total,
+                        "agent {i} after {} arrivals: {n} vs {}", k + 1, exact as f64 / total as f64);
                 }
             }
         }

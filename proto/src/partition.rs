@@ -257,7 +257,7 @@ mod tests {
                 for (i, &n) in counts.iter().enumerate() {
                     // floor(k·w/W) <= n <= ceil(k·w/W), in integers.
                     let exact = (k + 1) * u64::from(weights[i]);
-                    prop_assert!(n * total <= exact + total - 1 && exact < (n + 1) * total,
+                    prop_assert!(n * total < exact + total && exact < (n + 1) * total,
                         "agent {i} after {} arrivals: {n} vs {}", k + 1, exact as f64 / total as f64);
                 }
             }

@@ -1108,6 +1108,7 @@ mod tests {
                 host: "host-a".into(),
                 source: None,
                 peer: None,
+                host_addresses: Vec::new(),
                 share: 1.0,
                 intended: completed + 10,
                 sent: completed,

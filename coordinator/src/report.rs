@@ -215,6 +215,8 @@ pub struct AgentReport {
     pub source: Option<String>,
     /// Where the agent's control connection came from.
     pub peer: Option<String>,
+    /// Addresses of the agent's host (for the localhost check).
+    pub host_addresses: Vec<String>,
     pub share: f64,
     pub intended: u64,
     pub sent: u64,
@@ -430,6 +432,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
                 id: a.hello.agent_id.clone(),
                 host: a.hello.host.clone(),
                 source: Some(a.hello.source_address.clone()).filter(|s| !s.is_empty()),
+                host_addresses: a.hello.host_addresses.clone(),
                 peer: a.peer.map(|p| p.to_string()),
                 share: a.share,
                 intended: m.intended,

@@ -229,3 +229,41 @@ fn preview_splits_the_rate_across_agents() {
         .unwrap_or_else(|| panic!("no first-second line: {output}"));
     assert_eq!(line.matches(" 30").count(), 3, "{line}");
 }
+
+/// The table of malformed plans, through the real binary: each one exits 2
+/// with a message naming the field, and none panics.
+#[test]
+fn every_malformed_plan_exits_2_naming_the_field() {
+    let dir = temp_dir("bad-plans");
+    let target = "[target]\nurl = \"http://127.0.0.1:9/\"\n";
+    let cases = [
+        ("wrong type", format!("{target}[[scenario]]\nrate = \"fast\"\nduration = \"1s\"\n"), "rate"),
+        ("negative rate", format!("{target}[[scenario]]\nrate = -5\nduration = \"1s\"\n"), "scenario[0].rate"),
+        ("unknown key", format!("{target}[[scenario]]\nrat = 5\nduration = \"1s\"\n"), "rat"),
+        ("missing target", "[[scenario]]\nrate = 5\nduration = \"1s\"\n".to_string(), "target"),
+        (
+            "overlapping stages",
+            format!("{target}[[scenario]]\nstages = [{{ rate = 5, for = \"10s\" }}, {{ rate = 9, for = \"5s\", at = \"5s\" }}]\n"),
+            "scenario[0].stages[1].at",
+        ),
+        (
+            "unreadable data file",
+            format!("{target}[[scenario]]\nrate = 5\nduration = \"1s\"\ndata = {{ file = \"no-such.csv\" }}\n"),
+            "scenario[0].data.file",
+        ),
+        ("not TOML at all", "this is = = not toml\n".to_string(), "line 1"),
+    ];
+    for (i, (what, text, field)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad-{i}.toml"));
+        std::fs::write(&path, text).expect("write plan");
+        let mut cmd = coordinator();
+        cmd.args(["plan", "check"]).arg(&path);
+        let (status, output) = run(cmd, "plan check", Duration::from_secs(20));
+        assert_eq!(status.code(), Some(2), "{what}: {output}");
+        assert!(
+            output.contains(field),
+            "{what}: no mention of {field:?} in:\n{output}"
+        );
+        assert!(!output.contains("panicked"), "{what}: {output}");
+    }
+}

@@ -20,6 +20,7 @@ use loadfleet_proto::v1;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpSocket;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tokio_util::either::Either;
 
@@ -199,6 +200,10 @@ impl RequestMix {
     }
 }
 
+/// Error kind: the request timed out while queued for one of the agent's
+/// own connections (raise --connections, or the generator is the limit).
+pub const ERROR_POOL_TIMEOUT: &str = "pool_timeout";
+
 /// Unsent reason: the rendered template did not form a valid request.
 pub const UNSENT_INVALID_REQUEST: &str = "invalid_request";
 
@@ -221,12 +226,12 @@ type Sender = SendRequest<Full<Bytes>>;
 
 struct ClientInner {
     /// Idle connections per `host:port`; one or two hosts in practice, so a
-    /// list beats a map.
+    /// list beats a map. Each holds one of the `open` slots.
     idle: RefCell<Vec<(String, VecDeque<Sender>)>>,
-    /// Requests waiting for a connection, oldest first: handed a connection
-    /// to their host, or `None` as leave to open one.
-    waiters: RefCell<VecDeque<(String, oneshot::Sender<Option<Sender>>)>>,
-    /// Connections open or being opened.
+    /// Requests waiting for a connection, oldest first. Each is handed a
+    /// [`Lease`]: a connection to its host, or just a slot to open one.
+    waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
+    /// Slots in use: connections open, being opened, or leased.
     open: Cell<usize>,
     max_open: usize,
     timeout: Duration,
@@ -248,35 +253,71 @@ pub struct ClientConfig {
     pub tls: Arc<rustls::ClientConfig>,
 }
 
-/// A connection in use; dropping it unfinished (a timeout, an error)
-/// closes the connection and frees its slot.
-struct Lease<'a> {
-    client: &'a HttpClient,
-    key: &'a str,
+/// One slot of the pool, with the connection in it once there is one.
+///
+/// Whatever happens to a request — a timeout dropping it anywhere, an
+/// error, a hand-over nobody received — dropping the lease gives the slot
+/// back: a finished exchange returns its connection for reuse, anything else
+/// closes it. So slots can neither leak nor be counted twice.
+struct Lease {
+    client: HttpClient,
+    key: String,
     sender: Option<Sender>,
+    /// The exchange completed, so the connection may be reused.
+    finished: bool,
+    /// Cleared when the lease's slot has been passed on elsewhere.
+    armed: bool,
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Lease {
     fn drop(&mut self) {
-        if self.sender.take().is_some() {
-            self.client.release();
+        if !self.armed {
+            return;
+        }
+        match self.sender.take() {
+            Some(s) if self.finished && !s.is_closed() => self.client.give_back(&self.key, s),
+            _ => self.client.release(),
         }
     }
 }
 
-impl Lease<'_> {
-    fn sender(&mut self) -> &mut Sender {
-        self.sender
-            .as_mut()
-            .expect("a lease holds its sender until finished")
-    }
-
-    /// The exchange completed: the connection is reusable.
-    fn finish(mut self) {
-        if let Some(s) = self.sender.take() {
-            self.client.give_back(self.key, s);
+impl Lease {
+    fn new(client: &HttpClient, key: &str, sender: Option<Sender>) -> Self {
+        Self {
+            client: client.clone(),
+            key: key.to_string(),
+            sender,
+            finished: false,
+            armed: true,
         }
     }
+
+    /// The connection, once the lease has one.
+    fn sender(&mut self) -> Result<&mut Sender, ClientFailure> {
+        self.sender.as_mut().ok_or(ClientFailure::NoConnection)
+    }
+
+    /// Waits until the connection can take a request; false when it died.
+    /// A connection just handed back is not ready until its task has
+    /// finished the previous exchange, which takes microseconds.
+    async fn ready(&mut self) -> bool {
+        match self.sender.as_mut() {
+            Some(s) if s.is_ready() => true,
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Where a request was when its time ran out, to name the error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a free connection slot in the agent's own pool.
+    Queued,
+    /// Resolving, connecting, handshaking.
+    Connecting,
+    /// On a connection: sent, or being answered.
+    OnWire,
 }
 
 impl HttpClient {
@@ -295,24 +336,39 @@ impl HttpClient {
     }
 
     /// Sends one request and reads the whole response body; the body is part
-    /// of the latency because a user waits for it too.
-    pub async fn send(&self, request: Request<Full<Bytes>>) -> Outcome {
-        match tokio::time::timeout(self.inner.timeout, self.exchange(request)).await {
+    /// of the latency because a user waits for it too. Also returns when the
+    /// request went onto a connection (for the service time), if it did.
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> (Outcome, Option<Instant>) {
+        let phase = Cell::new(Phase::Queued);
+        let on_wire = Cell::new(None);
+        let outcome = match tokio::time::timeout(
+            self.inner.timeout,
+            self.exchange(request, &phase, &on_wire),
+        )
+        .await
+        {
             Ok(Ok(status)) => Outcome::Status(status),
             Ok(Err(e)) => Outcome::Error(e.kind()),
+            // Time spent queued for the agent's own connections is the
+            // generator's limit, not the target's: say so.
+            Err(_) if phase.get() == Phase::Queued => Outcome::Error(ERROR_POOL_TIMEOUT),
             Err(_) => Outcome::Error("timeout"),
-        }
+        };
+        (outcome, on_wire.get())
     }
 
-    async fn exchange(&self, mut request: Request<Full<Bytes>>) -> Result<u16, ClientFailure> {
+    async fn exchange(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        phase: &Cell<Phase>,
+        on_wire: &Cell<Option<Instant>>,
+    ) -> Result<u16, ClientFailure> {
         let uri = request.uri().clone();
         let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
-        let mut lease = Lease {
-            client: self,
-            key,
-            sender: Some(self.acquire(key, &uri).await?),
-        };
+        let mut lease = self.acquire(key, &uri, phase).await?;
+        phase.set(Phase::OnWire);
+        on_wire.set(Some(Instant::now()));
         // HTTP/1.1 origin form: the path in the request line, the host in
         // its header.
         if !request.headers().contains_key(http::header::HOST) {
@@ -323,7 +379,7 @@ impl HttpClient {
             .path_and_query()
             .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
         let response = lease
-            .sender()
+            .sender()?
             .send_request(request)
             .await
             .map_err(ClientFailure::Http)?;
@@ -332,84 +388,97 @@ impl HttpClient {
         while let Some(frame) = body.frame().await {
             frame.map_err(ClientFailure::Http)?;
         }
-        lease.finish();
+        lease.finished = true;
         Ok(status)
     }
 
     /// A ready connection to `key`: an idle one, a new one while under the
-    /// limit, or the next one freed.
-    async fn acquire(&self, key: &str, uri: &Uri) -> Result<Sender, ClientFailure> {
+    /// limit, or the next one (or slot) freed, oldest waiter first.
+    async fn acquire(
+        &self,
+        key: &str,
+        uri: &Uri,
+        phase: &Cell<Phase>,
+    ) -> Result<Lease, ClientFailure> {
         loop {
-            if let Some(mut s) = self.take_idle(key) {
-                if s.is_ready() {
-                    return Ok(s);
+            if let Some(s) = self.take_idle(key) {
+                let mut lease = Lease::new(self, key, Some(s));
+                if lease.ready().await {
+                    return Ok(lease);
                 }
-                // Just handed back: its connection task has not yet marked
-                // it idle, which takes microseconds. A dead one errors.
-                if s.ready().await.is_ok() {
-                    return Ok(s);
-                }
-                self.release();
-                continue;
+                continue; // it died; dropping the lease freed its slot
             }
-            if self.inner.open.get() < self.inner.max_open {
+            let mut lease = if self.inner.open.get() < self.inner.max_open {
                 self.inner.open.set(self.inner.open.get() + 1);
-                return match self.connect(uri).await {
-                    Ok(s) => Ok(s),
-                    Err(e) => {
-                        self.release();
-                        Err(e)
-                    }
-                };
+                Lease::new(self, key, None)
+            } else {
+                let (tx, rx) = oneshot::channel();
+                self.inner
+                    .waiters
+                    .borrow_mut()
+                    .push_back((key.to_string(), tx));
+                match rx.await {
+                    Ok(lease) => lease,
+                    Err(_) => continue,
+                }
+            };
+            if lease.sender.is_none() {
+                phase.set(Phase::Connecting);
+                lease.sender = Some(self.connect(uri).await?);
+                return Ok(lease);
             }
-            let (tx, rx) = oneshot::channel();
-            self.inner
-                .waiters
-                .borrow_mut()
-                .push_back((key.to_string(), tx));
-            match rx.await {
-                Ok(Some(s)) => return Ok(s),
-                // Leave to open one (a slot was freed), or the hand-over
-                // was lost: try again from the top.
-                Ok(None) | Err(_) => continue,
+            if lease.ready().await {
+                return Ok(lease);
             }
         }
     }
 
+    /// Takes an idle connection to `key`; closed ones found on the way give
+    /// their slots back.
     fn take_idle(&self, key: &str) -> Option<Sender> {
-        let mut idle = self.inner.idle.borrow_mut();
-        let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
-        // Oldest first: the most likely to be ready.
-        while let Some(s) = list.pop_front() {
-            if !s.is_closed() {
-                return Some(s);
+        let mut closed = 0;
+        let found = {
+            let mut idle = self.inner.idle.borrow_mut();
+            let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
+            // Oldest first: the most likely to be ready.
+            loop {
+                match list.pop_front() {
+                    Some(s) if s.is_closed() => closed += 1,
+                    other => break other,
+                }
             }
-            self.inner.open.set(self.inner.open.get().saturating_sub(1));
+        };
+        for _ in 0..closed {
+            self.release();
         }
-        None
+        found
     }
 
-    /// A reusable connection: to the oldest waiter for its host, else idle.
-    fn give_back(&self, key: &str, mut sender: Sender) {
-        if sender.is_closed() {
-            self.release();
+    /// A reusable connection: to the oldest waiter for its host; closed to
+    /// make room when only waiters for other hosts are left (so a mix of
+    /// hosts cannot starve); else idle.
+    fn give_back(&self, key: &str, sender: Sender) {
+        let waiter = {
+            let mut waiters = self.inner.waiters.borrow_mut();
+            waiters
+                .iter()
+                .position(|(k, _)| k == key)
+                .and_then(|pos| waiters.remove(pos))
+        };
+        if let Some((_, tx)) = waiter {
+            if let Err(mut lease) = tx.send(Lease::new(self, key, Some(sender))) {
+                // That waiter gave up; its lease goes round again.
+                lease.armed = false;
+                if let Some(s) = lease.sender.take() {
+                    self.give_back(key, s);
+                }
+            }
             return;
         }
-        {
-            let mut waiters = self.inner.waiters.borrow_mut();
-            while let Some(pos) = waiters.iter().position(|(k, _)| k == key) {
-                let Some((_, tx)) = waiters.remove(pos) else {
-                    break;
-                };
-                match tx.send(Some(sender)) {
-                    Ok(()) => return,
-                    // That waiter gave up (timed out); try the next.
-                    Err(back) => match back {
-                        Some(s) => sender = s,
-                        None => return,
-                    },
-                }
-            }
+        if !self.inner.waiters.borrow().is_empty() {
+            drop(sender);
+            self.release();
+            return;
         }
         let mut idle = self.inner.idle.borrow_mut();
         match idle.iter_mut().find(|(k, _)| k == key) {
@@ -418,14 +487,20 @@ impl HttpClient {
         }
     }
 
-    /// A connection closed: its slot goes to the oldest waiter, who may open
-    /// a new one.
+    /// A slot is free: it goes to the oldest waiter (who opens a connection
+    /// with it), else back to the pool.
     fn release(&self) {
-        self.inner.open.set(self.inner.open.get().saturating_sub(1));
-        let mut waiters = self.inner.waiters.borrow_mut();
-        while let Some((_, tx)) = waiters.pop_front() {
-            if tx.send(None).is_ok() {
-                return;
+        loop {
+            let next = self.inner.waiters.borrow_mut().pop_front();
+            match next {
+                Some((key, tx)) => match tx.send(Lease::new(self, &key, None)) {
+                    Ok(()) => return,
+                    Err(mut lease) => lease.armed = false,
+                },
+                None => {
+                    self.inner.open.set(self.inner.open.get().saturating_sub(1));
+                    return;
+                }
             }
         }
     }
@@ -523,11 +598,14 @@ fn defer_port_choice(socket: &TcpSocket) {
 }
 
 /// The ways a request can fail, kept apart to classify them.
+#[derive(Debug)]
 enum ClientFailure {
     NoHost,
     Dns,
     NoAddress,
     Connect(std::io::Error),
+    /// A handed-over slot had no connection where one was expected.
+    NoConnection,
     /// The TLS handshake failed (certificate, protocol, or the peer hung up).
     Tls(std::io::Error),
     Http(hyper::Error),
@@ -539,6 +617,7 @@ impl ClientFailure {
         match self {
             ClientFailure::NoHost => "invalid_request",
             ClientFailure::Dns | ClientFailure::NoAddress => "dns",
+            ClientFailure::NoConnection => "reset",
             ClientFailure::Connect(io) => io_kind(io.kind(), true),
             // rustls reports its own failures as InvalidData; anything else
             // is the transport under it.
@@ -670,6 +749,110 @@ mod tests {
             tls: crate::tls::client_config(None).unwrap(),
         });
         let req = mix.build(0, &mut SplitMix64::new(1)).unwrap();
-        assert_eq!(client.send(req).await, Outcome::Error("refused"));
+        assert_eq!(client.send(req).await.0, Outcome::Error("refused"));
+    }
+
+    /// A bare HTTP/1.1 server that answers every request with 200 after
+    /// `delay`, over keep-alive connections; returns its port and a counter
+    /// of the connections it accepted.
+    async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            tokio::time::sleep(delay).await;
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if stream.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    fn get(port: u16) -> Request<Full<Bytes>> {
+        let mix = RequestMix::from_proto(
+            &[v1::RequestTemplate {
+                url: format!("http://127.0.0.1:{port}/"),
+                ..Default::default()
+            }],
+            None,
+            0,
+        )
+        .unwrap();
+        mix.build(0, &mut SplitMix64::new(1)).unwrap()
+    }
+
+    fn client(connections: usize, timeout: Duration) -> HttpClient {
+        HttpClient::new(ClientConfig {
+            timeout,
+            connections,
+            source: None,
+            tls: crate::tls::client_config(None).unwrap(),
+        })
+    }
+
+    /// With one connection, concurrent requests queue for it and reuse it:
+    /// all succeed over a single connection, and the slot count returns to
+    /// one open, idle connection.
+    #[tokio::test]
+    async fn requests_beyond_the_pool_wait_and_reuse_the_connection() {
+        let (port, accepted) = slow_server(Duration::from_millis(20)).await;
+        let c = client(1, Duration::from_secs(5));
+        let results = futures::future::join_all((0..5).map(|_| c.send(get(port)))).await;
+        for (outcome, on_wire) in &results {
+            assert_eq!(*outcome, Outcome::Status(200));
+            assert!(on_wire.is_some());
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(c.inner.open.get(), 1);
+        assert!(c.inner.waiters.borrow().is_empty());
+    }
+
+    /// A request that times out while queued for the agent's own pool is
+    /// `pool_timeout`, not a target timeout — and no slot is lost: once the
+    /// busy connection is free, the pool serves again with one connection.
+    #[tokio::test]
+    async fn queued_timeouts_are_named_and_leak_nothing() {
+        let (port, accepted) = slow_server(Duration::from_millis(1)).await;
+        let c = client(1, Duration::from_millis(100));
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let key = uri.authority().unwrap().as_str().to_string();
+        // Hold the only slot, as a long request would.
+        let held = c
+            .acquire(&key, &uri, &Cell::new(Phase::Queued))
+            .await
+            .unwrap();
+        let (outcome, on_wire) = c.send(get(port)).await;
+        assert_eq!(outcome, Outcome::Error(ERROR_POOL_TIMEOUT));
+        assert!(on_wire.is_none(), "never reached a connection");
+        assert_eq!(c.inner.open.get(), 1);
+        drop(held); // unfinished: its connection closes, the slot frees
+        assert_eq!(c.inner.open.get(), 0);
+        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
+        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
+        assert_eq!(c.inner.open.get(), 1, "one connection, reused");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 }

@@ -47,6 +47,10 @@ pub struct AgentConfig {
     pub protocol_version: u32,
 }
 
+/// Largest control message accepted: an assignment with the biggest data
+/// table a plan may ship, plus framing.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// How a session ended, for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionEnd {
@@ -97,7 +101,11 @@ async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::tr
     let mut backoff = Duration::from_millis(100);
     loop {
         match endpoint.connect().await {
-            Ok(channel) => return Ok(ControlClient::new(channel)),
+            // Assignments carry the plan's data tables (up to 16 MiB of
+            // CSV), well past tonic's 4 MiB default.
+            Ok(channel) => {
+                return Ok(ControlClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            }
             Err(e) if Instant::now() + backoff < deadline => {
                 tracing::info!("coordinator not reachable yet ({e}); retrying");
                 tokio::time::sleep(backoff).await;
@@ -326,7 +334,12 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
 /// The `host:port` a URL (template) points at; `None` when it has no
 /// authority or builds it from placeholders.
 fn url_authority(url: &str) -> Option<(String, u16)> {
-    let rest = url.split_once("://")?.1;
+    let (scheme, rest) = url.split_once("://")?;
+    let default_port = if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        80
+    };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
     if authority.contains("{{") || authority.is_empty() {
@@ -336,9 +349,9 @@ fn url_authority(url: &str) -> Option<(String, u16)> {
     let (host, port) = match authority.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
             Ok(port) => (h, port),
-            Err(_) => (authority, 80),
+            Err(_) => (authority, default_port),
         },
-        _ => (authority, 80),
+        _ => (authority, default_port),
     };
     Some((host.trim_matches(['[', ']']).to_ascii_lowercase(), port))
 }
@@ -438,7 +451,13 @@ fn plan_workers(
             .with_context(|| format!("scenario {:?}", sc.name))?;
         parsed.push((i as u32, sc, model, Arc::new(mix)));
     }
-    let workers = config.workers.max(1);
+    // No more workers than the in-flight cap or the connections allow: each
+    // worker needs at least one of each.
+    let workers = config
+        .workers
+        .min(a.max_in_flight.max(1) as usize)
+        .min(a.connections.max(1) as usize)
+        .max(1);
     let cap = u64::from(a.max_in_flight.max(1));
     let conns = u64::from(a.connections.max(1));
     Ok((0..workers)
@@ -587,6 +606,7 @@ mod tests {
         assert_eq!(url_authority("http://h:81/p"), Some(("h".into(), 81)));
         assert_eq!(url_authority("http://h"), Some(("h".into(), 80)));
         assert_eq!(url_authority("http://[::1]:9/"), Some(("::1".into(), 9)));
+        assert_eq!(url_authority("https://h/x"), Some(("h".into(), 443)));
         assert_eq!(url_authority("/relative"), None);
     }
 }

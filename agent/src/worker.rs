@@ -93,7 +93,11 @@ pub struct WorkerPlan {
 #[derive(Clone)]
 struct Shared {
     recorder: Rc<RefCell<Recorder>>,
+    /// This scenario's requests in flight (the reported gauge).
     in_flight: Rc<Cell<u64>>,
+    /// Every scenario's requests in flight on this worker: the cap applies
+    /// to the agent, however many scenarios overlap.
+    worker_in_flight: Rc<Cell<u64>>,
     client: HttpClient,
     mix: Arc<RequestMix>,
     rng: Rc<RefCell<SplitMix64>>,
@@ -109,6 +113,7 @@ impl Shared {
     fn mark_sent(&self, interval: u64, lag: Duration) {
         let in_flight = self.in_flight.get() + 1;
         self.in_flight.set(in_flight);
+        self.worker_in_flight.set(self.worker_in_flight.get() + 1);
         self.recorder
             .borrow_mut()
             .arrival_sent(interval, lag.as_micros() as u64, in_flight);
@@ -133,10 +138,12 @@ async fn run_scenarios(
     let mut tasks = Vec::new();
     let mut flushers = Vec::new();
     let mut states = Vec::new();
+    let worker_in_flight = Rc::new(Cell::new(0u64));
     for sc in scenarios {
         let shared = Shared {
             recorder: Rc::new(RefCell::new(Recorder::new(sc.index))),
             in_flight: Rc::new(Cell::new(0)),
+            worker_in_flight: worker_in_flight.clone(),
             client: client.clone(),
             mix: sc.mix.clone(),
             rng: Rc::new(RefCell::new(SplitMix64::new(
@@ -261,7 +268,7 @@ async fn open_loop(
                 .arrival_unsent(interval, loadfleet_proto::UNSENT_LATE);
             continue;
         }
-        if shared.in_flight.get() >= plan.max_in_flight {
+        if shared.worker_in_flight.get() >= plan.max_in_flight {
             shared
                 .recorder
                 .borrow_mut()
@@ -299,7 +306,7 @@ async fn closed_loop(
         .into_iter()
         .map(|c| {
             let windows = client_windows(stages, c);
-            let (shared, stop) = (shared.clone(), stop.clone());
+            let (shared, stop, drain) = (shared.clone(), stop.clone(), plan.drain);
             tokio::task::spawn_local(async move {
                 let mut n = 0u64;
                 for (lo, hi) in windows {
@@ -326,8 +333,18 @@ async fn closed_loop(
                             continue;
                         };
                         shared.mark_sent(interval, Duration::ZERO);
-                        one_request(&shared, request, intended).await;
-                        if !think.is_zero() {
+                        // A request still out at the end of the drain, or at
+                        // a stop, is abandoned (counted as in flight at end).
+                        tokio::select! {
+                            _ = one_request(&shared, request, intended) => {}
+                            _ = stop.cancelled() => return,
+                            _ = tokio::time::sleep_until(end + drain) => return,
+                        }
+                        if think.is_zero() {
+                            // A request that fails without ever waiting (no
+                            // ports left, say) must not hog the worker.
+                            tokio::task::yield_now().await;
+                        } else {
                             tokio::select! {
                                 _ = tokio::time::sleep(think) => {}
                                 _ = stop.cancelled() => return,
@@ -400,7 +417,7 @@ async fn one_request(
     intended: Instant,
 ) {
     let sent_at = Instant::now();
-    let outcome = shared.client.send(request).await;
+    let (outcome, on_wire) = shared.client.send(request).await;
     let done = Instant::now();
     let in_scenario = done.saturating_duration_since(shared.scenario_start);
     let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;
@@ -409,11 +426,17 @@ async fn one_request(
         interval_of(shared, done),
         outcome,
         done.saturating_duration_since(intended).as_micros() as u64,
-        done.saturating_duration_since(sent_at).as_micros() as u64,
+        // Service time runs from when the request went onto a connection:
+        // a wait for one of the agent's own connections is not the target's.
+        done.saturating_duration_since(on_wire.unwrap_or(sent_at))
+            .as_micros() as u64,
         warmup,
         in_window,
     );
     shared.in_flight.set(shared.in_flight.get() - 1);
+    shared
+        .worker_in_flight
+        .set(shared.worker_in_flight.get() - 1);
 }
 
 /// Closes each interval at its boundary on the common clock and hands its

@@ -195,5 +195,11 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     if !v.is_finite() || v <= 0.0 {
         return Err(format!("{s:?}: the rate must be a number above 0"));
     }
+    if v > crate::plan::MAX_RATE {
+        return Err(format!(
+            "{s:?}: the rate must be at most {}",
+            crate::plan::MAX_RATE
+        ));
+    }
     Ok(v)
 }

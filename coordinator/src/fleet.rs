@@ -58,11 +58,14 @@ pub struct Agent {
     pub finished: Option<v1::Finished>,
     pub lost: Option<String>,
     pub share: f64,
+    /// The stream ended after the agent finished a run: it cannot take the
+    /// next one (with --repeat), though the finished run stands.
+    left: bool,
 }
 
 impl Agent {
     fn alive(&self) -> bool {
-        self.lost.is_none()
+        self.lost.is_none() && !self.left
     }
 }
 
@@ -317,23 +320,34 @@ impl Fleet {
             .filter_map(|a| a.clock.map(|c| c.0))
             .max()
             .unwrap_or(0);
-        let lead = Duration::from_millis(500) + Duration::from_nanos(max_rtt * 4);
+        let lead = Duration::from_millis(500)
+            + Duration::from_nanos(max_rtt.saturating_mul(4).min(10_000_000_000));
         let start_ns = self.now_ns() + lead.as_nanos() as u64;
+        // Only live agents share the load: one lost before the start (and
+        // perhaps replaced) must not keep a slice nobody sends.
         let weights: Vec<u32> = self
             .agents
             .iter()
+            .filter(|a| a.alive())
             .map(|a| self.spec.shares.weight(&a.hello.label, a.hello.cpus))
             .collect();
-        let total: u32 = weights.iter().sum();
-        for (i, a) in self.agents.iter_mut().enumerate() {
-            a.share = f64::from(weights[i]) / f64::from(total.max(1));
+        if let Err(e) = loadfleet_proto::partition::Interleave::new(&weights) {
+            return Some(format!("the agents' shares cannot be dealt: {e}"));
+        }
+        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        let mut slot = 0usize;
+        for a in self.agents.iter_mut() {
             if !a.alive() {
+                a.share = 0.0;
                 continue;
             }
+            let index = slot;
+            slot += 1;
+            a.share = f64::from(weights[index]) / total.max(1) as f64;
             let offset = a.clock.map_or(0, |c| c.1);
             let assignment = v1::Assignment {
                 weights: weights.clone(),
-                agent_index: i as u32,
+                agent_index: index as u32,
                 start_at_agent_ns: (start_ns as i128 + offset as i128).max(0) as u64,
                 max_in_flight: self.spec.max_in_flight,
                 max_lag_ns: self.spec.max_lag.as_nanos() as u64,
@@ -516,6 +530,7 @@ impl Fleet {
                     finished: None,
                     lost: None,
                     share: 0.0,
+                    left: false,
                 });
             }
             FleetEvent::Message {
@@ -566,7 +581,9 @@ impl Fleet {
             }
             FleetEvent::Gone { agent, reason } => {
                 if let Some(a) = self.agents.get_mut(agent as usize) {
-                    if a.finished.is_none() && a.lost.is_none() {
+                    if a.finished.is_some() {
+                        a.left = true;
+                    } else if a.lost.is_none() {
                         tracing::warn!("agent {} lost: {reason}", a.hello.agent_id);
                         a.lost = Some(reason);
                     }

@@ -26,8 +26,16 @@ use crate::thresholds::Threshold;
 /// The special target URL that means "the built-in testbed" (local runs).
 pub const TESTBED_URL: &str = "testbed";
 
-/// Largest data file shipped to agents with the assignment.
+/// Largest data or body file shipped to agents with the assignment.
 const MAX_DATA_BYTES: u64 = 16 * 1024 * 1024;
+/// Highest rate (requests/s) a stage may ask for.
+pub const MAX_RATE: f64 = 10_000_000.0;
+/// Most closed-model clients a stage may ask for.
+pub const MAX_CLIENTS: f64 = 1_000_000.0;
+/// Most arrivals one open scenario may hold (every agent walks them all).
+pub const MAX_ARRIVALS: f64 = 2e9;
+/// Longest scenario.
+pub const MAX_SCENARIO: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// One mistake in a plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -417,6 +425,20 @@ impl Check<'_> {
         }
     }
 
+    /// A duration that must be above zero.
+    fn nonzero_duration(&mut self, field: &str, v: &Option<Spanned<String>>) -> Option<Duration> {
+        let d = self.duration(field, v)?;
+        if d.is_zero() {
+            self.err(
+                field,
+                v.as_ref().map(Spanned::span),
+                "must be longer than 0s",
+            );
+            return None;
+        }
+        Some(d)
+    }
+
     fn plain_duration(
         &mut self,
         field: &str,
@@ -530,7 +552,7 @@ pub fn parse(text: &str, source: &str, base: &Path) -> Result<Plan, PlanErrors> 
             Some(Target {
                 url,
                 timeout: c
-                    .duration("target.timeout", &t.timeout)
+                    .nonzero_duration("target.timeout", &t.timeout)
                     .unwrap_or(Duration::from_secs(10)),
                 max_in_flight: c
                     .positive("target.max_in_flight", &t.max_in_flight, 1_000_000)
@@ -539,7 +561,7 @@ pub fn parse(text: &str, source: &str, base: &Path) -> Result<Plan, PlanErrors> 
                     .positive("target.connections", &t.connections, 100_000)
                     .unwrap_or(64),
                 max_lag: c
-                    .duration("target.max_lag", &t.max_lag)
+                    .nonzero_duration("target.max_lag", &t.max_lag)
                     .unwrap_or(Duration::from_secs(1)),
                 latency_floor: c.duration("target.latency_floor", &t.latency_floor),
             })
@@ -734,12 +756,20 @@ fn scenario(
     }
     let unit = if closed { "clients" } else { "rate" };
     let mut stages: Vec<Stage> = Vec::new();
+    let ceiling = if closed { MAX_CLIENTS } else { MAX_RATE };
     let level_ok = |c: &mut Check<'_>, field: String, sp: std::ops::Range<usize>, v: f64| -> bool {
         if !v.is_finite() || v < 0.0 {
             c.err(
                 field,
                 Some(sp),
                 format!("{unit} {v} is negative or not a number; use a {unit} >= 0 (0 pauses)"),
+            );
+            false
+        } else if v > ceiling {
+            c.err(
+                field,
+                Some(sp),
+                format!("{unit} {v} is more than {ceiling} a single plan can drive; split it into scenarios or check the units"),
             );
             false
         } else {
@@ -829,7 +859,7 @@ fn scenario(
                     from_rps: from,
                     to_rps: to,
                 });
-                elapsed += d;
+                elapsed = elapsed.saturating_add(d);
                 level = to;
             }
         }
@@ -959,7 +989,32 @@ fn scenario(
             }
         }
     };
-    let duration = Duration::from_nanos(stages.iter().map(|s| s.duration_ns).sum());
+    let total_ns: u128 = stages.iter().map(|s| u128::from(s.duration_ns)).sum();
+    if total_ns > MAX_SCENARIO.as_nanos() {
+        c.err(
+            at("duration"),
+            Some(span.clone()),
+            format!(
+                "the scenario lasts longer than {}; shorten it",
+                humantime::format_duration(MAX_SCENARIO)
+            ),
+        );
+        return None;
+    }
+    let duration = Duration::from_nanos(total_ns as u64);
+    if let Some(Model::Open(schedule)) = &model {
+        if schedule.expected_count() > MAX_ARRIVALS {
+            c.err(
+                at("rate"),
+                Some(span.clone()),
+                format!(
+                    "the scenario asks for {:.0} arrivals, more than the {MAX_ARRIVALS:.0} one scenario may hold; lower the rate or the duration",
+                    schedule.expected_count()
+                ),
+            );
+            return None;
+        }
+    }
 
     // When it starts.
     let start = match (&s.start, &s.after) {
@@ -1100,7 +1155,19 @@ fn scenario(
             }
             (None, Some(bf)) => {
                 let path: PathBuf = base.join(bf.get_ref());
+                let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_DATA_BYTES);
                 match std::fs::read(&path) {
+                    Ok(_) if too_big => {
+                        c.err(
+                            f("body_file"),
+                            Some(bf.span()),
+                            format!(
+                                "{} is larger than {MAX_DATA_BYTES} bytes; use a smaller body",
+                                path.display()
+                            ),
+                        );
+                        Vec::new()
+                    }
                     Ok(bytes) => {
                         if let Ok(text) = std::str::from_utf8(&bytes) {
                             if let Err(e) = Text::parse(text, &columns) {

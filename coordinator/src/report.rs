@@ -374,7 +374,20 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
 
 /// Builds the report and decides the verdicts.
 pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
-    let windows: Vec<Window> = ctx.scenarios.iter().map(ScenarioInfo::window).collect();
+    // A run cut short only measured until it stopped: its windows end there,
+    // or throughput would be divided by time that never happened.
+    let clip = |w: Window| -> Window {
+        if result.cut_short {
+            let end = result.elapsed.as_secs_f64();
+            Window {
+                start_s: w.start_s.min(end),
+                end_s: w.end_s.min(end),
+            }
+        } else {
+            w
+        }
+    };
+    let windows: Vec<Window> = ctx.scenarios.iter().map(|s| clip(s.window())).collect();
     let window_s = union_length(&windows);
     let in_flight_at_end: u64 = result
         .agents
@@ -400,7 +413,7 @@ pub fn build(result: &RunResult, ctx: Context<'_>) -> Report {
                 .get(i)
                 .cloned()
                 .unwrap_or_default();
-            let w = info.window();
+            let w = clip(info.window());
             Scenario {
                 name: info.name.clone(),
                 model: info.model,
@@ -686,6 +699,13 @@ fn verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdi
         .filter(|(c, _)| c.starts_with('2') || c.starts_with('3'))
         .map(|(_, n)| n)
         .sum();
+    if result.started && t.intended == 0 && result.failure.is_none() {
+        say(
+            "error",
+            "NO_EXPERIMENT",
+            "the schedule intended no requests at all (every rate is 0 or the run ended before the first arrival)".into(),
+        );
+    }
     if result.started && t.intended > 0 {
         if t.sent == 0 {
             say(
@@ -696,7 +716,16 @@ fn verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdi
                     t.intended
                 ),
             );
-        } else if served == 0 && t.completed > 0 {
+        } else if t.completed == 0 {
+            say(
+                "error",
+                "NO_EXPERIMENT",
+                format!(
+                    "{} requests were sent and not one was answered or failed before the run ended: the experiment did not happen",
+                    t.sent
+                ),
+            );
+        } else if served == 0 {
             let how = if !t.errors.is_empty() && t.status.is_empty() {
                 let kinds: Vec<String> = t.errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 format!("every request failed in transport ({})", kinds.join(", "))

@@ -250,6 +250,12 @@ fn flags_plan_with(args: &RunArgs, base: &plan::Scenario) -> anyhow::Result<plan
     if duration.is_zero() {
         return Err(bad("--duration must be above 0"));
     }
+    if duration > plan::MAX_SCENARIO {
+        return Err(bad(format!(
+            "--duration must be at most {}",
+            humantime::format_duration(plan::MAX_SCENARIO)
+        )));
+    }
     let warmup = args.warmup.unwrap_or(base.warmup);
     if warmup >= duration {
         return Err(bad(format!(
@@ -260,6 +266,12 @@ fn flags_plan_with(args: &RunArgs, base: &plan::Scenario) -> anyhow::Result<plan
     }
     let (level, closed) = match (args.rate, args.clients, &base.model) {
         (Some(r), _, _) => (r, false),
+        (None, Some(c), _) if f64::from(c) > plan::MAX_CLIENTS => {
+            return Err(bad(format!(
+                "--clients must be at most {}",
+                plan::MAX_CLIENTS
+            )))
+        }
         (None, Some(c), _) => (f64::from(c), true),
         (None, None, plan::Model::Open(s)) => {
             (s.expected_count() / duration.as_secs_f64().max(1e-9), false)
@@ -315,9 +327,16 @@ fn flags_plan_with(args: &RunArgs, base: &plan::Scenario) -> anyhow::Result<plan
                 plan::Model::Closed { .. } => Process::Uniform,
             },
         };
-        plan::Model::Open(
-            ArrivalSchedule::new(stages, process).map_err(|e| bad(format!("--rate: {e}")))?,
-        )
+        let schedule =
+            ArrivalSchedule::new(stages, process).map_err(|e| bad(format!("--rate: {e}")))?;
+        if schedule.expected_count() > plan::MAX_ARRIVALS {
+            return Err(bad(format!(
+                "--rate × --duration asks for {:.0} arrivals, more than {:.0}; lower one of them",
+                schedule.expected_count(),
+                plan::MAX_ARRIVALS
+            )));
+        }
+        plan::Model::Open(schedule)
     };
     Ok(plan::Scenario {
         name: base.name.clone(),

@@ -149,20 +149,15 @@ impl Threshold {
     }
 
     pub fn check(&self, f: &Figures<'_>) -> Checked {
-        let ratio = |n: u64, of: u64| {
-            if of == 0 {
-                0.0
-            } else {
-                100.0 * n as f64 / of as f64
-            }
-        };
+        // A percentage of nothing is no evidence: such a threshold fails.
+        let ratio = |n: u64, of: u64| (of > 0).then(|| 100.0 * n as f64 / of as f64);
         let actual = match self.metric {
             Metric::Latency(q) => f.latency.and_then(|p| p.get(q)),
-            Metric::Unsent if self.percent => Some(ratio(f.unsent, f.intended)),
+            Metric::Unsent if self.percent => ratio(f.unsent, f.intended),
             Metric::Unsent => Some(f.unsent as f64),
             // Errors include transport errors and 5xx answers alike: both
             // are requests the user did not get served.
-            Metric::Errors if self.percent => Some(ratio(f.errors, f.completed)),
+            Metric::Errors if self.percent => ratio(f.errors, f.completed),
             Metric::Errors => Some(f.errors as f64),
             Metric::Throughput => Some(f.throughput_rps),
         };

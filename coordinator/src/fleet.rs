@@ -449,7 +449,8 @@ impl Fleet {
             if self.last_progress.elapsed() >= Duration::from_secs(1) && Instant::now() > start {
                 self.last_progress = Instant::now();
                 let p = self.progress_now(start);
-                (self.progress)(&p);
+                // Metrics first: whoever reads the progress line and then
+                // scrapes must see at least the figures it showed.
                 if let Some(m) = &self.metrics {
                     let text = crate::metrics::render(
                         &self.aggregate,
@@ -459,6 +460,7 @@ impl Fleet {
                     );
                     let _ = m.send(text);
                 }
+                (self.progress)(&p);
             }
         }
     }

@@ -326,19 +326,6 @@ fn agent_refuses_a_target_outside_its_allow_list() {
     assert_eq!(target.connections(), 0, "no load may be sent");
 }
 
-/// Writes a self-signed certificate for `localhost` and its key.
-fn localhost_certificate(dir: &std::path::Path) -> (String, String) {
-    let rcgen::CertifiedKey { cert, key_pair } =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
-    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_path, cert.pem()).expect("write cert");
-    std::fs::write(&key_path, key_pair.serialize_pem()).expect("write key");
-    (
-        cert_path.to_string_lossy().into_owned(),
-        key_path.to_string_lossy().into_owned(),
-    )
-}
-
 /// The control plane over TLS: an agent that trusts the coordinator's
 /// certificate joins and runs; one that does not cannot even connect.
 #[test]

@@ -4,27 +4,12 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
-
-/// Writes a self-signed certificate for `localhost` and its key.
-fn certificate(dir: &Path) -> (String, String) {
-    let rcgen::CertifiedKey { cert, key_pair } =
-        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
-    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_path, cert.pem()).expect("write cert");
-    std::fs::write(&key_path, key_pair.serialize_pem()).expect("write key");
-    (
-        cert_path.to_string_lossy().into_owned(),
-        key_path.to_string_lossy().into_owned(),
-    )
-}
 
 #[test]
 fn https_target_with_a_trusted_ca() {
     let dir = temp_dir("tls-ok");
-    let (cert, key) = certificate(&dir);
+    let (cert, key) = localhost_certificate(&dir);
     let (_testbed, addr) = start_testbed(&["--tls-cert", &cert, "--tls-key", &key]);
     let port = addr.rsplit(':').next().expect("port");
     let url = format!("https://localhost:{port}/");
@@ -56,7 +41,7 @@ fn https_target_with_a_trusted_ca() {
 #[test]
 fn untrusted_certificate_is_a_tls_error_and_no_experiment() {
     let dir = temp_dir("tls-bad");
-    let (cert, key) = certificate(&dir);
+    let (cert, key) = localhost_certificate(&dir);
     let (_testbed, addr) = start_testbed(&["--tls-cert", &cert, "--tls-key", &key]);
     let port = addr.rsplit(':').next().expect("port");
     let url = format!("https://localhost:{port}/");

@@ -209,6 +209,20 @@ pub fn start_testbed(extra: &[&str]) -> (Proc, String) {
     (testbed, addr)
 }
 
+/// Writes a self-signed certificate for `localhost` and its key into
+/// `dir`; returns their paths.
+pub fn localhost_certificate(dir: &Path) -> (String, String) {
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).expect("write cert");
+    std::fs::write(&key_path, key_pair.serialize_pem()).expect("write key");
+    (
+        cert_path.to_string_lossy().into_owned(),
+        key_path.to_string_lossy().into_owned(),
+    )
+}
+
 /// A port on 127.0.0.1 with nothing listening (bound, then released).
 pub fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

@@ -255,12 +255,32 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
             }
             Some(ev) = ev_rx.recv() => match ev {
                 WorkerEvent::Snapshots(snaps) => {
+                    let mut stalled = false;
                     for s in snaps {
                         snapshots += 1;
-                        if out_tx.send(send(agent_message::Kind::Snapshot(s))).await.is_err() {
-                            stop.cancel();
-                            break;
+                        // A coordinator that stopped reading fills the queue;
+                        // waiting on it must not outlast the dead-man switch.
+                        let sent = tokio::time::timeout(
+                            dead_man,
+                            out_tx.send(send(agent_message::Kind::Snapshot(s))),
+                        )
+                        .await;
+                        match sent {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) => {
+                                stop.cancel();
+                                break;
+                            }
+                            Err(_) => {
+                                stalled = true;
+                                break;
+                            }
                         }
+                    }
+                    if stalled {
+                        break Err(anyhow!(
+                            "the coordinator stopped reading for {dead_man:?}; stopped sending (dead-man switch)"
+                        ));
                     }
                 }
                 WorkerEvent::Done { in_flight_at_end: n } => {

@@ -733,23 +733,8 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let mix = RequestMix::from_proto(
-            &[v1::RequestTemplate {
-                url: format!("http://127.0.0.1:{port}/"),
-                ..Default::default()
-            }],
-            None,
-            0,
-        )
-        .unwrap();
-        let client = HttpClient::new(ClientConfig {
-            timeout: Duration::from_secs(2),
-            connections: 1,
-            source: None,
-            tls: crate::tls::client_config(None).unwrap(),
-        });
-        let req = mix.build(0, &mut SplitMix64::new(1)).unwrap();
-        assert_eq!(client.send(req).await.0, Outcome::Error("refused"));
+        let c = client(1, Duration::from_secs(2));
+        assert_eq!(c.send(get(port)).await.0, Outcome::Error("refused"));
     }
 
     /// A bare HTTP/1.1 server that answers every request with 200 after

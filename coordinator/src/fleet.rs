@@ -43,6 +43,9 @@ pub struct RunSpec {
     pub repeats: usize,
 }
 
+/// How long after an interval closes its snapshots are taken as all in.
+const SETTLE: Duration = Duration::from_millis(400);
+
 /// Pause between repeated runs, so one run's drain cannot touch the next.
 const BETWEEN_RUNS: Duration = Duration::from_secs(1);
 
@@ -468,7 +471,11 @@ impl Fleet {
     fn progress_now(&self, start: Instant) -> Progress {
         let t = &self.aggregate.totals;
         let elapsed = Instant::now().saturating_duration_since(start);
-        let last_complete = (elapsed.as_nanos() / self.spec.interval.as_nanos().max(1)) as u64;
+        // An interval's snapshots reach us a little after it closes; show
+        // the last one closed at least SETTLE ago, so the live figures never
+        // read a half-merged second as a drop to zero.
+        let settled = elapsed.saturating_sub(SETTLE);
+        let last_complete = (settled.as_nanos() / self.spec.interval.as_nanos().max(1)) as u64;
         let p99_ms = last_complete
             .checked_sub(1)
             .and_then(|i| self.aggregate.intervals.get(&i))

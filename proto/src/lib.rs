@@ -7,12 +7,15 @@
 //! and histograms cross the wire as compressed HdrHistogram V2 bytes
 //! ([`histogram`]). Both sides link this crate, so they cannot disagree.
 
+pub mod bounds;
 pub mod closed;
 pub mod histogram;
 pub mod partition;
 pub mod rng;
 pub mod schedule;
+pub mod target;
 pub mod template;
+pub mod vocab;
 
 /// Generated protobuf and tonic code for `loadfleet.v1`. Generated code is
 /// exempt from style lints it cannot follow (e.g. boxing oneof variants).

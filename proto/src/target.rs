@@ -1,0 +1,99 @@
+//! What counts as a target URL, decided once for the plan, the flags and the
+//! agent: a coordinator must never accept a URL that its agents would then
+//! refuse mid-run, and an agent must refuse exactly what a coordinator would.
+
+use http::Uri;
+
+/// Why a target URL cannot be loaded. Messages say what to write instead;
+/// the caller adds the field or flag name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// Not parseable as a URI at all.
+    #[error("{url:?} is not a valid URL ({reason}); write e.g. \"http://HOST:PORT/path\"")]
+    Invalid {
+        /// The URL as given.
+        url: String,
+        /// The parser's complaint.
+        reason: String,
+    },
+    /// A scheme other than http or https.
+    #[error("scheme {scheme:?} is not supported; use http:// or https://")]
+    Scheme {
+        /// The scheme as given.
+        scheme: String,
+    },
+    /// No scheme: a bare host or path.
+    #[error("{url:?} has no scheme; write \"http://{url}\"")]
+    NoScheme {
+        /// The URL as given.
+        url: String,
+    },
+    /// A scheme but no host.
+    #[error("{url:?} has no host")]
+    NoHost {
+        /// The URL as given.
+        url: String,
+    },
+}
+
+/// Checks that `url` is an absolute http(s) URL with a host, and returns it
+/// parsed.
+pub fn check_url(url: &str) -> Result<Uri, UrlError> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| UrlError::Invalid {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        Some(s) => {
+            return Err(UrlError::Scheme {
+                scheme: s.to_string(),
+            })
+        }
+        None => {
+            return Err(UrlError::NoScheme {
+                url: url.to_string(),
+            })
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(UrlError::NoHost {
+            url: url.to_string(),
+        });
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_http_and_https_with_a_host() {
+        assert!(check_url("http://127.0.0.1:8080/x?y=1").is_ok());
+        assert!(check_url("https://example.test").is_ok());
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        assert!(matches!(
+            check_url("ftp://h/"),
+            Err(UrlError::Scheme { .. })
+        ));
+        assert!(matches!(
+            check_url("h:80"),
+            Err(UrlError::Scheme { .. }) | Err(UrlError::NoScheme { .. })
+        ));
+        assert!(matches!(check_url("/path"), Err(UrlError::NoScheme { .. })));
+        assert!(matches!(
+            check_url("http://"),
+            Err(UrlError::Invalid { .. }) | Err(UrlError::NoHost { .. })
+        ));
+        assert!(matches!(
+            check_url("http://a b"),
+            Err(UrlError::Invalid { .. })
+        ));
+    }
+}

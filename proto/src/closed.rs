@@ -6,7 +6,44 @@
 //! client is owned by one agent (the same interleave as open arrivals), so a
 //! fleet never runs more clients than the plan says.
 
+use std::time::Duration;
+
 use crate::schedule::Stage;
+use crate::v1;
+
+/// A closed-model population as both sides hold it: the fleet-wide client
+/// count over time (stages whose rates are client counts) and the think time
+/// between a response and the client's next request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Population {
+    /// Client-count profile; `from_rps`/`to_rps` hold client counts.
+    pub stages: Vec<Stage>,
+    /// Pause after each response before the client's next request.
+    pub think: Duration,
+}
+
+impl Population {
+    /// Converts to the wire form.
+    pub fn to_proto(&self) -> v1::ClosedModel {
+        v1::ClosedModel {
+            stages: self.stages.iter().map(Stage::to_proto).collect(),
+            think_ns: u64::try_from(self.think.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Reads the wire form.
+    pub fn from_proto(p: &v1::ClosedModel) -> Self {
+        Population {
+            stages: p.stages.iter().map(Stage::from_proto).collect(),
+            think: Duration::from_nanos(p.think_ns),
+        }
+    }
+
+    /// Largest number of clients the profile ever asks for.
+    pub fn max_clients(&self) -> u64 {
+        max_clients(&self.stages)
+    }
+}
 
 /// The windows `[start, end)` (ns from scenario start) in which client `c`
 /// is active, in order.

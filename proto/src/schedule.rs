@@ -25,6 +25,26 @@ pub struct Stage {
     pub to_rps: f64,
 }
 
+impl Stage {
+    /// Converts to the wire form.
+    pub fn to_proto(&self) -> v1::Stage {
+        v1::Stage {
+            duration_ns: self.duration_ns,
+            from_rps: self.from_rps,
+            to_rps: self.to_rps,
+        }
+    }
+
+    /// Reads the wire form (values are checked where a schedule is built).
+    pub fn from_proto(s: &v1::Stage) -> Self {
+        Stage {
+            duration_ns: s.duration_ns,
+            from_rps: s.from_rps,
+            to_rps: s.to_rps,
+        }
+    }
+}
+
 /// How arrivals are placed inside the rate profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Process {
@@ -130,15 +150,7 @@ impl ArrivalSchedule {
             Process::Poisson { seed } => (v1::ArrivalProcess::Poisson, seed),
         };
         v1::FleetSchedule {
-            stages: self
-                .stages
-                .iter()
-                .map(|s| v1::Stage {
-                    duration_ns: s.duration_ns,
-                    from_rps: s.from_rps,
-                    to_rps: s.to_rps,
-                })
-                .collect(),
+            stages: self.stages.iter().map(Stage::to_proto).collect(),
             process: process as i32,
             seed,
         }
@@ -151,17 +163,7 @@ impl ArrivalSchedule {
             Ok(v1::ArrivalProcess::Poisson) => Process::Poisson { seed: p.seed },
             _ => return Err(ScheduleError::UnspecifiedProcess),
         };
-        Self::new(
-            p.stages
-                .iter()
-                .map(|s| Stage {
-                    duration_ns: s.duration_ns,
-                    from_rps: s.from_rps,
-                    to_rps: s.to_rps,
-                })
-                .collect(),
-            process,
-        )
+        Self::new(p.stages.iter().map(Stage::from_proto).collect(), process)
     }
 }
 

@@ -6,8 +6,9 @@
 //! path is kept lean (see [`worker`]), and it never fires without a
 //! coordinator: a lost control stream stops it within seconds.
 
-pub mod http;
+pub mod client;
 pub mod recorder;
+pub mod request;
 pub mod session;
 pub mod sys;
 pub mod timer;

@@ -11,34 +11,21 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{encode, new_histogram};
 use loadfleet_proto::v1;
+use loadfleet_proto::vocab::{ErrorKind, OutcomeClass, UnsentReason};
 
-/// Outcome classes that get their own latency histogram, as in the report.
-pub const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
-
-/// Index into [`CLASSES`] for an HTTP status code.
-pub fn class_of_status(code: u16) -> usize {
-    match code {
-        100..=199 => 0,
-        200..=299 => 1,
-        300..=399 => 2,
-        400..=499 => 3,
-        _ => 4,
-    }
-}
-
-/// Index of the transport-error class.
-pub const ERROR_CLASS: usize = 5;
+/// One latency histogram per outcome class, as in the report.
+const CLASSES: usize = OutcomeClass::ALL.len();
 
 /// Everything one worker saw during one interval.
 struct Interval {
     intended: u64,
     sent: u64,
-    unsent: Vec<(&'static str, u64)>,
+    unsent: Vec<(UnsentReason, u64)>,
     completed: u64,
     completed_in_window: u64,
     status: Vec<(u16, u64)>,
-    errors: Vec<(&'static str, u64)>,
-    latency: [Histogram<u64>; 6],
+    errors: Vec<(ErrorKind, u64)>,
+    latency: [Histogram<u64>; CLASSES],
     service_time: Histogram<u64>,
     warmup_latency: Histogram<u64>,
     lag: Histogram<u64>,
@@ -74,9 +61,9 @@ impl Interval {
 
     fn to_snapshot(&self, scenario: u32, index: u64, in_flight: u64) -> v1::Snapshot {
         let mut latency = std::collections::HashMap::new();
-        for (name, h) in CLASSES.iter().zip(&self.latency) {
+        for (class, h) in OutcomeClass::ALL.iter().zip(&self.latency) {
             if !h.is_empty() {
-                latency.insert((*name).to_string(), encode_or_empty(h));
+                latency.insert(class.as_str().to_string(), encode_or_empty(h));
             }
         }
         v1::Snapshot {
@@ -86,7 +73,7 @@ impl Interval {
             unsent: self
                 .unsent
                 .iter()
-                .map(|&(k, n)| (k.to_string(), n))
+                .map(|&(k, n)| (k.as_str().to_string(), n))
                 .collect(),
             completed: self.completed,
             completed_in_window: self.completed_in_window,
@@ -98,7 +85,7 @@ impl Interval {
             errors: self
                 .errors
                 .iter()
-                .map(|&(k, n)| (k.to_string(), n))
+                .map(|&(k, n)| (k.as_str().to_string(), n))
                 .collect(),
             latency,
             service_time: encode_or_empty(&self.service_time),
@@ -172,7 +159,7 @@ impl Recorder {
     }
 
     /// An arrival that was never sent, with the reason.
-    pub fn arrival_unsent(&mut self, interval: u64, reason: &'static str) {
+    pub fn arrival_unsent(&mut self, interval: u64, reason: UnsentReason) {
         let i = self.at(interval);
         i.intended += 1;
         bump(&mut i.unsent, reason);
@@ -196,17 +183,17 @@ impl Recorder {
         let class = match outcome {
             Outcome::Status(code) => {
                 bump(&mut i.status, code);
-                class_of_status(code)
+                OutcomeClass::of_status(code)
             }
             Outcome::Error(kind) => {
                 bump(&mut i.errors, kind);
-                ERROR_CLASS
+                OutcomeClass::Error
             }
         };
         if warmup {
             record(&mut i.warmup_latency, latency_micros);
         } else {
-            record(&mut i.latency[class], latency_micros);
+            record(&mut i.latency[class.index()], latency_micros);
             record(&mut i.service_time, service_micros);
         }
     }
@@ -255,7 +242,7 @@ pub enum Outcome {
     /// A response arrived with this status code.
     Status(u16),
     /// No response: a transport error of this kind.
-    Error(&'static str),
+    Error(ErrorKind),
 }
 
 #[cfg(test)]
@@ -267,21 +254,33 @@ mod tests {
     fn events_land_in_their_intervals_and_flush_in_order() {
         let mut r = Recorder::new(2);
         r.arrival_sent(0, 10, 4);
-        r.arrival_unsent(1, "concurrency_limit");
+        r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
         r.completed(1, Outcome::Status(200), 1500, 900, false, true);
         r.completed(1, Outcome::Status(503), 2500, 2000, false, true);
-        r.completed(1, Outcome::Error("refused"), 100, 100, false, false);
+        r.completed(
+            1,
+            Outcome::Error(ErrorKind::Refused),
+            100,
+            100,
+            false,
+            false,
+        );
         let snaps = r.flush(2, 3);
         assert_eq!(snaps.len(), 2);
         assert_eq!((snaps[0].intended, snaps[0].sent), (1, 1));
         assert_eq!((snaps[0].scenario, snaps[0].max_in_flight), (2, 4));
-        assert_eq!(snaps[1].unsent["concurrency_limit"], 1);
+        assert_eq!(snaps[1].unsent[UnsentReason::ConcurrencyLimit.as_str()], 1);
         assert_eq!(snaps[1].completed, 3);
         assert_eq!(snaps[1].completed_in_window, 2);
         assert_eq!(snaps[1].status[&200], 1);
         assert_eq!(snaps[1].status[&503], 1);
-        assert_eq!(snaps[1].errors["refused"], 1);
-        assert_eq!(decode(&snaps[1].latency["5xx"]).unwrap().len(), 1);
+        assert_eq!(snaps[1].errors[ErrorKind::Refused.as_str()], 1);
+        assert_eq!(
+            decode(&snaps[1].latency[OutcomeClass::ServerError.as_str()])
+                .unwrap()
+                .len(),
+            1
+        );
         assert_eq!(decode(&snaps[1].service_time).unwrap().len(), 3);
         assert_eq!((snaps[0].in_flight, snaps[1].in_flight), (0, 3));
     }
@@ -290,11 +289,11 @@ mod tests {
     fn late_event_for_flushed_interval_is_kept() {
         let mut r = Recorder::new(0);
         r.flush(3, 0);
-        r.arrival_unsent(1, "late");
+        r.arrival_unsent(1, UnsentReason::Late);
         let snaps = r.flush(4, 0);
         assert_eq!(snaps.len(), 1);
         assert_eq!(snaps[0].interval_index, 3);
-        assert_eq!(snaps[0].unsent["late"], 1);
+        assert_eq!(snaps[0].unsent[UnsentReason::Late.as_str()], 1);
     }
 
     #[test]

@@ -20,7 +20,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{ClientConfig, RequestMix};
+use crate::client::ClientConfig;
+use crate::request::RequestMix;
 use crate::sys;
 use crate::worker::{self, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
 

@@ -19,12 +19,14 @@ use loadfleet_proto::partition::{AgentSlice, Interleave};
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
 use loadfleet_proto::v1;
+use loadfleet_proto::vocab::UnsentReason;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{ClientConfig, HttpClient, RequestMix};
+use crate::client::{ClientConfig, HttpClient};
 use crate::recorder::Recorder;
+use crate::request::RequestMix;
 use crate::timer::PreciseTimer;
 
 /// Sleeps longer than this also watch for a stop, so a long pause in the
@@ -265,14 +267,14 @@ async fn open_loop(
             shared
                 .recorder
                 .borrow_mut()
-                .arrival_unsent(interval, loadfleet_proto::UNSENT_LATE);
+                .arrival_unsent(interval, UnsentReason::Late);
             continue;
         }
         if shared.worker_in_flight.get() >= plan.max_in_flight {
             shared
                 .recorder
                 .borrow_mut()
-                .arrival_unsent(interval, loadfleet_proto::UNSENT_CONCURRENCY_LIMIT);
+                .arrival_unsent(interval, UnsentReason::ConcurrencyLimit);
             continue;
         }
         let Some(request) = build_or_count(shared, seq, interval) else {

@@ -1,0 +1,73 @@
+//! Why a request got no HTTP status, in the report's words: what an
+//! operator would act on, not the library's error type.
+
+use loadfleet_proto::vocab::ErrorKind;
+
+/// The ways a request can fail, kept apart to classify them.
+#[derive(Debug)]
+pub(super) enum ClientFailure {
+    /// The URL has no host to connect to (or one a header cannot carry).
+    NoHost,
+    /// The host name did not resolve.
+    Dns,
+    /// The name resolved, but to no address reachable from the source
+    /// address's family.
+    NoAddress,
+    /// The TCP connection could not be opened.
+    Connect(std::io::Error),
+    /// A handed-over slot had no connection where one was expected.
+    NoConnection,
+    /// The TLS handshake failed (certificate, protocol, or the peer hung up).
+    Tls(std::io::Error),
+    /// hyper failed on an open connection: sending, or reading the answer.
+    Http(hyper::Error),
+}
+
+impl ClientFailure {
+    /// The report's error kind: what an operator would act on.
+    pub(super) fn kind(&self) -> ErrorKind {
+        match self {
+            ClientFailure::NoHost => ErrorKind::InvalidRequest,
+            ClientFailure::Dns | ClientFailure::NoAddress => ErrorKind::Dns,
+            ClientFailure::NoConnection => ErrorKind::Reset,
+            ClientFailure::Connect(io) => io_kind(io.kind(), true),
+            // rustls reports its own failures as InvalidData; anything else
+            // is the transport under it.
+            ClientFailure::Tls(io) => match io.kind() {
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other => ErrorKind::Tls,
+                kind => io_kind(kind, true),
+            },
+            ClientFailure::Http(h) => {
+                let mut source: Option<&(dyn std::error::Error + 'static)> = Some(h);
+                while let Some(err) = source {
+                    if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                        return io_kind(io.kind(), false);
+                    }
+                    source = err.source();
+                }
+                if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                    ErrorKind::Reset
+                } else if h.is_timeout() {
+                    ErrorKind::Timeout
+                } else if h.is_parse() {
+                    ErrorKind::Protocol
+                } else {
+                    ErrorKind::Other
+                }
+            }
+        }
+    }
+}
+
+fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
+    use std::io::ErrorKind::*;
+    match kind {
+        ConnectionRefused => ErrorKind::Refused,
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => ErrorKind::Reset,
+        TimedOut => ErrorKind::Timeout,
+        AddrNotAvailable | AddrInUse => ErrorKind::LocalAddress,
+        NotFound | InvalidInput if connect => ErrorKind::Dns,
+        _ if connect => ErrorKind::Connect,
+        _ => ErrorKind::Io,
+    }
+}

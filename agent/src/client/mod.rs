@@ -1,0 +1,371 @@
+//! The HTTP/1.1 transport: one client per worker, over a keep-alive pool
+//! of its own connections ([`pool`]), with every failure classified into
+//! the report's error kinds ([`failure`]).
+
+mod failure;
+mod pool;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use loadfleet_proto::vocab::ErrorKind;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpSocket;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
+use tokio_util::either::Either;
+
+use crate::recorder::Outcome;
+use failure::ClientFailure;
+use pool::Lease;
+
+/// Keep-alive HTTP/1.1 connections owned by one worker.
+///
+/// Built on hyper's connection-level client rather than its pooled one: a
+/// worker is single-threaded, so its connections sit in a `RefCell` (no
+/// lock, no pool-key parsing, no task per checkout). At most `connections`
+/// are open at once, as with wrk2 or a browser's pool: a request that finds
+/// them all busy waits for the next free one. That wait is not hidden — it
+/// counts in the latency, which runs from the intended instant — and it
+/// keeps a hiccup on the target from turning into a storm of new
+/// connections that the target (and the port space) must absorb.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Rc<ClientInner>,
+}
+
+type Sender = SendRequest<Full<Bytes>>;
+
+struct ClientInner {
+    /// Idle connections per `host:port`; one or two hosts in practice, so a
+    /// list beats a map. Each holds one of the `open` slots.
+    idle: RefCell<Vec<(String, VecDeque<Sender>)>>,
+    /// Requests waiting for a connection, oldest first. Each is handed a
+    /// [`Lease`]: a connection to its host, or just a slot to open one.
+    waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
+    /// Slots in use: connections open, being opened, or leased.
+    open: Cell<usize>,
+    max_open: usize,
+    timeout: Duration,
+    source: Option<IpAddr>,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+/// How a worker's client is set up; `Send`, so it can cross to the
+/// worker's thread, where the client itself is made.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub timeout: Duration,
+    /// Most connections open at once.
+    pub connections: usize,
+    /// Local address to send from, so agents on one machine can appear as
+    /// distinct hosts (127.0.0.2, 127.0.0.3, …).
+    pub source: Option<IpAddr>,
+    /// Trust and ALPN settings for https:// targets.
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// Where a request was when its time ran out, to name the error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a free connection slot in the agent's own pool.
+    Queued,
+    /// Resolving, connecting, handshaking.
+    Connecting,
+    /// On a connection: sent, or being answered.
+    OnWire,
+}
+
+impl HttpClient {
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            inner: Rc::new(ClientInner {
+                idle: RefCell::new(Vec::new()),
+                waiters: RefCell::new(VecDeque::new()),
+                open: Cell::new(0),
+                max_open: config.connections.max(1),
+                timeout: config.timeout,
+                source: config.source,
+                tls: config.tls,
+            }),
+        }
+    }
+
+    /// Sends one request and reads the whole response body; the body is part
+    /// of the latency because a user waits for it too. Also returns when the
+    /// request went onto a connection (for the service time), if it did.
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> (Outcome, Option<Instant>) {
+        let phase = Cell::new(Phase::Queued);
+        let on_wire = Cell::new(None);
+        let outcome = match tokio::time::timeout(
+            self.inner.timeout,
+            self.exchange(request, &phase, &on_wire),
+        )
+        .await
+        {
+            Ok(Ok(status)) => Outcome::Status(status),
+            Ok(Err(e)) => Outcome::Error(e.kind()),
+            // Time spent queued for the agent's own connections is the
+            // generator's limit, not the target's: say so.
+            Err(_) if phase.get() == Phase::Queued => Outcome::Error(ErrorKind::PoolTimeout),
+            Err(_) => Outcome::Error(ErrorKind::Timeout),
+        };
+        (outcome, on_wire.get())
+    }
+
+    async fn exchange(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        phase: &Cell<Phase>,
+        on_wire: &Cell<Option<Instant>>,
+    ) -> Result<u16, ClientFailure> {
+        let uri = request.uri().clone();
+        let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
+        let key = authority.as_str();
+        let mut lease = self.acquire(key, &uri, phase).await?;
+        phase.set(Phase::OnWire);
+        on_wire.set(Some(Instant::now()));
+        // HTTP/1.1 origin form: the path in the request line, the host in
+        // its header.
+        if !request.headers().contains_key(http::header::HOST) {
+            let host = HeaderValue::from_str(key).map_err(|_| ClientFailure::NoHost)?;
+            request.headers_mut().insert(http::header::HOST, host);
+        }
+        *request.uri_mut() = uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        let response = lease
+            .sender()?
+            .send_request(request)
+            .await
+            .map_err(ClientFailure::Http)?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            frame.map_err(ClientFailure::Http)?;
+        }
+        lease.finished = true;
+        Ok(status)
+    }
+
+    async fn connect(&self, uri: &Uri) -> Result<Sender, ClientFailure> {
+        let host = uri.host().ok_or(ClientFailure::NoHost)?;
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let addrs = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+            .await
+            .map_err(|e| {
+                tracing::debug!("cannot resolve {host}: {e}");
+                ClientFailure::Dns
+            })?;
+        // Every address in turn (a name like localhost may give ::1 first
+        // to a server that only listens on 127.0.0.1); with a source
+        // address, only those of its family can be reached from it.
+        let mut failure = ClientFailure::NoAddress;
+        let mut stream = None;
+        for addr in addrs.filter(|a| self.inner.source.is_none_or(|s| s.is_ipv4() == a.is_ipv4())) {
+            match self.open_tcp(addr).await {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => failure = e,
+            }
+        }
+        let stream = stream.ok_or(failure)?;
+        let io = if uri.scheme_str() == Some("https") {
+            let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|_| ClientFailure::NoHost)?;
+            let tls = TlsConnector::from(self.inner.tls.clone())
+                .connect(name, stream)
+                .await
+                .map_err(ClientFailure::Tls)?;
+            Either::Right(tls)
+        } else {
+            Either::Left(stream)
+        };
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(ClientFailure::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+
+    async fn open_tcp(&self, addr: SocketAddr) -> Result<tokio::net::TcpStream, ClientFailure> {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()
+        } else {
+            TcpSocket::new_v6()
+        }
+        .map_err(ClientFailure::Connect)?;
+        if let Some(ip) = self.inner.source {
+            defer_port_choice(&socket);
+            socket
+                .bind(SocketAddr::new(ip, 0))
+                .map_err(ClientFailure::Connect)?;
+        }
+        socket.set_nodelay(true).map_err(ClientFailure::Connect)?;
+        socket.connect(addr).await.map_err(ClientFailure::Connect)
+    }
+}
+
+/// Lets `bind(ip, 0)` leave the port to `connect()`. Otherwise the kernel
+/// must pick a port unique for the source address alone, scanning every
+/// socket (TIME_WAIT ones too) bound to it: slow, and exhausted after ~28k
+/// connections, where `connect()` can reuse a port for another destination.
+fn defer_port_choice(socket: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt on a socket we own, with a c_int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "IP_BIND_ADDRESS_NO_PORT unavailable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn closed_port_is_refused() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let c = client(1, Duration::from_secs(2));
+        assert_eq!(
+            c.send(get(port)).await.0,
+            Outcome::Error(ErrorKind::Refused)
+        );
+    }
+
+    /// A bare HTTP/1.1 server that answers every request with 200 after
+    /// `delay`, over keep-alive connections; returns its port and a counter
+    /// of the connections it accepted.
+    async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            tokio::time::sleep(delay).await;
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if stream.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    fn get(port: u16) -> Request<Full<Bytes>> {
+        let mix = crate::request::RequestMix::from_proto(
+            &[loadfleet_proto::v1::RequestTemplate {
+                url: format!("http://127.0.0.1:{port}/"),
+                ..Default::default()
+            }],
+            None,
+            0,
+        )
+        .unwrap();
+        mix.build(0, &mut loadfleet_proto::rng::SplitMix64::new(1))
+            .unwrap()
+    }
+
+    fn client(connections: usize, timeout: Duration) -> HttpClient {
+        HttpClient::new(ClientConfig {
+            timeout,
+            connections,
+            source: None,
+            tls: crate::tls::client_config(None).unwrap(),
+        })
+    }
+
+    /// With one connection, concurrent requests queue for it and reuse it:
+    /// all succeed over a single connection, and the slot count returns to
+    /// one open, idle connection.
+    #[tokio::test]
+    async fn requests_beyond_the_pool_wait_and_reuse_the_connection() {
+        let (port, accepted) = slow_server(Duration::from_millis(20)).await;
+        let c = client(1, Duration::from_secs(5));
+        let results = futures::future::join_all((0..5).map(|_| c.send(get(port)))).await;
+        for (outcome, on_wire) in &results {
+            assert_eq!(*outcome, Outcome::Status(200));
+            assert!(on_wire.is_some());
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(c.inner.open.get(), 1);
+        assert!(c.inner.waiters.borrow().is_empty());
+    }
+
+    /// A request that times out while queued for the agent's own pool is
+    /// `pool_timeout`, not a target timeout — and no slot is lost: once the
+    /// busy connection is free, the pool serves again with one connection.
+    #[tokio::test]
+    async fn queued_timeouts_are_named_and_leak_nothing() {
+        let (port, accepted) = slow_server(Duration::from_millis(1)).await;
+        let c = client(1, Duration::from_millis(100));
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let key = uri.authority().unwrap().as_str().to_string();
+        // Hold the only slot, as a long request would.
+        let held = c
+            .acquire(&key, &uri, &Cell::new(Phase::Queued))
+            .await
+            .unwrap();
+        let (outcome, on_wire) = c.send(get(port)).await;
+        assert_eq!(outcome, Outcome::Error(ErrorKind::PoolTimeout));
+        assert!(on_wire.is_none(), "never reached a connection");
+        assert_eq!(c.inner.open.get(), 1);
+        drop(held); // unfinished: its connection closes, the slot frees
+        assert_eq!(c.inner.open.get(), 0);
+        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
+        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
+        assert_eq!(c.inner.open.get(), 1, "one connection, reused");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+}

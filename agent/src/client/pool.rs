@@ -1,0 +1,183 @@
+//! The worker's keep-alive pool: at most `connections` slots, each a
+//! [`Lease`] that gives itself back when dropped, and a queue of requests
+//! waiting for one, oldest first.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+
+use http::Uri;
+use tokio::sync::oneshot;
+
+use super::failure::ClientFailure;
+use super::{HttpClient, Phase, Sender};
+
+/// One slot of the pool, with the connection in it once there is one.
+///
+/// Whatever happens to a request — a timeout dropping it anywhere, an
+/// error, a hand-over nobody received — dropping the lease gives the slot
+/// back: a finished exchange returns its connection for reuse, anything else
+/// closes it. So slots can neither leak nor be counted twice.
+pub(super) struct Lease {
+    client: HttpClient,
+    key: String,
+    sender: Option<Sender>,
+    /// The exchange completed, so the connection may be reused.
+    pub(super) finished: bool,
+    /// Cleared when the lease's slot has been passed on elsewhere.
+    armed: bool,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match self.sender.take() {
+            Some(s) if self.finished && !s.is_closed() => self.client.give_back(&self.key, s),
+            _ => self.client.release(),
+        }
+    }
+}
+
+impl Lease {
+    pub(super) fn new(client: &HttpClient, key: &str, sender: Option<Sender>) -> Self {
+        Self {
+            client: client.clone(),
+            key: key.to_string(),
+            sender,
+            finished: false,
+            armed: true,
+        }
+    }
+
+    /// The connection, once the lease has one.
+    pub(super) fn sender(&mut self) -> Result<&mut Sender, ClientFailure> {
+        self.sender.as_mut().ok_or(ClientFailure::NoConnection)
+    }
+
+    /// Waits until the connection can take a request; false when it died.
+    /// A connection just handed back is not ready until its task has
+    /// finished the previous exchange, which takes microseconds.
+    async fn ready(&mut self) -> bool {
+        match self.sender.as_mut() {
+            Some(s) if s.is_ready() => true,
+            Some(s) => s.ready().await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl HttpClient {
+    /// A ready connection to `key`: an idle one, a new one while under the
+    /// limit, or the next one (or slot) freed, oldest waiter first.
+    pub(super) async fn acquire(
+        &self,
+        key: &str,
+        uri: &Uri,
+        phase: &Cell<Phase>,
+    ) -> Result<Lease, ClientFailure> {
+        loop {
+            if let Some(s) = self.take_idle(key) {
+                let mut lease = Lease::new(self, key, Some(s));
+                if lease.ready().await {
+                    return Ok(lease);
+                }
+                continue; // it died; dropping the lease freed its slot
+            }
+            let mut lease = if self.inner.open.get() < self.inner.max_open {
+                self.inner.open.set(self.inner.open.get() + 1);
+                Lease::new(self, key, None)
+            } else {
+                let (tx, rx) = oneshot::channel();
+                self.inner
+                    .waiters
+                    .borrow_mut()
+                    .push_back((key.to_string(), tx));
+                match rx.await {
+                    Ok(lease) => lease,
+                    Err(_) => continue,
+                }
+            };
+            if lease.sender.is_none() {
+                phase.set(Phase::Connecting);
+                lease.sender = Some(self.connect(uri).await?);
+                return Ok(lease);
+            }
+            if lease.ready().await {
+                return Ok(lease);
+            }
+        }
+    }
+
+    /// Takes an idle connection to `key`; closed ones found on the way give
+    /// their slots back.
+    fn take_idle(&self, key: &str) -> Option<Sender> {
+        let mut closed = 0;
+        let found = {
+            let mut idle = self.inner.idle.borrow_mut();
+            let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
+            // Oldest first: the most likely to be ready.
+            loop {
+                match list.pop_front() {
+                    Some(s) if s.is_closed() => closed += 1,
+                    other => break other,
+                }
+            }
+        };
+        for _ in 0..closed {
+            self.release();
+        }
+        found
+    }
+
+    /// A reusable connection: to the oldest waiter for its host; closed to
+    /// make room when only waiters for other hosts are left (so a mix of
+    /// hosts cannot starve); else idle.
+    pub(super) fn give_back(&self, key: &str, sender: Sender) {
+        let waiter = {
+            let mut waiters = self.inner.waiters.borrow_mut();
+            waiters
+                .iter()
+                .position(|(k, _)| k == key)
+                .and_then(|pos| waiters.remove(pos))
+        };
+        if let Some((_, tx)) = waiter {
+            if let Err(mut lease) = tx.send(Lease::new(self, key, Some(sender))) {
+                // That waiter gave up; its lease goes round again.
+                lease.armed = false;
+                if let Some(s) = lease.sender.take() {
+                    self.give_back(key, s);
+                }
+            }
+            return;
+        }
+        if !self.inner.waiters.borrow().is_empty() {
+            drop(sender);
+            self.release();
+            return;
+        }
+        let mut idle = self.inner.idle.borrow_mut();
+        match idle.iter_mut().find(|(k, _)| k == key) {
+            Some((_, list)) => list.push_back(sender),
+            None => idle.push((key.to_string(), VecDeque::from([sender]))),
+        }
+    }
+
+    /// A slot is free: it goes to the oldest waiter (who opens a connection
+    /// with it), else back to the pool.
+    pub(super) fn release(&self) {
+        loop {
+            let next = self.inner.waiters.borrow_mut().pop_front();
+            match next {
+                Some((key, tx)) => match tx.send(Lease::new(self, &key, None)) {
+                    Ok(()) => return,
+                    Err(mut lease) => lease.armed = false,
+                },
+                None => {
+                    self.inner.open.set(self.inner.open.get().saturating_sub(1));
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! A scenario's requests: the weighted mix of templates, parsed once per
+//! assignment and rendered per arrival. Parts without placeholders are
+//! prebuilt, so a fully static request costs only clones of
+//! reference-counted parts on the request path.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use http_body_util::Full;
+use loadfleet_proto::partition::{Interleave, PartitionError};
+use loadfleet_proto::rng::SplitMix64;
+use loadfleet_proto::target::{check_url, UrlError};
+use loadfleet_proto::template::{TemplateError, Text, Values};
+use loadfleet_proto::v1;
+use loadfleet_proto::vocab::UnsentReason;
+
+/// Why a scenario's request templates cannot be used. The coordinator
+/// checks plans the same way, so reaching one of these means the
+/// assignment did not come from a valid plan.
+#[derive(Debug, thiserror::Error)]
+pub enum MixError {
+    /// A scenario must send something.
+    #[error("the scenario has no requests")]
+    NoRequests,
+    /// The method is not an HTTP method token.
+    #[error("request method {0:?} is not valid")]
+    Method(String),
+    /// The URL template has a bad placeholder.
+    #[error("url {url:?}")]
+    UrlTemplate {
+        /// The template as given.
+        url: String,
+        /// What is wrong with its placeholders.
+        #[source]
+        source: TemplateError,
+    },
+    /// A URL without placeholders that cannot be sent to.
+    #[error("target url")]
+    Url(#[source] UrlError),
+    /// The header name is not a valid HTTP header name.
+    #[error("header name {0:?} is not valid")]
+    HeaderName(String),
+    /// A header value template has a bad placeholder.
+    #[error("header {name:?}")]
+    HeaderTemplate {
+        /// The header's name.
+        name: String,
+        /// What is wrong with its placeholders.
+        #[source]
+        source: TemplateError,
+    },
+    /// A header value without placeholders that HTTP cannot carry.
+    #[error("header {0:?} has an invalid value")]
+    HeaderValue(String),
+    /// The body template has a bad placeholder.
+    #[error("body")]
+    BodyTemplate(#[source] TemplateError),
+    /// The request weights cannot be interleaved.
+    #[error("request weights")]
+    Weights(#[source] PartitionError),
+}
+
+/// One request of a scenario's mix, parsed once.
+struct RequestSpec {
+    method: Method,
+    url: Text,
+    uri: Option<Uri>,
+    headers: Vec<(HeaderName, Text)>,
+    static_headers: Option<HeaderMap>,
+    body: Option<Text>,
+    static_body: Bytes,
+}
+
+impl RequestSpec {
+    fn from_proto(t: &v1::RequestTemplate, columns: &[String]) -> Result<Self, MixError> {
+        let method = if t.method.is_empty() {
+            Method::GET
+        } else {
+            Method::from_bytes(t.method.as_bytes())
+                .map_err(|_| MixError::Method(t.method.clone()))?
+        };
+        let url = Text::parse(&t.url, columns).map_err(|source| MixError::UrlTemplate {
+            url: t.url.clone(),
+            source,
+        })?;
+        let uri = if url.is_static() {
+            Some(check_url(&t.url).map_err(MixError::Url)?)
+        } else {
+            None
+        };
+        let mut headers = Vec::new();
+        for h in &t.headers {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| MixError::HeaderName(h.name.clone()))?;
+            let value =
+                Text::parse(&h.value, columns).map_err(|source| MixError::HeaderTemplate {
+                    name: h.name.clone(),
+                    source,
+                })?;
+            headers.push((name, value));
+        }
+        let static_headers = if headers.iter().all(|(_, v)| v.is_static()) {
+            let mut map = HeaderMap::new();
+            for (h, (name, _)) in t.headers.iter().zip(&headers) {
+                let value = HeaderValue::from_str(&h.value)
+                    .map_err(|_| MixError::HeaderValue(h.name.clone()))?;
+                map.append(name.clone(), value);
+            }
+            Some(map)
+        } else {
+            None
+        };
+        // A body that is not UTF-8 (a binary file) is sent as it is.
+        let body = match std::str::from_utf8(&t.body) {
+            Ok(text) => Some(Text::parse(text, columns).map_err(MixError::BodyTemplate)?)
+                .filter(|b| !b.is_static()),
+            Err(_) => None,
+        };
+        Ok(RequestSpec {
+            method,
+            url,
+            uri,
+            headers,
+            static_headers,
+            body,
+            static_body: Bytes::from(t.body.clone()),
+        })
+    }
+}
+
+/// A scenario's weighted mix of requests and the data they draw from.
+pub struct RequestMix {
+    specs: Vec<RequestSpec>,
+    interleave: Interleave,
+    rows: Vec<Vec<String>>,
+    random_rows: bool,
+    agent: u32,
+}
+
+impl RequestMix {
+    pub fn from_proto(
+        requests: &[v1::RequestTemplate],
+        data: Option<&v1::DataTable>,
+        agent: u32,
+    ) -> Result<Self, MixError> {
+        if requests.is_empty() {
+            return Err(MixError::NoRequests);
+        }
+        let columns: &[String] = data.map_or(&[], |d| d.columns.as_slice());
+        let specs = requests
+            .iter()
+            .map(|t| RequestSpec::from_proto(t, columns))
+            .collect::<Result<Vec<_>, _>>()?;
+        let weights: Vec<u32> = requests.iter().map(|r| r.weight.max(1)).collect();
+        Ok(Self {
+            specs,
+            interleave: Interleave::new(&weights).map_err(MixError::Weights)?,
+            rows: data.map_or_else(Vec::new, |d| {
+                d.rows.iter().map(|r| r.values.clone()).collect()
+            }),
+            random_rows: data.is_some_and(|d| d.random),
+            agent,
+        })
+    }
+
+    /// Builds the request for fleet-wide arrival `seq`. An error means the
+    /// rendered values do not form a valid request (e.g. a data value with a
+    /// space in a URL); the arrival is then counted unsent, never sent.
+    pub fn build(
+        &self,
+        seq: u64,
+        rng: &mut SplitMix64,
+    ) -> Result<Request<Full<Bytes>>, UnsentReason> {
+        let spec = &self.specs[self.interleave.owner(seq)];
+        let row = if self.rows.is_empty() {
+            None
+        } else if self.random_rows {
+            Some(self.rows[(rng.next_u64() % self.rows.len() as u64) as usize].as_slice())
+        } else {
+            Some(self.rows[(seq % self.rows.len() as u64) as usize].as_slice())
+        };
+        let mut values = Values {
+            seq,
+            agent: self.agent,
+            rng,
+            row,
+        };
+        let body = match &spec.body {
+            None => spec.static_body.clone(),
+            Some(t) => {
+                let mut s = String::new();
+                t.render(&mut values, &mut s);
+                Bytes::from(s)
+            }
+        };
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = spec.method.clone();
+        *req.uri_mut() = match &spec.uri {
+            Some(uri) => uri.clone(),
+            None => {
+                let mut s = String::new();
+                spec.url.render(&mut values, &mut s);
+                let uri: Uri = s.parse().map_err(|_| UnsentReason::InvalidRequest)?;
+                if uri.host().is_none() {
+                    return Err(UnsentReason::InvalidRequest);
+                }
+                uri
+            }
+        };
+        match &spec.static_headers {
+            Some(map) if !map.is_empty() => *req.headers_mut() = map.clone(),
+            Some(_) => {}
+            None => {
+                for (name, value) in &spec.headers {
+                    let mut s = String::new();
+                    value.render(&mut values, &mut s);
+                    let value =
+                        HeaderValue::from_str(&s).map_err(|_| UnsentReason::InvalidRequest)?;
+                    req.headers_mut().append(name.clone(), value);
+                }
+            }
+        }
+        Ok(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    fn template(url: &str, weight: u32) -> v1::RequestTemplate {
+        v1::RequestTemplate {
+            method: "POST".into(),
+            url: url.into(),
+            headers: vec![v1::Header {
+                name: "x-user".into(),
+                value: "{{data.user}}".into(),
+            }],
+            body: b"seq={{seq}}".to_vec(),
+            weight,
+        }
+    }
+
+    fn data() -> v1::DataTable {
+        v1::DataTable {
+            columns: vec!["user".into()],
+            rows: vec![
+                v1::DataRow {
+                    values: vec!["ann".into()],
+                },
+                v1::DataRow {
+                    values: vec!["bob".into()],
+                },
+            ],
+            random: false,
+        }
+    }
+
+    /// The error and its causes, as the agent prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text += &format!(": {s}");
+            source = s.source();
+        }
+        text
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem() {
+        let mix = |url: &str| RequestMix::from_proto(&[template(url, 1)], Some(&data()), 0);
+        let e = chain(&mix("ftp://x/").err().unwrap());
+        assert!(e.contains("scheme"), "{e}");
+        let e = chain(&mix("/just/a/path").err().unwrap());
+        assert!(e.contains("no scheme") || e.contains("no host"), "{e}");
+        assert!(mix("http://127.0.0.1:1/x").is_ok());
+        let e = chain(&mix("http://h/{{nope}}").err().unwrap());
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn mix_follows_weights_and_renders_values() {
+        let mix = RequestMix::from_proto(
+            &[template("http://h/a/{{seq}}", 3), template("http://h/b", 1)],
+            Some(&data()),
+            5,
+        )
+        .unwrap();
+        let mut rng = SplitMix64::new(1);
+        let mut a = 0;
+        for seq in 0..400 {
+            let req = mix.build(seq, &mut rng).unwrap();
+            if req.uri().path().starts_with("/a/") {
+                a += 1;
+                assert_eq!(req.uri().path(), format!("/a/{seq}"));
+            }
+            let user = req.headers()["x-user"].to_str().unwrap().to_string();
+            assert_eq!(user, if seq % 2 == 0 { "ann" } else { "bob" });
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, format!("seq={seq}").as_bytes());
+        }
+        assert_eq!(a, 300, "weights 3:1 give exactly three quarters");
+    }
+
+    #[test]
+    fn invalid_rendering_is_unsent_not_sent() {
+        let mut t = template("http://{{data.user}}/", 1);
+        t.headers.clear();
+        let mut table = data();
+        table.rows[0].values[0] = "a b".into();
+        let mix = RequestMix::from_proto(&[t], Some(&table), 0).unwrap();
+        let mut rng = SplitMix64::new(1);
+        assert_eq!(
+            mix.build(0, &mut rng).err(),
+            Some(UnsentReason::InvalidRequest)
+        );
+        assert!(mix.build(1, &mut rng).is_ok());
+    }
+}

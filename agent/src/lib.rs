@@ -5,7 +5,13 @@
 //! per-second snapshots back. It is the measuring instrument, so the request
 //! path is kept lean (see [`worker`]), and it never fires without a
 //! coordinator: a lost control stream stops it within seconds.
+//!
+//! The flow: [`session`] holds the control stream; [`assignment`] turns an
+//! assignment into worker plans; each [`worker`] thread renders requests
+//! ([`request`]), sends them through its own [`client`] and counts what
+//! happened in its [`recorder`].
 
+pub mod assignment;
 pub mod client;
 pub mod recorder;
 pub mod request;
@@ -14,3 +20,25 @@ pub mod sys;
 pub mod timer;
 pub mod tls;
 pub mod worker;
+
+/// Exit statuses of `loadfleet-agent`, as README.md's table lists them, so
+/// a supervisor (systemd, a Kubernetes Job) can tell a finished run from a
+/// stopped one and both from a failure.
+pub mod exit {
+    /// Every run the coordinator assigned finished, and it closed the
+    /// session.
+    pub const FINISHED: u8 = 0;
+    /// A flag is wrong; the message names it (clap uses 2 as well).
+    pub const BAD_FLAGS: u8 = 2;
+    /// The coordinator stopped the run early (e.g. Ctrl-C on it); what was
+    /// measured was delivered. The coordinator's own status for a cut-short
+    /// run is 3 too.
+    pub const STOPPED: u8 = 3;
+    /// No session, or it broke: the coordinator could not be reached,
+    /// refused this agent (token, protocol version, no room), went silent
+    /// (dead-man switch) or closed the stream mid-run.
+    pub const COORDINATOR: u8 = 4;
+    /// This agent refused its assignment (`--allow-target`) or could not
+    /// carry it out; nothing was sent.
+    pub const ASSIGNMENT: u8 = 5;
+}

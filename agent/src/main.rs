@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use loadfleet_agent::session::{self, AgentConfig, SessionEnd};
+use loadfleet_agent::exit;
+use loadfleet_agent::session::{self, AgentConfig, SessionEnd, SessionError};
 use loadfleet_agent::sys;
 
 /// A loadfleet agent: joins a coordinator and sends its share of the load.
@@ -62,6 +63,36 @@ struct Cli {
     protocol_version: u32,
 }
 
+/// Why the agent stops without finishing; each maps to one exit status
+/// (see `loadfleet_agent::exit` and the README's table).
+enum Failure {
+    /// A flag is wrong.
+    Flags(anyhow::Error),
+    /// The control runtime could not start, so no assignment can run.
+    Start(std::io::Error),
+    /// The session with the coordinator failed.
+    Session(SessionError),
+}
+
+impl Failure {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Flags(_) => exit::BAD_FLAGS,
+            Failure::Start(_) => exit::ASSIGNMENT,
+            Failure::Session(e) => e.exit_code(),
+        }
+    }
+
+    /// The message for stderr: the error and each of its causes.
+    fn report(self) -> String {
+        match self {
+            Failure::Flags(e) => format!("{e:#}"),
+            Failure::Start(e) => format!("cannot start the control runtime: {e}"),
+            Failure::Session(e) => format!("{:#}", anyhow::Error::from(e)),
+        }
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -72,16 +103,30 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match run(cli) {
-        Ok(SessionEnd::Finished) => ExitCode::SUCCESS,
-        Ok(SessionEnd::Stopped) => ExitCode::from(3),
-        Err(e) => {
-            eprintln!("loadfleet-agent: error: {e:#}");
-            ExitCode::from(3)
+        Ok(end) => ExitCode::from(end.exit_code()),
+        Err(failure) => {
+            let code = failure.exit_code();
+            eprintln!("loadfleet-agent: error: {}", failure.report());
+            ExitCode::from(code)
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
+fn run(cli: Cli) -> Result<SessionEnd, Failure> {
+    let config = config(cli).map_err(Failure::Flags)?;
+    // The control plane gets its own small runtime; the workers each run
+    // their own, so the session never competes with the request path.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Failure::Start)?;
+    runtime
+        .block_on(session::run(config))
+        .map_err(Failure::Session)
+}
+
+/// Checks the flags and pins the process; any error here is the user's to fix.
+fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
     if let Some(list) = &cli.cpus {
         sys::pin_to_cpus(&sys::parse_cpu_list(list)?)?;
     }
@@ -90,7 +135,7 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let config = AgentConfig {
+    Ok(AgentConfig {
         coordinator: cli.coordinator,
         token: cli.token,
         id: cli
@@ -111,12 +156,5 @@ fn run(cli: Cli) -> anyhow::Result<SessionEnd> {
             None => None,
         },
         protocol_version: cli.protocol_version,
-    };
-    // The control plane gets its own small runtime; the workers each run
-    // their own, so the session never competes with the request path.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the control runtime")?;
-    runtime.block_on(session::run(config))
+    })
 }

@@ -1,18 +1,20 @@
-//! The control stream: register, answer clock pings, take the assignment,
-//! run the workers, stream their snapshots, and stop on our own when the
-//! coordinator goes quiet (the dead-man switch).
+//! The control stream, as a [`Session`] that moves through explicit
+//! [`Phase`]s: join the fleet, answer clock probes, take an assignment, run
+//! the workers and stream their snapshots, then wait for the next repeat or
+//! the end of the session. Whatever the phase, the agent stops on its own
+//! when the coordinator goes quiet (the dead-man switch) or the stream
+//! breaks: it never fires without a coordinator.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
-use loadfleet_proto::closed::max_clients;
-use loadfleet_proto::partition::Interleave;
-use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
+use loadfleet_proto::bounds::MAX_MESSAGE_BYTES;
 use loadfleet_proto::v1::{
-    self, agent_message, control_client::ControlClient, coordinator_message, scenario_assignment,
+    self, agent_message, control_client::ControlClient, coordinator_message,
 };
 use loadfleet_proto::PROTOCOL_HEADER;
 use tokio::sync::mpsc;
@@ -20,10 +22,10 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::ClientConfig;
-use crate::request::RequestMix;
+use crate::assignment::{check_targets, plan_workers, AssignmentError, TargetRefused};
+use crate::exit;
 use crate::sys;
-use crate::worker::{self, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
+use crate::worker::{self, WorkerEvent, WorkerPlan};
 
 /// How the agent was started.
 #[derive(Debug, Clone)]
@@ -48,10 +50,6 @@ pub struct AgentConfig {
     pub protocol_version: u32,
 }
 
-/// Largest control message accepted: an assignment with the biggest data
-/// table a plan may ship, plus framing.
-const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
 /// How a session ended, for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionEnd {
@@ -59,6 +57,127 @@ pub enum SessionEnd {
     Finished,
     /// The coordinator told us to stop early; what we measured was delivered.
     Stopped,
+}
+
+impl SessionEnd {
+    /// The agent's exit status for this end (see [`crate::exit`]).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            SessionEnd::Finished => exit::FINISHED,
+            SessionEnd::Stopped => exit::STOPPED,
+        }
+    }
+}
+
+/// Why a session ended without its runs finishing.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// `--coordinator` is not a URL the agent can dial.
+    #[error(
+        "--coordinator {url:?} is not a valid URL (expected http://HOST:PORT or https://HOST:PORT)"
+    )]
+    CoordinatorUrl {
+        /// The flag's value.
+        url: String,
+        /// The parser's complaint.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// TLS to an https:// coordinator could not be set up.
+    #[error("--coordinator: cannot set up TLS")]
+    CoordinatorTls(#[source] tonic::transport::Error),
+    /// The token cannot travel in an HTTP header.
+    #[error("--token contains characters that cannot go in a header")]
+    Token,
+    /// The coordinator did not answer within `--connect-timeout`.
+    #[error("cannot reach the coordinator at {url} within {timeout:?}")]
+    Unreachable {
+        /// The coordinator's address.
+        url: String,
+        /// How long the agent kept trying.
+        timeout: Duration,
+        /// The last attempt's failure.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The coordinator refused our token.
+    #[error("the coordinator refused this agent: {0} (check --token / LOADFLEET_TOKEN)")]
+    BadToken(String),
+    /// The coordinator refused this agent for another reason, e.g. a
+    /// different protocol version.
+    #[error("the coordinator refused this agent: {0}")]
+    Refused(String),
+    /// The coordinator already has all the agents it expects.
+    #[error("the coordinator has no room for this agent: {0}")]
+    NoRoom(String),
+    /// The control stream failed with another gRPC status.
+    #[error("control stream failed: {message} ({code:?})")]
+    Stream {
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The coordinator's (or the transport's) message.
+        message: String,
+    },
+    /// The coordinator closed the stream before or during a run.
+    #[error("the coordinator closed the control stream")]
+    Closed,
+    /// Our half of the stream is gone, so nothing more can be said.
+    #[error("the control stream closed")]
+    OutboundClosed,
+    /// Dead-man switch: nothing heard from the coordinator for too long.
+    #[error("no word from the coordinator for {0:?}; stopped sending (dead-man switch)")]
+    Silent(Duration),
+    /// Dead-man switch: the coordinator stopped reading our snapshots.
+    #[error("the coordinator stopped reading for {0:?}; stopped sending (dead-man switch)")]
+    NotReading(Duration),
+    /// A second assignment arrived while one was running.
+    #[error("the coordinator sent an assignment during a run")]
+    AssignmentDuringRun,
+    /// The assignment aims outside `--allow-target`; the refusal was sent to
+    /// the coordinator and nothing was fired.
+    #[error("refused the assignment")]
+    TargetRefused(#[source] TargetRefused),
+    /// The assignment is malformed; nothing was fired.
+    #[error("the assignment cannot be carried out")]
+    BadAssignment(#[source] AssignmentError),
+    /// A worker thread or its runtime could not be started.
+    #[error("cannot start a worker")]
+    Spawn(#[source] std::io::Error),
+}
+
+impl SessionError {
+    /// The agent's exit status for this failure (see [`crate::exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            SessionError::CoordinatorUrl { .. }
+            | SessionError::CoordinatorTls(_)
+            | SessionError::Token => exit::BAD_FLAGS,
+            SessionError::Unreachable { .. }
+            | SessionError::BadToken(_)
+            | SessionError::Refused(_)
+            | SessionError::NoRoom(_)
+            | SessionError::Stream { .. }
+            | SessionError::Closed
+            | SessionError::OutboundClosed
+            | SessionError::Silent(_)
+            | SessionError::NotReading(_)
+            | SessionError::AssignmentDuringRun => exit::COORDINATOR,
+            SessionError::TargetRefused(_)
+            | SessionError::BadAssignment(_)
+            | SessionError::Spawn(_) => exit::ASSIGNMENT,
+        }
+    }
+}
+
+/// Turns a refused call into an error that says what to fix.
+fn refusal(status: tonic::Status) -> SessionError {
+    let message = status.message().to_string();
+    match status.code() {
+        tonic::Code::Unauthenticated => SessionError::BadToken(message),
+        tonic::Code::FailedPrecondition => SessionError::Refused(message),
+        tonic::Code::ResourceExhausted => SessionError::NoRoom(message),
+        code => SessionError::Stream { code, message },
+    }
 }
 
 /// The agent's clock: nanoseconds since this process's epoch (monotonic).
@@ -72,13 +191,13 @@ impl Clock {
 
 /// Connects, retrying while the coordinator is not up yet (agents are often
 /// started before it, e.g. as a Kubernetes Indexed Job).
-async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
+async fn connect(
+    config: &AgentConfig,
+) -> Result<ControlClient<tonic::transport::Channel>, SessionError> {
     let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
-        .with_context(|| {
-            format!(
-                "--coordinator {:?} is not a valid URL (expected http://HOST:PORT or https://HOST:PORT)",
-                config.coordinator
-            )
+        .map_err(|source| SessionError::CoordinatorUrl {
+            url: config.coordinator.clone(),
+            source,
         })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
@@ -94,7 +213,7 @@ async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::tr
         }
         endpoint
             .tls_config(tls)
-            .context("--coordinator: cannot set up TLS")?
+            .map_err(SessionError::CoordinatorTls)?
     } else {
         endpoint
     };
@@ -112,448 +231,403 @@ async fn connect(config: &AgentConfig) -> anyhow::Result<ControlClient<tonic::tr
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
-            Err(e) => {
-                return Err(anyhow!(e)).with_context(|| {
-                    format!(
-                        "cannot reach the coordinator at {} within {:?}",
-                        config.coordinator, config.connect_timeout
-                    )
+            Err(source) => {
+                return Err(SessionError::Unreachable {
+                    url: config.coordinator.clone(),
+                    timeout: config.connect_timeout,
+                    source,
                 })
             }
         }
     }
 }
 
-/// Runs one session from registration to the end of the run.
-pub async fn run(config: AgentConfig) -> anyhow::Result<SessionEnd> {
+/// Wraps one message for the stream.
+fn message(kind: agent_message::Kind) -> v1::AgentMessage {
+    v1::AgentMessage { kind: Some(kind) }
+}
+
+/// Who we are, the first message of every session.
+fn hello(config: &AgentConfig) -> v1::AgentMessage {
+    message(agent_message::Kind::Hello(v1::Hello {
+        protocol_version: config.protocol_version,
+        agent_id: config.id.clone(),
+        host: sys::hostname(),
+        host_addresses: sys::host_addresses()
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        source_address: config.source.map(|ip| ip.to_string()).unwrap_or_default(),
+        cpus: config.workers as u32,
+        label: config.label.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    }))
+}
+
+/// Runs one session from registration to the end of the last run.
+pub async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
     let clock = Clock(Instant::now());
     let mut client = connect(&config).await?;
 
     let (out_tx, out_rx) = mpsc::channel::<v1::AgentMessage>(4096);
-    let send = |kind: agent_message::Kind| v1::AgentMessage { kind: Some(kind) };
     out_tx
-        .send(send(agent_message::Kind::Hello(v1::Hello {
-            protocol_version: config.protocol_version,
-            agent_id: config.id.clone(),
-            host: sys::hostname(),
-            host_addresses: sys::host_addresses()
-                .iter()
-                .map(|a| a.to_string())
-                .collect(),
-            source_address: config.source.map(|ip| ip.to_string()).unwrap_or_default(),
-            cpus: config.workers as u32,
-            label: config.label.clone(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        })))
+        .send(hello(&config))
         .await
-        .context("internal: the outbound queue closed before hello")?;
-
+        .map_err(|_| SessionError::OutboundClosed)?;
     let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
     let bearer = format!("Bearer {}", config.token)
         .parse()
-        .context("--token contains characters that cannot go in a header")?;
+        .map_err(|_| SessionError::Token)?;
     request.metadata_mut().insert("authorization", bearer);
-    request.metadata_mut().insert(
-        PROTOCOL_HEADER,
-        config
-            .protocol_version
-            .to_string()
-            .parse()
-            .context("internal: protocol version header")?,
-    );
+    request
+        .metadata_mut()
+        .insert(PROTOCOL_HEADER, config.protocol_version.into());
     let mut inbound = client.session(request).await.map_err(refusal)?.into_inner();
 
-    let mut dead_man = Duration::from_secs(3);
-    let mut last_heard = Instant::now();
+    let (events, mut worker_events) = mpsc::unbounded_channel::<WorkerEvent>();
+    let mut session = Session {
+        config: &config,
+        clock,
+        outbound: out_tx,
+        events,
+        dead_man: Duration::from_secs(3),
+        last_heard: Instant::now(),
+        phase: Phase::Joining,
+    };
     let mut heartbeat = tokio::time::interval(Duration::from_millis(500));
-    let mut stop = CancellationToken::new();
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<WorkerEvent>();
-    let mut workers_running = 0usize;
-    // A coordinator may run the plan several times (--repeat) over one
-    // session: each assignment is one run, and the session ends when the
-    // coordinator closes the stream after the last.
-    let mut running = false;
-    let mut refused = false;
-    let mut last_end: Option<SessionEnd> = None;
-    let mut snapshots = 0u64;
-    let mut in_flight_at_end = 0u64;
-    let mut cut_short = false;
-    let mut threads = Vec::new();
-    let mut cpu = CpuSampler::new();
-    let mut cpu_interval: Option<(Instant, Duration, u64)> = None;
-
     let result = loop {
-        tokio::select! {
-            msg = inbound.message() => {
-                let msg = match msg {
-                    Ok(Some(m)) => m,
-                    Ok(None) => match (running, last_end) {
-                        (false, Some(end)) => break Ok(end),
-                        _ => break Err(anyhow!("the coordinator closed the control stream")),
-                    },
-                    Err(status) => break Err(refusal(status)),
-                };
-                last_heard = Instant::now();
-                match msg.kind {
-                    Some(coordinator_message::Kind::Welcome(w)) => {
-                        if w.dead_man_secs > 0 {
-                            dead_man = Duration::from_secs(u64::from(w.dead_man_secs));
-                        }
-                        tracing::info!("joined the fleet as agent {}", w.agent_index);
-                    }
-                    Some(coordinator_message::Kind::Ping(p)) => {
-                        let recv = clock.now_ns();
-                        let pong = send(agent_message::Kind::Pong(v1::Pong {
-                            seq: p.seq,
-                            coordinator_send_ns: p.coordinator_send_ns,
-                            agent_recv_ns: recv,
-                            agent_send_ns: clock.now_ns(),
-                        }));
-                        if out_tx.send(pong).await.is_err() {
-                            break Err(anyhow!("the control stream closed"));
-                        }
-                    }
-                    Some(coordinator_message::Kind::Assignment(a)) => {
-                        if running {
-                            break Err(anyhow!("the coordinator sent an assignment during a run"));
-                        }
-                        running = true;
-                        stop = CancellationToken::new();
-                        snapshots = 0;
-                        in_flight_at_end = 0;
-                        cut_short = false;
-                        cpu = CpuSampler::new();
-                        if let Err(reason) = check_targets(&a, &config.allow_targets) {
-                            let refusal = send(agent_message::Kind::Refusal(v1::Refusal { reason: reason.clone() }));
-                            let _ = out_tx.send(refusal).await;
-                            refused = true;
-                            break Err(anyhow!("refused the assignment: {reason}"));
-                        }
-                        let start = clock.0 + Duration::from_nanos(a.start_at_agent_ns);
-                        let plans = match plan_workers(&a, &config, start) {
-                            Ok(p) => p,
-                            Err(e) => break Err(e.context("the assignment cannot be carried out")),
-                        };
-                        cpu_interval = Some((start, Duration::from_nanos(a.interval_ns), 0));
-                        workers_running = plans.len();
-                        for plan in plans {
-                            threads.push(spawn_worker(plan, ev_tx.clone(), stop.clone())?);
-                        }
-                        tracing::info!("assignment taken: {} workers, start in {:?}",
-                            workers_running, start.saturating_duration_since(Instant::now()));
-                    }
-                    Some(coordinator_message::Kind::Heartbeat(_)) => {}
-                    Some(coordinator_message::Kind::Stop(s)) => {
-                        tracing::warn!("coordinator asked to stop: {}", s.reason);
-                        cut_short = true;
-                        stop.cancel();
-                        if !running {
-                            break Ok(SessionEnd::Stopped);
-                        }
-                    }
-                    None => {}
-                }
-            }
-            Some(ev) = ev_rx.recv() => match ev {
-                WorkerEvent::Snapshots(snaps) => {
-                    let mut stalled = false;
-                    for s in snaps {
-                        snapshots += 1;
-                        // A coordinator that stopped reading fills the queue;
-                        // waiting on it must not outlast the dead-man switch.
-                        let sent = tokio::time::timeout(
-                            dead_man,
-                            out_tx.send(send(agent_message::Kind::Snapshot(s))),
-                        )
-                        .await;
-                        match sent {
-                            Ok(Ok(())) => {}
-                            Ok(Err(_)) => {
-                                stop.cancel();
-                                break;
-                            }
-                            Err(_) => {
-                                stalled = true;
-                                break;
-                            }
-                        }
-                    }
-                    if stalled {
-                        break Err(anyhow!(
-                            "the coordinator stopped reading for {dead_man:?}; stopped sending (dead-man switch)"
-                        ));
-                    }
-                }
-                WorkerEvent::Done { in_flight_at_end: n } => {
-                    in_flight_at_end += n;
-                    workers_running -= 1;
-                    if workers_running == 0 {
-                        // The last partial interval's CPU use, then done.
-                        if let Some((start, interval, _)) = cpu_interval {
-                            let idx = Instant::now().saturating_duration_since(start).as_nanos() as u64
-                                / interval.as_nanos().max(1) as u64;
-                            snapshots += 1;
-                            let _ = out_tx.send(send(agent_message::Kind::Snapshot(cpu.snapshot(idx)))).await;
-                        }
-                        let fin = send(agent_message::Kind::Finished(v1::Finished {
-                            in_flight_at_end,
-                            cut_short,
-                            snapshots,
-                        }));
-                        let _ = out_tx.send(fin).await;
-                        running = false;
-                        cpu_interval = None;
-                        last_end = Some(if cut_short { SessionEnd::Stopped } else { SessionEnd::Finished });
-                        for t in threads.drain(..) {
-                            let _ = t.join();
-                        }
-                    }
-                }
-            },
-            _ = heartbeat.tick() => {
-                if last_heard.elapsed() > dead_man {
-                    break Err(anyhow!(
-                        "no word from the coordinator for {:?}; stopped sending (dead-man switch)",
-                        last_heard.elapsed()
-                    ));
-                }
-                let hb = send(agent_message::Kind::Heartbeat(v1::Heartbeat { now_ns: clock.now_ns() }));
-                if out_tx.try_send(hb).is_err() {
-                    tracing::debug!("outbound queue full; skipping a heartbeat");
-                }
-                // Per-interval CPU use, on the same interval grid as the workers.
-                if let Some((start, interval, next)) = cpu_interval.as_mut() {
-                    let boundary = *start + *interval * (*next as u32 + 1);
-                    if Instant::now() >= boundary {
-                        snapshots += 1;
-                        let _ = out_tx.try_send(send(agent_message::Kind::Snapshot(cpu.snapshot(*next))));
-                        *next += 1;
-                    }
-                }
-            }
+        let step = tokio::select! {
+            msg = inbound.message() => session.on_inbound(msg).await,
+            Some(ev) = worker_events.recv() => session.on_worker(ev).await,
+            _ = heartbeat.tick() => session.on_tick(),
+        };
+        match step {
+            Ok(ControlFlow::Continue(())) => {}
+            Ok(ControlFlow::Break(end)) => break Ok(end),
+            Err(e) => break Err(e),
         }
     };
-    // Whatever happened, nothing keeps firing after the session ends.
-    stop.cancel();
-    if result.is_ok() || refused {
-        // Let the outbound queue drain (a refusal must reach the
-        // coordinator) and the coordinator close the stream.
-        drop(out_tx);
-        let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while let Ok(Some(_)) = inbound.message().await {}
-        })
-        .await;
-    }
-    for t in threads {
-        if result.is_ok() {
-            let _ = t.join();
-        }
-    }
+    session.close(&result, &mut inbound).await;
     result
 }
 
-/// The `host:port` a URL (template) points at; `None` when it has no
-/// authority or builds it from placeholders.
-fn url_authority(url: &str) -> Option<(String, u16)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let default_port = if scheme.eq_ignore_ascii_case("https") {
-        443
-    } else {
-        80
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    if authority.contains("{{") || authority.is_empty() {
-        return None;
-    }
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
-            Ok(port) => (h, port),
-            Err(_) => (authority, default_port),
-        },
-        _ => (authority, default_port),
-    };
-    Some((host.trim_matches(['[', ']']).to_ascii_lowercase(), port))
+/// Where the session stands. Each message moves it at most one step:
+/// `Joining` → `Ready` (welcome) → `Running` (assignment) → `Ready` (all
+/// workers done) → `Running` (next repeat) … until the coordinator closes
+/// the stream.
+enum Phase {
+    /// Hello sent, no welcome yet (clock probes may already come).
+    Joining,
+    /// In the fleet with no run going: answering clock probes and waiting
+    /// for an assignment — after a run, for the next repeat or the end.
+    Ready {
+        /// How the last run ended; the session may end well only after one.
+        last_run: Option<SessionEnd>,
+    },
+    /// Workers are running an assignment.
+    Running(Run),
 }
 
-/// Refuses an assignment that aims at a target outside `allow`.
-fn check_targets(a: &v1::Assignment, allow: &[String]) -> Result<(), String> {
-    if allow.is_empty() {
-        return Ok(());
-    }
-    for sc in &a.scenarios {
-        for r in &sc.requests {
-            let Some((host, port)) = url_authority(&r.url) else {
-                return Err(format!(
-                    "target {:?} has no fixed host, and this agent only sends to --allow-target {}",
-                    r.url,
-                    allow.join(",")
-                ));
-            };
-            let allowed = allow.iter().any(|entry| {
-                let entry = entry.trim().to_ascii_lowercase();
-                match entry.rsplit_once(':') {
-                    Some((h, p)) if p.parse::<u16>().is_ok() => {
-                        h.trim_matches(['[', ']']) == host && p.parse::<u16>().ok() == Some(port)
-                    }
-                    _ => entry.trim_matches(['[', ']']) == host,
-                }
-            });
-            if !allowed {
-                return Err(format!(
-                    "target {host}:{port} is not in this agent's --allow-target list ({})",
-                    allow.join(",")
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Turns a refused call into a message that says what to fix.
-fn refusal(status: tonic::Status) -> anyhow::Error {
-    match status.code() {
-        tonic::Code::Unauthenticated => anyhow!(
-            "the coordinator refused this agent: {} (check --token / LOADFLEET_TOKEN)",
-            status.message()
-        ),
-        tonic::Code::FailedPrecondition => {
-            anyhow!("the coordinator refused this agent: {}", status.message())
-        }
-        tonic::Code::ResourceExhausted => anyhow!(
-            "the coordinator has no room for this agent: {}",
-            status.message()
-        ),
-        _ => anyhow!(
-            "control stream failed: {} ({:?})",
-            status.message(),
-            status.code()
-        ),
-    }
-}
-
-fn plan_workers(
-    a: &v1::Assignment,
-    config: &AgentConfig,
+/// One assignment being carried out.
+struct Run {
+    /// Cancelled to stop every worker of this run.
+    stop: CancellationToken,
+    threads: Vec<JoinHandle<()>>,
+    workers_running: usize,
+    /// Snapshots sent so far, so the coordinator can tell none was lost.
+    snapshots: u64,
+    in_flight_at_end: u64,
+    /// The coordinator stopped this run early.
+    cut_short: bool,
+    cpu: CpuSampler,
+    /// The common start and interval of the snapshot grid, and the next
+    /// interval whose CPU use is due.
     start: Instant,
-) -> anyhow::Result<Vec<WorkerPlan>> {
-    if a.interval_ns == 0 {
-        bail!("assignment interval is 0");
-    }
-    if a.scenarios.is_empty() {
-        bail!("assignment has no scenarios");
-    }
-    let interleave = Arc::new(Interleave::new(&a.weights)?);
-    let agent = a.agent_index;
-    // Parse every scenario once; workers share the result.
-    let mut parsed = Vec::new();
-    for (i, sc) in a.scenarios.iter().enumerate() {
-        let model = match &sc.model {
-            Some(scenario_assignment::Model::Open(schedule)) => ParsedModel::Open(Arc::new(
-                ArrivalSchedule::from_proto(schedule)
-                    .with_context(|| format!("scenario {:?}", sc.name))?,
-            )),
-            Some(scenario_assignment::Model::Closed(closed)) => {
-                let stages: Vec<Stage> = closed
-                    .stages
-                    .iter()
-                    .map(|s| Stage {
-                        duration_ns: s.duration_ns,
-                        from_rps: s.from_rps,
-                        to_rps: s.to_rps,
-                    })
-                    .collect();
-                ParsedModel::Closed(Arc::new(stages), Duration::from_nanos(closed.think_ns))
-            }
-            None => bail!("scenario {:?} has no model", sc.name),
-        };
-        let mix = RequestMix::from_proto(&sc.requests, sc.data.as_ref(), agent)
-            .with_context(|| format!("scenario {:?}", sc.name))?;
-        parsed.push((i as u32, sc, model, Arc::new(mix)));
-    }
-    // No more workers than the in-flight cap or the connections allow: each
-    // worker needs at least one of each.
-    let workers = config
-        .workers
-        .min(a.max_in_flight.max(1) as usize)
-        .min(a.connections.max(1) as usize)
-        .max(1);
-    let cap = u64::from(a.max_in_flight.max(1));
-    let conns = u64::from(a.connections.max(1));
-    Ok((0..workers)
-        .map(|w| {
-            // Split the agent's cap and pool across workers, remainder first.
-            let share = |total: u64| {
-                total / workers as u64 + u64::from((w as u64) < total % workers as u64)
-            };
-            WorkerPlan {
-                agent_index: agent as usize,
-                worker_index: w,
-                workers,
-                start,
-                interval: Duration::from_nanos(a.interval_ns),
-                drain: Duration::from_nanos(a.drain_ns),
-                max_in_flight: share(cap).max(1),
-                max_lag: Duration::from_nanos(a.max_lag_ns),
-                wake_quantum: config.wake_quantum,
-                client: ClientConfig {
-                    timeout: Duration::from_nanos(a.timeout_ns.max(1)),
-                    connections: share(conns).max(1) as usize,
-                    source: config.source,
-                    tls: config.tls.clone(),
-                },
-                scenarios: parsed
-                    .iter()
-                    .map(|(index, sc, model, mix)| ScenarioPlan {
-                        index: *index,
-                        start: start + Duration::from_nanos(sc.start_offset_ns),
-                        warmup: Duration::from_nanos(sc.warmup_ns),
-                        duration: Duration::from_nanos(sc.duration_ns),
-                        model: match model {
-                            ParsedModel::Open(schedule) => Model::Open {
-                                schedule: schedule.clone(),
-                                interleave: interleave.clone(),
-                            },
-                            ParsedModel::Closed(stages, think) => Model::Closed {
-                                max_clients: max_clients(stages),
-                                stages: stages.clone(),
-                                think: *think,
-                                interleave: interleave.clone(),
-                            },
-                        },
-                        mix: mix.clone(),
-                        seed: sc.seed,
-                    })
-                    .collect(),
-            }
-        })
-        .collect())
+    interval: Duration,
+    next_cpu_interval: u64,
 }
 
-/// A scenario's model, parsed once before being handed to every worker.
-enum ParsedModel {
-    Open(Arc<ArrivalSchedule>),
-    Closed(Arc<Vec<Stage>>, Duration),
+/// One agent's session with its coordinator.
+struct Session<'a> {
+    config: &'a AgentConfig,
+    clock: Clock,
+    outbound: mpsc::Sender<v1::AgentMessage>,
+    /// Handed to each worker; the session holds it too, so the receiving
+    /// end never closes between runs.
+    events: mpsc::UnboundedSender<WorkerEvent>,
+    /// How long the coordinator may stay silent (its welcome may set it).
+    dead_man: Duration,
+    last_heard: Instant,
+    phase: Phase,
+}
+
+/// What a handler decides: carry on, or end the session well.
+type Step = Result<ControlFlow<SessionEnd>, SessionError>;
+
+impl Session<'_> {
+    async fn on_inbound(
+        &mut self,
+        msg: Result<Option<v1::CoordinatorMessage>, tonic::Status>,
+    ) -> Step {
+        let msg = match msg {
+            Ok(Some(m)) => m,
+            // A coordinator may run the plan several times (--repeat) over
+            // one session: it closes the stream after the last run.
+            Ok(None) => {
+                return match self.phase {
+                    Phase::Ready {
+                        last_run: Some(end),
+                    } => Ok(ControlFlow::Break(end)),
+                    _ => Err(SessionError::Closed),
+                }
+            }
+            Err(status) => return Err(refusal(status)),
+        };
+        self.last_heard = Instant::now();
+        match msg.kind {
+            Some(coordinator_message::Kind::Welcome(w)) => {
+                if w.dead_man_secs > 0 {
+                    self.dead_man = Duration::from_secs(u64::from(w.dead_man_secs));
+                }
+                if matches!(self.phase, Phase::Joining) {
+                    self.phase = Phase::Ready { last_run: None };
+                }
+                tracing::info!("joined the fleet as agent {}", w.agent_index);
+                Ok(ControlFlow::Continue(()))
+            }
+            Some(coordinator_message::Kind::Ping(p)) => self.on_ping(p).await,
+            Some(coordinator_message::Kind::Assignment(a)) => self.on_assignment(a).await,
+            Some(coordinator_message::Kind::Stop(s)) => {
+                tracing::warn!("coordinator asked to stop: {}", s.reason);
+                match &mut self.phase {
+                    // The workers wind down; the run ends when they are done.
+                    Phase::Running(run) => {
+                        run.cut_short = true;
+                        run.stop.cancel();
+                        Ok(ControlFlow::Continue(()))
+                    }
+                    _ => Ok(ControlFlow::Break(SessionEnd::Stopped)),
+                }
+            }
+            Some(coordinator_message::Kind::Heartbeat(_)) | None => Ok(ControlFlow::Continue(())),
+        }
+    }
+
+    /// A clock probe: stamp when it arrived and when the answer leaves.
+    async fn on_ping(&mut self, p: v1::Ping) -> Step {
+        let recv = self.clock.now_ns();
+        let pong = message(agent_message::Kind::Pong(v1::Pong {
+            seq: p.seq,
+            coordinator_send_ns: p.coordinator_send_ns,
+            agent_recv_ns: recv,
+            agent_send_ns: self.clock.now_ns(),
+        }));
+        self.outbound
+            .send(pong)
+            .await
+            .map_err(|_| SessionError::OutboundClosed)?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Checks the assignment, then starts its workers: `Ready` → `Running`.
+    async fn on_assignment(&mut self, a: v1::Assignment) -> Step {
+        if matches!(self.phase, Phase::Running(_)) {
+            return Err(SessionError::AssignmentDuringRun);
+        }
+        let cpu = CpuSampler::new();
+        if let Err(refused) = check_targets(&a, &self.config.allow_targets) {
+            let reason = refused.to_string();
+            let _ = self
+                .outbound
+                .send(message(agent_message::Kind::Refusal(v1::Refusal {
+                    reason,
+                })))
+                .await;
+            return Err(SessionError::TargetRefused(refused));
+        }
+        let start = self.clock.0 + Duration::from_nanos(a.start_at_agent_ns);
+        let plans = plan_workers(&a, self.config, start).map_err(SessionError::BadAssignment)?;
+        let stop = CancellationToken::new();
+        let workers = plans.len();
+        // Running before any worker starts, so a failure to start the rest
+        // still stops those already going.
+        self.phase = Phase::Running(Run {
+            stop: stop.clone(),
+            threads: Vec::with_capacity(workers),
+            workers_running: workers,
+            snapshots: 0,
+            in_flight_at_end: 0,
+            cut_short: false,
+            cpu,
+            start,
+            interval: Duration::from_nanos(a.interval_ns),
+            next_cpu_interval: 0,
+        });
+        for plan in plans {
+            let thread = spawn_worker(plan, self.events.clone(), stop.clone())?;
+            if let Phase::Running(run) = &mut self.phase {
+                run.threads.push(thread);
+            }
+        }
+        tracing::info!(
+            "assignment taken: {workers} workers, start in {:?}",
+            start.saturating_duration_since(Instant::now())
+        );
+        Ok(ControlFlow::Continue(()))
+    }
+
+    async fn on_worker(&mut self, event: WorkerEvent) -> Step {
+        match event {
+            WorkerEvent::Snapshots(snaps) => self.on_snapshots(snaps).await,
+            WorkerEvent::Done { in_flight_at_end } => {
+                let Phase::Running(run) = &mut self.phase else {
+                    return Ok(ControlFlow::Continue(()));
+                };
+                run.in_flight_at_end += in_flight_at_end;
+                run.workers_running -= 1;
+                if run.workers_running == 0 {
+                    self.finish_run().await;
+                }
+                Ok(ControlFlow::Continue(()))
+            }
+        }
+    }
+
+    /// Streams closed intervals to the coordinator.
+    async fn on_snapshots(&mut self, snaps: Vec<v1::Snapshot>) -> Step {
+        for s in snaps {
+            if let Phase::Running(run) = &mut self.phase {
+                run.snapshots += 1;
+            }
+            // A coordinator that stopped reading fills the queue; waiting
+            // on it must not outlast the dead-man switch.
+            let sent = tokio::time::timeout(
+                self.dead_man,
+                self.outbound
+                    .send(message(agent_message::Kind::Snapshot(s))),
+            )
+            .await;
+            match sent {
+                Ok(Ok(())) => {}
+                // The stream is gone: stop firing; the inbound side says why.
+                Ok(Err(_)) => {
+                    if let Phase::Running(run) = &self.phase {
+                        run.stop.cancel();
+                    }
+                    break;
+                }
+                Err(_) => return Err(SessionError::NotReading(self.dead_man)),
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Every worker is done: the last partial interval's CPU use, then
+    /// `Finished`, and `Running` → `Ready`.
+    async fn finish_run(&mut self) {
+        let Phase::Running(mut run) =
+            std::mem::replace(&mut self.phase, Phase::Ready { last_run: None })
+        else {
+            return;
+        };
+        let index = Instant::now()
+            .saturating_duration_since(run.start)
+            .as_nanos() as u64
+            / run.interval.as_nanos().max(1) as u64;
+        run.snapshots += 1;
+        let cpu = message(agent_message::Kind::Snapshot(run.cpu.snapshot(index)));
+        let _ = self.outbound.send(cpu).await;
+        let fin = message(agent_message::Kind::Finished(v1::Finished {
+            in_flight_at_end: run.in_flight_at_end,
+            cut_short: run.cut_short,
+            snapshots: run.snapshots,
+        }));
+        let _ = self.outbound.send(fin).await;
+        for t in run.threads {
+            let _ = t.join();
+        }
+        self.phase = Phase::Ready {
+            last_run: Some(if run.cut_short {
+                SessionEnd::Stopped
+            } else {
+                SessionEnd::Finished
+            }),
+        };
+    }
+
+    /// Twice a second: the dead-man check, a heartbeat, and the CPU use of
+    /// an interval that just closed.
+    fn on_tick(&mut self) -> Step {
+        if self.last_heard.elapsed() > self.dead_man {
+            return Err(SessionError::Silent(self.last_heard.elapsed()));
+        }
+        let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat {
+            now_ns: self.clock.now_ns(),
+        }));
+        if self.outbound.try_send(hb).is_err() {
+            tracing::debug!("outbound queue full; skipping a heartbeat");
+        }
+        // Per-interval CPU use, on the same interval grid as the workers.
+        if let Phase::Running(run) = &mut self.phase {
+            let boundary = run.start + run.interval * (run.next_cpu_interval as u32 + 1);
+            if Instant::now() >= boundary {
+                run.snapshots += 1;
+                let cpu = run.cpu.snapshot(run.next_cpu_interval);
+                let _ = self
+                    .outbound
+                    .try_send(message(agent_message::Kind::Snapshot(cpu)));
+                run.next_cpu_interval += 1;
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Ends the session: nothing keeps firing, and after a good end or a
+    /// refusal (which must reach the coordinator) the outbound queue drains
+    /// and the coordinator closes the stream.
+    async fn close(
+        self,
+        result: &Result<SessionEnd, SessionError>,
+        inbound: &mut tonic::Streaming<v1::CoordinatorMessage>,
+    ) {
+        let Session {
+            outbound, phase, ..
+        } = self;
+        if let Phase::Running(run) = &phase {
+            run.stop.cancel();
+        }
+        if matches!(result, Ok(_) | Err(SessionError::TargetRefused(_))) {
+            drop(outbound);
+            let _ = tokio::time::timeout(Duration::from_secs(5), async {
+                while let Ok(Some(_)) = inbound.message().await {}
+            })
+            .await;
+        }
+        if let (Ok(_), Phase::Running(run)) = (result, phase) {
+            for t in run.threads {
+                let _ = t.join();
+            }
+        }
+    }
 }
 
 fn spawn_worker(
     plan: WorkerPlan,
     events: mpsc::UnboundedSender<WorkerEvent>,
     stop: CancellationToken,
-) -> anyhow::Result<std::thread::JoinHandle<()>> {
+) -> Result<JoinHandle<()>, SessionError> {
     let name = format!("worker-{}", plan.worker_index);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot build a worker runtime")?;
+        .map_err(SessionError::Spawn)?;
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             crate::timer::tighten_timer_slack();
             runtime.block_on(worker::run(plan, events, stop))
         })
-        .context("cannot start a worker thread")
+        .map_err(SessionError::Spawn)
 }
 
 /// Process and host CPU use per interval.
@@ -587,47 +661,5 @@ impl CpuSampler {
             unsent: HashMap::new(),
             ..Default::default()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn assignment(url: &str) -> v1::Assignment {
-        v1::Assignment {
-            scenarios: vec![v1::ScenarioAssignment {
-                requests: vec![v1::RequestTemplate {
-                    url: url.into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn allow_list_checks_host_and_port() {
-        let allow = vec!["10.0.0.9:8080".to_string(), "api.example".to_string()];
-        assert!(check_targets(&assignment("http://10.0.0.9:8080/x"), &allow).is_ok());
-        assert!(check_targets(&assignment("http://API.example/x?y"), &allow).is_ok());
-        assert!(check_targets(&assignment("http://api.example:9000/"), &allow).is_ok());
-        let e = check_targets(&assignment("http://10.0.0.9:9090/"), &allow).unwrap_err();
-        assert!(
-            e.contains("10.0.0.9:9090") && e.contains("--allow-target"),
-            "{e}"
-        );
-        assert!(check_targets(&assignment("http://{{data.host}}/"), &allow).is_err());
-        assert!(check_targets(&assignment("http://anything/"), &[]).is_ok());
-    }
-
-    #[test]
-    fn authorities_parse() {
-        assert_eq!(url_authority("http://h:81/p"), Some(("h".into(), 81)));
-        assert_eq!(url_authority("http://h"), Some(("h".into(), 80)));
-        assert_eq!(url_authority("http://[::1]:9/"), Some(("::1".into(), 9)));
-        assert_eq!(url_authority("https://h/x"), Some(("h".into(), 443)));
-        assert_eq!(url_authority("/relative"), None);
     }
 }

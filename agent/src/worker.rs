@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use loadfleet_proto::closed::client_windows;
+use loadfleet_proto::closed::{client_windows, Population};
 use loadfleet_proto::partition::{AgentSlice, Interleave};
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
@@ -54,8 +54,7 @@ pub enum Model {
     /// A fixed population of clients, each waiting for its previous response
     /// plus the think time (closed model).
     Closed {
-        stages: Arc<Vec<Stage>>,
-        think: Duration,
+        population: Arc<Population>,
         interleave: Arc<Interleave>,
         /// Fleet-wide client count at its largest, for client numbering.
         max_clients: u64,
@@ -173,15 +172,14 @@ async fn run_scenarios(
                     interleave,
                 } => open_loop(&plan, &sc, schedule, interleave, &shared, &stop).await,
                 Model::Closed {
-                    stages,
-                    think,
+                    population,
                     interleave,
                     max_clients,
                 } => {
                     closed_loop(
                         &plan,
-                        stages,
-                        *think,
+                        &population.stages,
+                        population.think,
                         interleave,
                         *max_clients,
                         &shared,

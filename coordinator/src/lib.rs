@@ -3,7 +3,7 @@
 //! It waits for agents, estimates their clock offsets, hands each a slice of
 //! one open-model schedule with a common start instant, merges their
 //! per-second snapshots exactly, and writes a report that leads with what
-//! was intended, sent and never sent. The tonic service ([`service`]) is
+//! was intended, sent and never sent. The tonic service ([`fleet::ControlService`]) is
 //! thin; the run lives in the fleet actor ([`fleet`]), the merged numbers in
 //! [`aggregate`], and every output format in [`report`].
 
@@ -19,5 +19,4 @@ pub mod plan_cmd;
 pub mod repeats;
 pub mod report;
 pub mod run;
-pub mod service;
 pub mod thresholds;

@@ -12,11 +12,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::{ProcessArg, RunArgs};
+use crate::fleet::ControlService;
 use crate::fleet::{self, Progress, RunSpec};
 use crate::local;
 use crate::plan::{self, Plan};
 use crate::report::{self, Verdict};
-use crate::service::ControlService;
 
 /// Bad flags or plan: exit status 2, with a message naming what to fix.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The thin tonic service: authenticate, read the hello, then hand the
-//! stream to the fleet actor. All run state lives in the actor
-//! ([`crate::fleet`]); this file only translates between gRPC and its events.
+//! stream to the fleet actor. All run state lives in the actor; this file
+//! only translates between gRPC and the actor's events.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,6 +10,8 @@ use loadfleet_proto::{PROTOCOL_HEADER, PROTOCOL_VERSION};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+
+use super::Loss;
 
 /// Messages to one agent; a `Status` ends its stream with that error.
 pub type AgentTx = mpsc::Sender<Result<v1::CoordinatorMessage, Status>>;
@@ -31,7 +33,7 @@ pub enum FleetEvent {
         received: tokio::time::Instant,
     },
     /// The agent's stream ended (cleanly or not).
-    Gone { agent: u32, reason: String },
+    Gone { agent: u32, loss: Loss },
 }
 
 pub struct ControlService {
@@ -134,7 +136,7 @@ impl Control for ControlService {
             .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
         let events = self.events.clone();
         tokio::spawn(async move {
-            let reason = loop {
+            let loss = loop {
                 match inbound.message().await {
                     Ok(Some(msg)) => {
                         let received = tokio::time::Instant::now();
@@ -147,11 +149,11 @@ impl Control for ControlService {
                             return;
                         }
                     }
-                    Ok(None) => break "stream closed".to_string(),
-                    Err(status) => break format!("stream failed: {}", status.message()),
+                    Ok(None) => break Loss::StreamClosed,
+                    Err(status) => break Loss::StreamFailed(status.message().to_string()),
                 }
             };
-            let _ = events.send(FleetEvent::Gone { agent, reason }).await;
+            let _ = events.send(FleetEvent::Gone { agent, loss }).await;
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }

@@ -1,0 +1,631 @@
+//! The fleet actor: owns every agent's session and the merged state. Its
+//! life is three phases, in order — [`Phase::Gathering`] agents,
+//! [`Phase::Probing`] their clocks, then [`Phase::Running`] the plan once
+//! per repeat — and a stop from the user ends whichever phase it falls in.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use loadfleet_proto::v1::{self, agent_message, coordinator_message};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tonic::Status;
+
+use super::{AgentTx, AgentView, FleetEvent, Loss, Progress, RunResult, RunSpec};
+use crate::aggregate::Aggregate;
+
+/// An agent that stays silent this long is lost (it heartbeats twice a second).
+const AGENT_SILENCE: Duration = Duration::from_secs(5);
+/// Agents stop on their own after this long without hearing from us.
+const DEAD_MAN_SECS: u32 = 3;
+/// Clock-offset probes per agent; the one with the smallest round trip wins.
+const PINGS: u64 = 8;
+/// Time between clock-probe rounds, so each round's pongs can come back.
+const PING_GAP: Duration = Duration::from_millis(25);
+/// How long stragglers get to answer a probe after the last round.
+const PONG_WAIT: Duration = Duration::from_secs(2);
+/// How long after an interval closes its snapshots are taken as all in.
+const SETTLE: Duration = Duration::from_millis(400);
+/// Pause between repeated runs, so one run's drain cannot touch the next.
+const BETWEEN_RUNS: Duration = Duration::from_secs(1);
+/// How long agents get to report after being told to stop.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Where the fleet is in its life; decides, among other things, whether a
+/// newcomer may join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the expected number of agents to say hello.
+    Gathering,
+    /// Estimating each agent's clock offset against ours.
+    Probing,
+    /// Carrying out run `n` (0-based) of the plan, or pausing before it.
+    Running(usize),
+}
+
+/// Whether an agent's stream still carries a run.
+#[derive(Debug)]
+enum Link {
+    Up,
+    /// The stream ended after the agent finished a run: that run stands,
+    /// but the agent cannot take the next one (with --repeat).
+    Left,
+    Lost(Loss),
+}
+
+/// The user's stop request, polled by every wait.
+type Stop<'a, F> = Pin<&'a mut F>;
+
+/// Why the phases ended early.
+enum Halt {
+    /// The run cannot be carried out; the text says why and what to do.
+    Failed(String),
+    /// The user asked to stop.
+    Stopped,
+}
+
+/// How a wait on the fleet ended.
+enum PumpEnd {
+    Done,
+    Deadline,
+    Stopped,
+}
+
+/// One agent as the fleet knows it.
+#[derive(Debug)]
+struct Agent {
+    hello: v1::Hello,
+    peer: Option<SocketAddr>,
+    tx: AgentTx,
+    last_seen: Instant,
+    /// Best clock sample: (round trip, agent clock minus coordinator clock).
+    clock: Option<(u64, i64)>,
+    finished: Option<v1::Finished>,
+    link: Link,
+    share: f64,
+}
+
+impl Agent {
+    fn alive(&self) -> bool {
+        matches!(self.link, Link::Up)
+    }
+
+    fn is_lost(&self) -> bool {
+        matches!(self.link, Link::Lost(_))
+    }
+
+    fn lose(&mut self, loss: Loss) {
+        tracing::warn!("agent {} lost: {loss}", self.hello.agent_id);
+        self.link = Link::Lost(loss);
+    }
+
+    /// Ends its stream: the fleet has nothing more to say to it.
+    fn hang_up(&mut self) {
+        let (closed, _) = mpsc::channel(1);
+        self.tx = closed;
+    }
+
+    fn view(&self) -> AgentView {
+        AgentView {
+            hello: self.hello.clone(),
+            peer: self.peer,
+            clock: self.clock,
+            finished: self.finished,
+            lost: match &self.link {
+                Link::Lost(loss) => Some(loss.to_string()),
+                Link::Up | Link::Left => None,
+            },
+            share: self.share,
+        }
+    }
+}
+
+/// The actor's state. Only [`Fleet::run`] drives it.
+pub(super) struct Fleet {
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    phase: Phase,
+    epoch: Instant,
+    agents: Vec<Agent>,
+    aggregate: Aggregate,
+    corrupt_snapshots: u64,
+    /// The current run's common start instant, once assigned.
+    start: Option<Instant>,
+    run_started_at: SystemTime,
+    last_progress: Instant,
+    progress: Box<dyn FnMut(&Progress) + Send>,
+    /// Where the Prometheus text goes, when --metrics-listen is on.
+    metrics: Option<watch::Sender<String>>,
+    /// Finished runs, in order.
+    results: Vec<RunResult>,
+}
+
+impl Fleet {
+    pub(super) fn new(
+        spec: RunSpec,
+        events: mpsc::Receiver<FleetEvent>,
+        progress: Box<dyn FnMut(&Progress) + Send>,
+        metrics: Option<watch::Sender<String>>,
+    ) -> Self {
+        Fleet {
+            aggregate: Aggregate::new(0, 0),
+            spec,
+            events,
+            phase: Phase::Gathering,
+            epoch: Instant::now(),
+            agents: Vec::new(),
+            corrupt_snapshots: 0,
+            start: None,
+            run_started_at: SystemTime::now(),
+            last_progress: Instant::now(),
+            progress,
+            metrics,
+            results: Vec::new(),
+        }
+    }
+
+    /// Walks the phases to the end, or until `stop` resolves.
+    pub(super) async fn run(mut self, stop: impl Future<Output = ()>) -> Vec<RunResult> {
+        use futures::FutureExt;
+        // Fused: once the user has asked to stop, it stays quiet instead of
+        // being polled again after completion.
+        let stop = stop.fuse();
+        let mut stop = std::pin::pin!(stop);
+        let failure = match self.phases(&mut stop).await {
+            Ok(()) => None,
+            Err(Halt::Failed(why)) => Some(why),
+            Err(Halt::Stopped) => match self.phase {
+                Phase::Gathering => Some("interrupted while waiting for agents".into()),
+                Phase::Probing => Some("interrupted while probing the agents' clocks".into()),
+                // Between repeats: the runs already done stand.
+                Phase::Running(_) => None,
+            },
+        };
+        if failure.is_some() {
+            self.close_run(failure);
+        }
+        // Dropping the senders ends every agent's stream: the fleet is done.
+        for a in &mut self.agents {
+            a.hang_up();
+        }
+        self.results
+    }
+
+    async fn phases(&mut self, stop: &mut Stop<'_, impl Future<Output = ()>>) -> Result<(), Halt> {
+        self.gather(stop).await?;
+        self.phase = Phase::Probing;
+        self.probe_clocks(stop).await?;
+        for run in 0..self.spec.repeats.max(1) {
+            self.phase = Phase::Running(run);
+            if run > 0 {
+                if let PumpEnd::Stopped = self
+                    .pump(Instant::now() + BETWEEN_RUNS, stop, |_| false)
+                    .await
+                {
+                    return Err(Halt::Stopped);
+                }
+                eprintln!("run {} of {}", run + 1, self.spec.repeats);
+            }
+            let (failure, stopped) = self.one_run(stop).await;
+            let last = failure.is_some() || stopped || self.alive() < self.spec.expect_agents;
+            self.close_run(failure);
+            if last {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    fn alive(&self) -> usize {
+        self.agents.iter().filter(|a| a.alive()).count()
+    }
+
+    /// Phase one: wait for the expected agents.
+    async fn gather(&mut self, stop: &mut Stop<'_, impl Future<Output = ()>>) -> Result<(), Halt> {
+        let expect = self.spec.expect_agents;
+        tracing::info!("waiting for {expect} agent(s)");
+        let deadline = Instant::now() + self.spec.agent_timeout;
+        match self.pump(deadline, stop, |f| f.alive() >= expect).await {
+            PumpEnd::Done => {}
+            PumpEnd::Deadline => {
+                return Err(Halt::Failed(format!(
+                    "only {} of {expect} agent(s) joined within {:?}; start more agents or lower --expect-agents",
+                    self.alive(),
+                    self.spec.agent_timeout
+                )))
+            }
+            PumpEnd::Stopped => return Err(Halt::Stopped),
+        }
+        self.aggregate = Aggregate::new(self.agents.len(), self.spec.scenarios.len());
+        Ok(())
+    }
+
+    /// Phase two: NTP-style clock probes, keeping each agent's minimum
+    /// round-trip sample. An agent that never answers is lost.
+    async fn probe_clocks(
+        &mut self,
+        stop: &mut Stop<'_, impl Future<Output = ()>>,
+    ) -> Result<(), Halt> {
+        for seq in 0..PINGS {
+            let now = self.now_ns();
+            for a in self.agents.iter().filter(|a| a.alive()) {
+                let ping = coordinator_message::Kind::Ping(v1::Ping {
+                    seq,
+                    coordinator_send_ns: now,
+                });
+                let _ = a.tx.send(Ok(msg(ping))).await;
+            }
+            if let PumpEnd::Stopped = self.pump(Instant::now() + PING_GAP, stop, |_| false).await {
+                return Err(Halt::Stopped);
+            }
+        }
+        let answered = |f: &Fleet| f.agents.iter().all(|a| a.clock.is_some() || !a.alive());
+        if let PumpEnd::Stopped = self.pump(Instant::now() + PONG_WAIT, stop, answered).await {
+            return Err(Halt::Stopped);
+        }
+        for a in self
+            .agents
+            .iter_mut()
+            .filter(|a| a.clock.is_none() && !a.is_lost())
+        {
+            a.lose(Loss::NoClockAnswer);
+        }
+        let expect = self.spec.expect_agents;
+        if self.alive() < expect {
+            return Err(Halt::Failed(format!(
+                "{} agent(s) lost before the start",
+                expect - self.alive()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Phase three, once per repeat: assign slices with a common start,
+    /// merge until every agent finished (or was lost, or the user stopped
+    /// the run). Returns why the run failed, if it did, and whether the
+    /// user stopped it.
+    async fn one_run(
+        &mut self,
+        stop: &mut Stop<'_, impl Future<Output = ()>>,
+    ) -> (Option<String>, bool) {
+        self.run_started_at = SystemTime::now();
+        let start_ns = match self.assign().await {
+            Ok(start_ns) => start_ns,
+            Err(why) => return (Some(why), false),
+        };
+        self.start = Some(self.epoch + Duration::from_nanos(start_ns));
+
+        let end = self.epoch
+            + Duration::from_nanos(start_ns)
+            + self.spec.duration
+            + self.spec.drain
+            + Duration::from_secs(10);
+        let all_done = |f: &Fleet| f.agents.iter().all(|a| a.finished.is_some() || !a.alive());
+        match self.pump(end, stop, all_done).await {
+            PumpEnd::Done => (None, false),
+            PumpEnd::Deadline => {
+                self.stop_all("the run overran its deadline").await;
+                self.pump(Instant::now() + STOP_GRACE, stop, all_done).await;
+                (Some("agents did not finish in time".into()), false)
+            }
+            PumpEnd::Stopped => {
+                eprintln!("\ninterrupted: stopping agents and collecting what they measured…");
+                self.stop_all("interrupted by the user").await;
+                self.pump(Instant::now() + STOP_GRACE, stop, all_done).await;
+                (None, true)
+            }
+        }
+    }
+
+    /// Deals the plan to the live agents by weight, with one common start
+    /// instant far enough ahead for every assignment to arrive; returns
+    /// that instant on the fleet's clock.
+    async fn assign(&mut self) -> Result<u64, String> {
+        let max_rtt = self
+            .agents
+            .iter()
+            .filter_map(|a| a.clock.map(|c| c.0))
+            .max()
+            .unwrap_or(0);
+        let lead = Duration::from_millis(500)
+            + Duration::from_nanos(max_rtt.saturating_mul(4).min(10_000_000_000));
+        let start_ns = self.now_ns() + lead.as_nanos() as u64;
+        // Only live agents share the load: one lost before the start (and
+        // perhaps replaced) must not keep a slice nobody sends.
+        let weights: Vec<u32> = self
+            .agents
+            .iter()
+            .filter(|a| a.alive())
+            .map(|a| self.spec.shares.weight(&a.hello.label, a.hello.cpus))
+            .collect();
+        if let Err(e) = loadfleet_proto::partition::Interleave::new(&weights) {
+            return Err(format!("the agents' shares cannot be dealt: {e}"));
+        }
+        let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        let mut slot = 0usize;
+        for a in self.agents.iter_mut() {
+            if !a.alive() {
+                a.share = 0.0;
+                continue;
+            }
+            let index = slot;
+            slot += 1;
+            a.share = f64::from(weights[index]) / total.max(1) as f64;
+            let offset = a.clock.map_or(0, |c| c.1);
+            let assignment = v1::Assignment {
+                weights: weights.clone(),
+                agent_index: index as u32,
+                start_at_agent_ns: (start_ns as i128 + offset as i128).max(0) as u64,
+                max_in_flight: self.spec.max_in_flight,
+                max_lag_ns: self.spec.max_lag.as_nanos() as u64,
+                timeout_ns: self.spec.timeout.as_nanos() as u64,
+                drain_ns: self.spec.drain.as_nanos() as u64,
+                connections: self.spec.connections,
+                interval_ns: self.spec.interval.as_nanos() as u64,
+                scenarios: self.spec.scenarios.clone(),
+            };
+            let _ =
+                a.tx.send(Ok(msg(coordinator_message::Kind::Assignment(assignment))))
+                    .await;
+        }
+        Ok(start_ns)
+    }
+
+    /// Files the current run's result and resets for the next.
+    fn close_run(&mut self, failure: Option<String>) {
+        let started = self.start.is_some();
+        let cut_short = failure.is_some()
+            || self
+                .agents
+                .iter()
+                .any(|a| !a.alive() || a.finished.as_ref().is_some_and(|f| f.cut_short));
+        let elapsed = self
+            .start
+            .map(|s| Instant::now().saturating_duration_since(s))
+            .unwrap_or_default();
+        let aggregate = std::mem::replace(
+            &mut self.aggregate,
+            Aggregate::new(self.agents.len(), self.spec.scenarios.len()),
+        );
+        self.results.push(RunResult {
+            agents: self.agents.iter().map(Agent::view).collect(),
+            aggregate,
+            failure,
+            cut_short: cut_short && started,
+            started,
+            started_at: self.run_started_at,
+            elapsed,
+            corrupt_snapshots: std::mem::take(&mut self.corrupt_snapshots),
+        });
+        for a in &mut self.agents {
+            a.finished = None;
+        }
+        self.start = None;
+    }
+
+    async fn stop_all(&mut self, reason: &str) {
+        for a in self
+            .agents
+            .iter()
+            .filter(|a| a.alive() && a.finished.is_none())
+        {
+            let stop = coordinator_message::Kind::Stop(v1::Stop {
+                reason: reason.to_string(),
+            });
+            let _ = a.tx.send(Ok(msg(stop))).await;
+        }
+    }
+
+    /// Handles events, heartbeats and liveness until `done`, the deadline or
+    /// a stop from the user.
+    async fn pump(
+        &mut self,
+        deadline: Instant,
+        stop: &mut Stop<'_, impl Future<Output = ()>>,
+        done: impl Fn(&Fleet) -> bool,
+    ) -> PumpEnd {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            if done(self) {
+                return PumpEnd::Done;
+            }
+            tokio::select! {
+                biased;
+                ev = self.events.recv() => match ev {
+                    Some(ev) => self.handle(ev),
+                    // The service is gone: nothing more can arrive.
+                    None => return PumpEnd::Deadline,
+                },
+                _ = tick.tick() => self.on_tick().await,
+                _ = stop.as_mut() => return PumpEnd::Stopped,
+                _ = tokio::time::sleep_until(deadline) => {
+                    // Let already queued events in before giving up.
+                    while let Ok(ev) = self.events.try_recv() {
+                        self.handle(ev);
+                    }
+                    return if done(self) { PumpEnd::Done } else { PumpEnd::Deadline };
+                }
+            }
+        }
+    }
+
+    async fn on_tick(&mut self) {
+        let now = self.now_ns();
+        for a in self.agents.iter_mut().filter(|a| a.alive()) {
+            if a.finished.is_none() && a.last_seen.elapsed() > AGENT_SILENCE {
+                a.lose(Loss::Silent(AGENT_SILENCE));
+                continue;
+            }
+            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns: now });
+            let _ = a.tx.try_send(Ok(msg(hb)));
+        }
+        if let Some(start) = self.start {
+            if self.last_progress.elapsed() >= Duration::from_secs(1) && Instant::now() > start {
+                self.last_progress = Instant::now();
+                let p = self.progress_now(start);
+                // Metrics first: whoever reads the progress line and then
+                // scrapes must see at least the figures it showed.
+                if let Some(m) = &self.metrics {
+                    let text = crate::metrics::render(
+                        &self.aggregate,
+                        p.in_flight,
+                        p.agents_alive,
+                        p.elapsed.as_secs_f64(),
+                    );
+                    let _ = m.send(text);
+                }
+                (self.progress)(&p);
+            }
+        }
+    }
+
+    fn progress_now(&self, start: Instant) -> Progress {
+        let t = &self.aggregate.totals;
+        let elapsed = Instant::now().saturating_duration_since(start);
+        // An interval's snapshots reach us a little after it closes; show
+        // the last one closed at least SETTLE ago, so the live figures never
+        // read a half-merged second as a drop to zero.
+        let settled = elapsed.saturating_sub(SETTLE);
+        let last_complete = (settled.as_nanos() / self.spec.interval.as_nanos().max(1)) as u64;
+        let p99_ms = last_complete
+            .checked_sub(1)
+            .and_then(|i| self.aggregate.intervals.get(&i))
+            .and_then(|iv| iv.latency.as_ref())
+            .filter(|h| !h.is_empty())
+            .map(|h| h.value_at_quantile(0.99) as f64 / 1000.0);
+        let last = last_complete
+            .checked_sub(1)
+            .and_then(|i| self.aggregate.intervals.get(&i));
+        let in_flight = last.map_or(0, |iv| iv.in_flight);
+        Progress {
+            elapsed,
+            duration: self.spec.duration,
+            intended: t.intended,
+            sent: t.sent,
+            unsent: t.unsent_total(),
+            completed: t.completed,
+            errors: t.errors_total(),
+            in_flight,
+            p99_ms,
+            sent_rps: last.map_or(0, |iv| iv.sent),
+            completed_rps: last.map_or(0, |iv| iv.completed),
+            agents_alive: self.alive(),
+        }
+    }
+
+    fn handle(&mut self, ev: FleetEvent) {
+        match ev {
+            FleetEvent::Join {
+                hello,
+                peer,
+                tx,
+                reply,
+            } => self.join(hello, peer, tx, reply),
+            FleetEvent::Message {
+                agent,
+                msg,
+                received,
+            } => self.on_message(agent, msg, received),
+            FleetEvent::Gone { agent, loss } => {
+                if let Some(a) = self.agents.get_mut(agent as usize) {
+                    if a.finished.is_some() {
+                        a.link = Link::Left;
+                    } else if !a.is_lost() {
+                        a.lose(loss);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes a newcomer while gathering, and refuses it after that: the
+    /// schedule is dealt once, to the agents present.
+    fn join(
+        &mut self,
+        hello: v1::Hello,
+        peer: Option<SocketAddr>,
+        tx: AgentTx,
+        reply: tokio::sync::oneshot::Sender<Result<u32, Status>>,
+    ) {
+        if self.phase != Phase::Gathering || self.alive() >= self.spec.expect_agents {
+            let _ = reply.send(Err(Status::resource_exhausted(format!(
+                "the fleet already has its {} agent(s) and the run has begun",
+                self.spec.expect_agents
+            ))));
+            return;
+        }
+        let index = self.agents.len() as u32;
+        tracing::info!(
+            "agent {} joined from {:?} as #{index}",
+            hello.agent_id,
+            peer
+        );
+        let welcome = coordinator_message::Kind::Welcome(v1::Welcome {
+            agent_index: index,
+            dead_man_secs: DEAD_MAN_SECS,
+        });
+        if tx.try_send(Ok(msg(welcome))).is_err() || reply.send(Ok(index)).is_err() {
+            return;
+        }
+        self.agents.push(Agent {
+            hello,
+            peer,
+            tx,
+            last_seen: Instant::now(),
+            clock: None,
+            finished: None,
+            link: Link::Up,
+            share: 0.0,
+        });
+    }
+
+    fn on_message(&mut self, agent: u32, msg: v1::AgentMessage, received: Instant) {
+        let now = received.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let Some(a) = self.agents.get_mut(agent as usize) else {
+            return;
+        };
+        a.last_seen = Instant::now();
+        match msg.kind {
+            Some(agent_message::Kind::Pong(p)) => {
+                let (t1, t2, t3, t4) = (
+                    p.coordinator_send_ns as i128,
+                    p.agent_recv_ns as i128,
+                    p.agent_send_ns as i128,
+                    now as i128,
+                );
+                let rtt = ((t4 - t1) - (t3 - t2)).max(0) as u64;
+                let offset = (((t2 - t1) + (t3 - t4)) / 2) as i64;
+                if a.clock.is_none_or(|(best, _)| rtt < best) {
+                    a.clock = Some((rtt, offset));
+                }
+            }
+            Some(agent_message::Kind::Snapshot(s)) => {
+                if let Err(e) = self.aggregate.add(agent as usize, &s) {
+                    tracing::error!(
+                        "agent {}: dropped a corrupt snapshot: {e}",
+                        a.hello.agent_id
+                    );
+                    self.corrupt_snapshots += 1;
+                }
+            }
+            Some(agent_message::Kind::Finished(f)) => a.finished = Some(f),
+            Some(agent_message::Kind::Refusal(r)) => {
+                a.lose(Loss::Refused(r.reason));
+                a.hang_up();
+            }
+            Some(agent_message::Kind::Heartbeat(_))
+            | Some(agent_message::Kind::Hello(_))
+            | None => {}
+        }
+    }
+}
+
+fn msg(kind: coordinator_message::Kind) -> v1::CoordinatorMessage {
+    v1::CoordinatorMessage { kind: Some(kind) }
+}

@@ -1,0 +1,145 @@
+//! The fleet: agents join through a thin tonic service ([`ControlService`]),
+//! which forwards everything as [`FleetEvent`]s to one actor that owns the
+//! run. The actor walks explicit phases — gather agents, probe their clocks,
+//! then run the plan (once per repeat) — and hands back one [`RunResult`]
+//! per run for the report.
+
+mod actor;
+mod service;
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use loadfleet_proto::v1;
+use loadfleet_proto::vocab::AgentStatus;
+use tokio::sync::{mpsc, watch};
+
+use crate::aggregate::Aggregate;
+use crate::plan::Shares;
+
+pub use service::{AgentTx, ControlService, FleetEvent};
+
+/// Everything the fleet needs to carry out one run.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    pub scenarios: Vec<v1::ScenarioAssignment>,
+    pub shares: Shares,
+    /// When the last scenario ends.
+    pub duration: Duration,
+    pub drain: Duration,
+    pub max_in_flight: u32,
+    pub max_lag: Duration,
+    pub timeout: Duration,
+    pub connections: u32,
+    pub interval: Duration,
+    pub expect_agents: usize,
+    pub agent_timeout: Duration,
+    /// Runs of the plan, one after another, by the same fleet.
+    pub repeats: usize,
+}
+
+/// Why an agent was given up on. Its text is what the report shows as the
+/// agent's `lost_reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loss {
+    /// No message for longer than the fleet tolerates.
+    Silent(Duration),
+    /// It never answered a clock probe, so it cannot share a start instant.
+    NoClockAnswer,
+    /// It refused its assignment (e.g. the target is outside its allow-list).
+    Refused(String),
+    /// Its stream ended before it finished.
+    StreamClosed,
+    /// Its stream broke; the transport's message says how.
+    StreamFailed(String),
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Silent(d) => write!(f, "silent for more than {d:?}"),
+            Loss::NoClockAnswer => f.write_str("did not answer clock probes"),
+            Loss::Refused(reason) => write!(f, "refused the assignment: {reason}"),
+            Loss::StreamClosed => f.write_str("stream closed"),
+            Loss::StreamFailed(message) => write!(f, "stream failed: {message}"),
+        }
+    }
+}
+
+/// What the report needs of an agent, once its run is over.
+#[derive(Debug, Clone)]
+pub struct AgentView {
+    pub hello: v1::Hello,
+    pub peer: Option<SocketAddr>,
+    /// Best clock sample: (round trip, agent clock minus coordinator clock).
+    pub clock: Option<(u64, i64)>,
+    pub finished: Option<v1::Finished>,
+    /// Why the agent was lost, in the words the report shows.
+    pub lost: Option<String>,
+    pub share: f64,
+}
+
+impl AgentView {
+    /// How the agent's part of the run ended.
+    pub fn status(&self) -> AgentStatus {
+        match &self.finished {
+            _ if self.lost.is_some() => AgentStatus::Lost,
+            Some(f) if f.cut_short => AgentStatus::Stopped,
+            Some(_) => AgentStatus::Finished,
+            None => AgentStatus::Unfinished,
+        }
+    }
+}
+
+/// How one run went, for the report.
+#[derive(Debug)]
+pub struct RunResult {
+    pub agents: Vec<AgentView>,
+    pub aggregate: Aggregate,
+    /// Set when the run could not be carried out (too few agents, ...).
+    pub failure: Option<String>,
+    /// Stopped before the schedule ended (interrupt or lost agents).
+    pub cut_short: bool,
+    /// Whether load was ever scheduled.
+    pub started: bool,
+    pub started_at: SystemTime,
+    /// From the common start to the end of the run.
+    pub elapsed: Duration,
+    pub corrupt_snapshots: u64,
+}
+
+/// What the live progress line shows.
+pub struct Progress {
+    pub elapsed: Duration,
+    pub duration: Duration,
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub in_flight: u64,
+    /// p99 (ms) of the last complete interval.
+    pub p99_ms: Option<f64>,
+    /// Sent and completed in the last complete interval (per second).
+    pub sent_rps: u64,
+    pub completed_rps: u64,
+    pub agents_alive: usize,
+}
+
+/// Runs the whole fleet side: every repeat of the plan. `stop` resolves
+/// when the user asks to stop (Ctrl-C, SIGTERM) — in any phase, clock
+/// probes included; what was measured until then is still returned. There
+/// is always at least one result.
+pub async fn run(
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    stop: impl Future<Output = ()>,
+    progress: Box<dyn FnMut(&Progress) + Send>,
+    metrics: Option<watch::Sender<String>>,
+) -> Vec<RunResult> {
+    actor::Fleet::new(spec, events, progress, metrics)
+        .run(stop)
+        .await
+}

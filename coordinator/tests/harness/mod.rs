@@ -1,0 +1,348 @@
+//! In-process fleet harness: the coordinator's real tonic service and fleet
+//! actor, and scripted fake agents that speak the real protocol over
+//! in-memory `tokio::io::duplex` pipes — no processes, no sockets, so the
+//! tests can run on paused time.
+//!
+//! Tests run on tokio's current-thread runtime, so every task (server,
+//! service, agents) runs on the test's thread; a panic hook records panics
+//! per thread, and [`Fleet::finish`] fails the test if any task panicked.
+
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use loadfleet_coordinator::fleet::{self, ControlService, FleetEvent, RunResult, RunSpec};
+use loadfleet_coordinator::plan::Shares;
+use loadfleet_proto::v1::{
+    self, agent_message, control_client::ControlClient, control_server::ControlServer,
+    coordinator_message,
+};
+use loadfleet_proto::{PROTOCOL_HEADER, PROTOCOL_VERSION};
+use tokio::io::DuplexStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Endpoint, Server};
+
+pub const TOKEN: &str = "harness-token";
+
+thread_local! {
+    static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Records every panic on this thread (tokio catches those of spawned tasks,
+/// which would otherwise pass unseen), then lets the default hook print it.
+fn watch_panics() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.borrow_mut().push(info.to_string()));
+            previous(info);
+        }));
+    });
+}
+
+/// A plan small enough to reason about: one open scenario of 10 req/s for 2 s.
+pub fn spec(expect_agents: usize) -> RunSpec {
+    let scenario = v1::ScenarioAssignment {
+        name: "default".into(),
+        duration_ns: 2_000_000_000,
+        model: Some(v1::scenario_assignment::Model::Open(v1::FleetSchedule {
+            stages: vec![v1::Stage {
+                duration_ns: 2_000_000_000,
+                from_rps: 10.0,
+                to_rps: 10.0,
+            }],
+            process: v1::ArrivalProcess::Uniform as i32,
+            seed: 1,
+        })),
+        ..Default::default()
+    };
+    RunSpec {
+        scenarios: vec![scenario],
+        shares: Shares::default(),
+        duration: Duration::from_secs(2),
+        drain: Duration::from_secs(1),
+        max_in_flight: 100,
+        max_lag: Duration::from_secs(1),
+        timeout: Duration::from_secs(1),
+        connections: 1,
+        interval: Duration::from_secs(1),
+        expect_agents,
+        agent_timeout: Duration::from_secs(5),
+        repeats: 1,
+    }
+}
+
+/// A running coordinator: the tonic server over duplex pipes, and the fleet
+/// actor whose results the test awaits.
+pub struct Fleet {
+    connections: mpsc::Sender<Result<DuplexStream, std::io::Error>>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    actor: JoinHandle<Vec<RunResult>>,
+    agents: Vec<JoinHandle<()>>,
+}
+
+impl Fleet {
+    /// Starts the service and the actor; `stop` plays the user's Ctrl-C.
+    pub fn start(spec: RunSpec, stop: impl Future<Output = ()> + Send + 'static) -> Self {
+        watch_panics();
+        let (events_tx, events_rx) = mpsc::channel::<FleetEvent>(4096);
+        let (connections, incoming) = mpsc::channel(16);
+        let server = tokio::spawn(
+            Server::builder()
+                .add_service(ControlServer::new(ControlService::new(
+                    TOKEN.into(),
+                    events_tx,
+                )))
+                .serve_with_incoming(ReceiverStream::new(incoming)),
+        );
+        let actor = tokio::spawn(fleet::run(spec, events_rx, stop, Box::new(|_| {}), None));
+        Fleet {
+            connections,
+            server,
+            actor,
+            agents: Vec::new(),
+        }
+    }
+
+    /// Connects a fake agent on its own connection and, if its script says
+    /// hello, waits until the fleet welcomed it, so join order is the order
+    /// of these calls.
+    pub async fn join(&mut self, script: Script) -> Log {
+        let log = Log::default();
+        let connections = self.connections.clone();
+        let channel = Endpoint::from_static("http://fleet.harness")
+            .connect_with_connector(tower::service_fn(move |_| {
+                let connections = connections.clone();
+                async move {
+                    let (client, server) = tokio::io::duplex(1 << 20);
+                    connections
+                        .send(Ok(server))
+                        .await
+                        .map_err(|_| std::io::Error::other("the harness server is gone"))?;
+                    Ok::<_, std::io::Error>(TokioIo::new(client))
+                }
+            }))
+            .await
+            .expect("connect over duplex");
+        let (welcomed_tx, welcomed) = oneshot::channel();
+        let says_hello = script.hello;
+        self.agents.push(tokio::spawn(agent(
+            ControlClient::new(channel),
+            script,
+            log.clone(),
+            welcomed_tx,
+        )));
+        if says_hello {
+            welcomed.await.expect("the fleet welcomed the agent");
+        }
+        log
+    }
+
+    /// Waits for the fleet's results (bounded, so a hang fails the test),
+    /// then checks that no server, service or agent task panicked.
+    pub async fn finish(self) -> Vec<RunResult> {
+        let results = tokio::time::timeout(Duration::from_secs(120), self.actor)
+            .await
+            .expect("the fleet ended within 120 s")
+            .expect("the fleet actor did not panic");
+        // The agents end when the fleet drops their streams.
+        for a in self.agents {
+            tokio::time::timeout(Duration::from_secs(30), a)
+                .await
+                .expect("agents end once the fleet is done")
+                .expect("agent task did not panic");
+        }
+        if self.server.is_finished() {
+            self.server
+                .await
+                .expect("server task did not panic")
+                .expect("server ran");
+        } else {
+            self.server.abort();
+        }
+        let panics = PANICS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        assert!(panics.is_empty(), "tasks panicked: {panics:#?}");
+        results
+    }
+}
+
+/// What a fake agent does.
+#[derive(Clone, Debug)]
+pub struct Script {
+    pub label: String,
+    pub cpus: u32,
+    /// Whether it says hello at all.
+    pub hello: bool,
+    /// Whether it answers clock probes.
+    pub pong: bool,
+    /// What it does with an assignment.
+    pub on_assignment: OnAssignment,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnAssignment {
+    /// Sends one snapshot with its share of the arrivals, then finishes.
+    Finish,
+    /// Sends one snapshot, lets it arrive, then drops its stream.
+    Leave,
+}
+
+impl Script {
+    pub fn new(label: &str) -> Self {
+        Script {
+            label: label.into(),
+            cpus: 1,
+            hello: true,
+            pong: true,
+            on_assignment: OnAssignment::Finish,
+        }
+    }
+}
+
+/// What one fake agent saw, shared with the test.
+#[derive(Clone, Default, Debug)]
+pub struct Log(Arc<Mutex<Seen>>);
+
+#[derive(Default, Debug)]
+pub struct Seen {
+    pub welcome: Option<v1::Welcome>,
+    pub pings: usize,
+    pub assignments: Vec<v1::Assignment>,
+    pub stops: Vec<String>,
+    /// How the session ended, if the service refused it.
+    pub refused: Option<tonic::Status>,
+}
+
+impl Log {
+    pub fn get(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.0.lock().expect("log lock")
+    }
+    pub fn assignments(&self) -> Vec<v1::Assignment> {
+        self.get().assignments.clone()
+    }
+}
+
+fn send(kind: agent_message::Kind) -> v1::AgentMessage {
+    v1::AgentMessage { kind: Some(kind) }
+}
+
+/// A scripted agent: the real session protocol, its answers chosen by the
+/// script. Its clock runs 1 s ahead of the coordinator's, as a distinct
+/// host's would.
+async fn agent(
+    mut client: ControlClient<tonic::transport::Channel>,
+    script: Script,
+    log: Log,
+    welcomed: oneshot::Sender<()>,
+) {
+    let epoch = Instant::now();
+    let clock = move || epoch.elapsed().as_nanos() as u64 + 1_000_000_000;
+    let (out, rx) = mpsc::channel(64);
+    if script.hello {
+        let hello = v1::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            agent_id: format!("fake-{}", script.label),
+            host: "harness".into(),
+            cpus: script.cpus,
+            label: script.label.clone(),
+            ..Default::default()
+        };
+        out.send(send(agent_message::Kind::Hello(hello)))
+            .await
+            .expect("queue hello");
+    }
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let meta = request.metadata_mut();
+    meta.insert(
+        PROTOCOL_HEADER,
+        PROTOCOL_VERSION.to_string().parse().expect("version"),
+    );
+    meta.insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("token"),
+    );
+    let mut inbound = match client.session(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            log.get().refused = Some(status);
+            return;
+        }
+    };
+    let mut welcomed = Some(welcomed);
+    while let Ok(Some(m)) = inbound.message().await {
+        let reply = match m.kind {
+            Some(coordinator_message::Kind::Welcome(w)) => {
+                log.get().welcome = Some(w);
+                if let Some(w) = welcomed.take() {
+                    let _ = w.send(());
+                }
+                None
+            }
+            Some(coordinator_message::Kind::Ping(p)) => {
+                log.get().pings += 1;
+                script.pong.then(|| {
+                    let t = clock();
+                    agent_message::Kind::Pong(v1::Pong {
+                        seq: p.seq,
+                        coordinator_send_ns: p.coordinator_send_ns,
+                        agent_recv_ns: t,
+                        agent_send_ns: t,
+                    })
+                })
+            }
+            Some(coordinator_message::Kind::Heartbeat(_)) => {
+                Some(agent_message::Kind::Heartbeat(v1::Heartbeat {
+                    now_ns: clock(),
+                }))
+            }
+            Some(coordinator_message::Kind::Stop(s)) => {
+                log.get().stops.push(s.reason);
+                Some(agent_message::Kind::Finished(v1::Finished {
+                    cut_short: true,
+                    ..Default::default()
+                }))
+            }
+            Some(coordinator_message::Kind::Assignment(a)) => {
+                let share = a.weights.get(a.agent_index as usize).copied().unwrap_or(0);
+                log.get().assignments.push(a);
+                let snapshot = v1::Snapshot {
+                    interval_index: 0,
+                    intended: u64::from(share),
+                    sent: u64::from(share),
+                    ..Default::default()
+                };
+                if out
+                    .send(send(agent_message::Kind::Snapshot(snapshot)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                match script.on_assignment {
+                    OnAssignment::Leave => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        return;
+                    }
+                    OnAssignment::Finish => Some(agent_message::Kind::Finished(v1::Finished {
+                        snapshots: 1,
+                        ..Default::default()
+                    })),
+                }
+            }
+            None => None,
+        };
+        if let Some(kind) = reply {
+            if out.send(send(kind)).await.is_err() {
+                return;
+            }
+        }
+    }
+}

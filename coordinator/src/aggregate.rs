@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
 use loadfleet_proto::v1;
-
-/// Outcome classes in report order.
-pub const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
+use loadfleet_proto::vocab::OutcomeClass;
 
 /// Counts and histograms summed over any set of snapshots.
 #[derive(Debug, Clone)]
@@ -105,28 +103,23 @@ impl Merged {
     }
 
     /// Completions per status class (1xx..5xx) and "error".
-    pub fn by_class(&self) -> BTreeMap<&'static str, u64> {
-        let mut out: BTreeMap<&'static str, u64> = BTreeMap::new();
+    pub fn by_class(&self) -> BTreeMap<OutcomeClass, u64> {
+        let mut out: BTreeMap<OutcomeClass, u64> = BTreeMap::new();
         for (&code, &n) in &self.status {
             *out.entry(class_of(code)).or_default() += n;
         }
         let errors = self.errors_total();
         if errors > 0 {
-            out.insert("error", errors);
+            out.insert(OutcomeClass::Error, errors);
         }
         out
     }
 }
 
-/// The report's class name for a status code.
-pub fn class_of(code: u32) -> &'static str {
-    match code {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    }
+/// The class of a status code from the wire, where it is a `u32`: one too
+/// large for HTTP is not valid HTTP, like any other out-of-range code.
+pub fn class_of(code: u32) -> OutcomeClass {
+    u16::try_from(code).map_or(OutcomeClass::ServerError, OutcomeClass::of_status)
 }
 
 /// Both sides are auto-resizing, so `add` can only fail on a precision
@@ -155,7 +148,7 @@ pub struct IntervalAgg {
     pub unsent: u64,
     pub unsent_by_reason: BTreeMap<String, u64>,
     pub completed: u64,
-    pub classes: BTreeMap<&'static str, u64>,
+    pub classes: BTreeMap<OutcomeClass, u64>,
     pub errors: u64,
     pub in_flight: u64,
     /// Sum over agents and workers of their largest in-flight count: an

@@ -16,7 +16,7 @@ use crate::fleet::ControlService;
 use crate::fleet::{self, Progress, RunSpec};
 use crate::local;
 use crate::plan::{self, Plan};
-use crate::report::{self, Verdict};
+use crate::report;
 
 /// Bad flags or plan: exit status 2, with a message naming what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -409,7 +409,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     } else {
         None
     };
-    let mut extra_verdicts = Vec::new();
 
     // The built-in target, when no URL was given.
     let mut testbed = None;
@@ -440,8 +439,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         }
         url => url.to_string(),
     };
-    if local {
-        let how = match (&split, testbed.is_some()) {
+    let placement = if local {
+        let pinning = match (&split, testbed.is_some()) {
             (Some(s), true) => format!(
                 "target pinned to CPU {} and agents to CPU {}",
                 local::cpu_list(&s.target),
@@ -450,51 +449,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             (Some(s), false) => format!("agents pinned to CPU {}", local::cpu_list(&s.agents)),
             (None, _) => "a single CPU: nothing could be pinned apart".to_string(),
         };
-        extra_verdicts.push(Verdict {
-            level: "warn",
-            code: "LOCALHOST",
-            message: format!(
-                "agents, coordinator and target share one machine ({how}); memory, caches and the kernel are still shared, so treat latency and capacity as indicative — run agents on other hosts for numbers you can trust"
-            ),
-        });
-    } else if is_loopback_target(&target) {
-        extra_verdicts.push(Verdict {
-            level: "warn",
-            code: "LOCALHOST",
-            message: format!(
-                "the target {target} is a loopback address: it runs on the same host as the agents"
-            ),
-        });
-    }
-    let target_ips = resolve_target(&target).await;
-
-    let scenario_infos: Vec<report::ScenarioInfo> = plan
-        .scenarios
-        .iter()
-        .map(|s| report::ScenarioInfo {
-            name: s.name.clone(),
-            model: s.model.name(),
-            start: s.start,
-            duration: s.duration,
-            warmup: s.warmup,
-            process: match &s.model {
-                plan::Model::Open(sched) => Some(
-                    match sched.process() {
-                        Process::Uniform => "uniform",
-                        Process::Poisson { .. } => "poisson",
-                    }
-                    .to_string(),
-                ),
-                plan::Model::Closed { .. } => None,
-            },
-            offered_rps: match &s.model {
-                plan::Model::Open(sched) => {
-                    Some(sched.expected_count() / s.duration.as_secs_f64().max(1e-9))
-                }
-                plan::Model::Closed { .. } => None,
-            },
-        })
-        .collect();
+        report::Placement::Local { pinning }
+    } else {
+        report::Placement::Remote {
+            loopback: is_loopback_target(&target),
+            target_ips: resolve_target(&target).await,
+        }
+    };
+    let info = report::PlanInfo::new(&plan, &target, latency_floor, placement);
     let spec = RunSpec {
         scenarios: plan.assignments(&target),
         shares: plan.shares.clone(),
@@ -603,36 +565,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         let _ = t.kill().await;
     }
 
-    if !local {
-        if let Some(first) = results.first() {
-            extra_verdicts.extend(shared_host_verdicts(&target, &target_ips, first));
-        }
-    }
-    let ctx = report::Context {
-        target: &target,
-        scenarios: scenario_infos,
-        duration: plan.duration(),
-        drain: plan.run.drain,
-        max_in_flight: plan.target.max_in_flight,
-        local,
-        extra_verdicts,
-        thresholds: &plan.thresholds,
-        max_lag: plan.target.max_lag,
-        latency_floor,
-    };
-    let mut reports: Vec<report::Report> = results
-        .iter()
-        .map(|r| report::build(r, ctx.clone()))
-        .collect();
+    let mut reports: Vec<report::Report> =
+        results.iter().map(|r| report::build(r, &info)).collect();
     let (report, shown) = if reports.len() > 1 {
-        crate::repeats::combine(reports, &plan.thresholds)
+        report::repeats::combine(reports, &plan.thresholds)
     } else {
         (reports.remove(0), 0)
     };
     let result = &results[shown];
     write_outputs(&out_dir, &report, result)?;
     let mut stdout = std::io::stdout().lock();
-    report::write_text(&mut stdout, &report, std::io::stdout().is_terminal())
+    report::text::write_text(&mut stdout, &report, std::io::stdout().is_terminal())
         .context("cannot write the summary")?;
     use std::io::Write;
     writeln!(
@@ -659,34 +602,6 @@ async fn resolve_target(url: &str) -> Vec<IpAddr> {
     resolved.map_or_else(|_| Vec::new(), |addrs| addrs.map(|a| a.ip()).collect())
 }
 
-/// A target that resolves to one of an agent's own addresses shares that
-/// agent's machine: the generator and the server fight for the same CPUs.
-fn shared_host_verdicts(
-    target: &str,
-    target_ips: &[IpAddr],
-    result: &fleet::RunResult,
-) -> Vec<Verdict> {
-    result
-        .agents
-        .iter()
-        .filter(|a| {
-            a.hello
-                .host_addresses
-                .iter()
-                .filter_map(|h| h.parse::<IpAddr>().ok())
-                .any(|h| !h.is_loopback() && target_ips.contains(&h))
-        })
-        .map(|a| Verdict {
-            level: "warn",
-            code: "LOCALHOST",
-            message: format!(
-                "the target {target} resolves to an address of agent {}'s own host ({}): that agent and the target share hardware",
-                a.hello.agent_id, a.hello.host
-            ),
-        })
-        .collect()
-}
-
 fn write_outputs(
     dir: &Path,
     report: &report::Report,
@@ -705,11 +620,13 @@ fn write_outputs(
             w.flush()
                 .with_context(|| format!("cannot write {}", path.display()))
         };
-    write("report.json", &|w| report::write_json(w, report))?;
-    write("intervals.csv", &|w| report::write_csv(w, report))?;
-    write("report.html", &|w| crate::html::write_html(w, report))?;
+    write("report.json", &|w| report::json::write_json(w, report))?;
+    write("intervals.csv", &|w| report::csv::write_csv(w, report))?;
+    write("report.html", &|w| report::html::write_html(w, report))?;
     let names: Vec<String> = report.scenarios.iter().map(|s| s.name.clone()).collect();
-    write("latency.hlog", &|w| report::write_hlog(w, result, &names))?;
+    write("latency.hlog", &|w| {
+        report::hlog::write_hlog(w, result, &names)
+    })?;
     Ok(())
 }
 

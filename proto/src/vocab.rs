@@ -55,6 +55,22 @@ macro_rules! vocabulary {
                 }
             }
         }
+
+        /// In JSON the word is its string form, never the variant name.
+        #[cfg(feature = "serde")]
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        #[cfg(feature = "serde")]
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let word = String::deserialize(d)?;
+                word.parse().map_err(serde::de::Error::custom)
+            }
+        }
     };
 }
 
@@ -187,6 +203,8 @@ vocabulary! {
         AgentLost => "AGENT_LOST",
         /// The run was cut short; the figures cover what ran.
         Partial => "PARTIAL",
+        /// Snapshots that could not be decoded are missing from the totals.
+        CorruptSnapshot => "CORRUPT_SNAPSHOT",
     }
 }
 

@@ -7,11 +7,12 @@
 //! medians. `compare` reads the min..max spread to tell real differences
 //! from run-to-run noise.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::report::{Checked, Percentiles, Report, Verdict};
-use crate::thresholds::{Figures, Threshold};
+use super::model::{Checked, Report, Verdict};
+use super::verdicts;
+use crate::thresholds::{Figures, Latency, Threshold};
 
 /// Headline figures, as key paths into a run's totals.
 const HEADLINE: &[&str] = &[
@@ -38,7 +39,7 @@ const HEADLINE: &[&str] = &[
     "service_time_ms.mean",
 ];
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repeats {
     /// How many runs were carried out.
     pub count: usize,
@@ -169,8 +170,7 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
         .expect("the representative index comes from the runs");
     main.verdicts = verdicts;
     main.partial = partial;
-    let latency = median_latency(&med);
-    let figures = median_figures(&med, latency.as_ref());
+    let figures = median_figures(&med);
     main.thresholds = thresholds
         .iter()
         .map(|th| match th.scenario() {
@@ -200,10 +200,10 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
 }
 
 /// The median latency percentiles, for thresholds.
-fn median_latency(med: &Value) -> Option<Percentiles> {
+fn median_latency(med: &Value) -> Option<Latency> {
     let p50 = get(med, "latency_ms.p50")?;
     let q = |k: &str| get(med, &format!("latency_ms.{k}")).unwrap_or(f64::NAN);
-    Some(Percentiles {
+    Some(Latency {
         p50,
         p90: q("p90"),
         p95: q("p95"),
@@ -211,15 +211,14 @@ fn median_latency(med: &Value) -> Option<Percentiles> {
         p999: q("p999"),
         max: q("max"),
         mean: q("mean"),
-        count: 0,
     })
 }
 
 /// Threshold figures from the medians.
-fn median_figures<'a>(med: &Value, latency: Option<&'a Percentiles>) -> Figures<'a> {
+fn median_figures(med: &Value) -> Figures {
     let n = |k: &str| get(med, k).unwrap_or(0.0).round() as u64;
     Figures {
-        latency,
+        latency: median_latency(med),
         intended: n("intended"),
         unsent: n("unsent.total"),
         completed: n("completed"),
@@ -256,11 +255,7 @@ fn merged_verdicts(reports: &[Report]) -> Vec<Verdict> {
             }
         }
     }
-    out.sort_by_key(|v| match v.level {
-        "error" => 0,
-        "warn" => 1,
-        _ => 2,
-    });
+    verdicts::sort(&mut out);
     out
 }
 

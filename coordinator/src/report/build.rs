@@ -1,0 +1,472 @@
+//! From what the fleet measured ([`RunResult`]) and what was planned
+//! ([`PlanInfo`]) to the [`Report`]: the only place that turns histograms
+//! into figures.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use loadfleet_proto::schedule::Process;
+use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
+
+use super::model::{
+    AgentReport, Checked, CurvePoint, IntervalReport, Lag, Percentiles, Report, RunInfo, Scenario,
+    Totals, Unsent, Warmup, Window, SCHEMA,
+};
+use super::verdicts;
+use crate::aggregate::Merged;
+use crate::fleet::RunResult;
+use crate::plan::{Model, Plan};
+use crate::thresholds::{Figures, Latency, Threshold};
+
+/// Everything the report needs from the plan and the run's setup, made
+/// once by [`PlanInfo::new`], so the plan-to-report mapping lives here and
+/// nowhere else.
+#[derive(Debug, Clone)]
+pub struct PlanInfo {
+    /// The URL the agents were sent to (the built-in testbed's real
+    /// address, not its placeholder).
+    pub target: String,
+    pub scenarios: Vec<ScenarioInfo>,
+    /// Until the last scenario ends.
+    pub duration: Duration,
+    pub drain: Duration,
+    pub max_in_flight: u32,
+    pub thresholds: Vec<Threshold>,
+    /// Arrivals later than this were dropped as `late`.
+    pub max_lag: Duration,
+    /// The least latency the target can answer with (its configured work):
+    /// successes much faster than this mean the work did not happen.
+    pub latency_floor: Option<Duration>,
+    /// Where agents and target ran, for the LOCALHOST verdicts.
+    pub placement: Placement,
+}
+
+/// Where the agents ran relative to the target: shared hardware makes
+/// latency and capacity figures indicative only.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// Agents, coordinator and target on this machine; `pinning` says what
+    /// could be kept apart (e.g. which CPUs each got).
+    Local { pinning: String },
+    /// Agents elsewhere. `loopback` when the target URL names this host;
+    /// `target_ips` are its resolved addresses, to spot an agent on the
+    /// target's own host.
+    Remote {
+        loopback: bool,
+        target_ips: Vec<IpAddr>,
+    },
+}
+
+impl PlanInfo {
+    /// The one mapping from a plan to what its report says about it.
+    pub fn new(
+        plan: &Plan,
+        target: &str,
+        latency_floor: Option<Duration>,
+        placement: Placement,
+    ) -> Self {
+        let scenarios = plan
+            .scenarios
+            .iter()
+            .map(|s| ScenarioInfo {
+                name: s.name.clone(),
+                model: s.model.name(),
+                start: s.start,
+                duration: s.duration,
+                warmup: s.warmup,
+                process: match &s.model {
+                    Model::Open(sched) => Some(
+                        match sched.process() {
+                            Process::Uniform => "uniform",
+                            Process::Poisson { .. } => "poisson",
+                        }
+                        .to_string(),
+                    ),
+                    Model::Closed { .. } => None,
+                },
+                offered_rps: match &s.model {
+                    Model::Open(sched) => {
+                        Some(sched.expected_count() / s.duration.as_secs_f64().max(1e-9))
+                    }
+                    Model::Closed { .. } => None,
+                },
+            })
+            .collect();
+        Self {
+            target: target.to_string(),
+            scenarios,
+            duration: plan.duration(),
+            drain: plan.run.drain,
+            max_in_flight: plan.target.max_in_flight,
+            thresholds: plan.thresholds.clone(),
+            max_lag: plan.target.max_lag,
+            latency_floor,
+            placement,
+        }
+    }
+}
+
+/// Reads a microsecond histogram as milliseconds; `None` when it is empty,
+/// so "nothing completed" is never shown as a latency of 0.
+fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
+    if h.is_empty() {
+        return None;
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(Percentiles {
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        count: h.len(),
+    })
+}
+
+/// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
+fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut k = 0;
+    loop {
+        let q = 1.0 - 0.5f64.powi(k);
+        if (1.0 - q) * (h.len() as f64) < 1.0 || k > 30 {
+            break;
+        }
+        out.push(CurvePoint {
+            percentile: q * 100.0,
+            ms: h.value_at_quantile(q) as f64 / 1000.0,
+        });
+        k += 1;
+    }
+    out.push(CurvePoint {
+        percentile: 100.0,
+        ms: h.max() as f64 / 1000.0,
+    });
+    out
+}
+
+/// What the report needs to know of each planned scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub model: &'static str,
+    pub start: Duration,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub process: Option<String>,
+    pub offered_rps: Option<f64>,
+}
+
+impl ScenarioInfo {
+    fn window(&self) -> Window {
+        Window {
+            start_s: (self.start + self.warmup).as_secs_f64(),
+            end_s: (self.start + self.duration).as_secs_f64(),
+        }
+    }
+}
+
+/// Total length covered by a set of windows (overlaps counted once).
+fn union_length(windows: &[Window]) -> f64 {
+    let mut w: Vec<Window> = windows.to_vec();
+    w.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let mut total = 0.0;
+    let mut current: Option<(f64, f64)> = None;
+    for x in w {
+        current = match current {
+            Some((lo, hi)) if x.start_s <= hi => Some((lo, hi.max(x.end_s))),
+            Some((lo, hi)) => {
+                total += hi - lo;
+                Some((x.start_s, x.end_s))
+            }
+            None => Some((x.start_s, x.end_s)),
+        };
+    }
+    if let Some((lo, hi)) = current {
+        total += hi - lo;
+    }
+    total
+}
+
+fn totals_for(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
+    totals(m, window_s, warmup_s, 0)
+}
+
+fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> Totals {
+    let mut other = m.unsent.clone();
+    let concurrency_limit = other
+        .remove(UnsentReason::ConcurrencyLimit.as_str())
+        .unwrap_or(0);
+    let late = other.remove(UnsentReason::Late.as_str()).unwrap_or(0);
+    let all = m.latency_all();
+    Totals {
+        intended: m.intended,
+        sent: m.sent,
+        completed: m.completed,
+        completed_in_window: m.completed_in_window,
+        in_flight_at_end,
+        unsent: Unsent {
+            total: m.unsent_total(),
+            concurrency_limit,
+            late,
+            other,
+        },
+        status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        errors: m.errors.clone(),
+        throughput_rps: if window_s > 0.0 {
+            m.completed_in_window as f64 / window_s
+        } else {
+            0.0
+        },
+        latency_ms: percentiles(&all),
+        latency_curve_ms: curve(&all),
+        service_time_ms: percentiles(&m.service_time),
+        latency_by_class_ms: m
+            .latency
+            .iter()
+            .filter_map(|(k, h)| percentiles(h).map(|p| (k.clone(), p)))
+            .collect(),
+        warmup: Warmup {
+            seconds: warmup_s,
+            completed: m.warmup_latency.len(),
+            latency_ms: percentiles(&m.warmup_latency),
+        },
+    }
+}
+
+/// Builds the report and decides the verdicts.
+pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
+    // A run cut short only measured until it stopped: its windows end there,
+    // or throughput would be divided by time that never happened.
+    let clip = |w: Window| -> Window {
+        if result.cut_short {
+            let end = result.elapsed.as_secs_f64();
+            Window {
+                start_s: w.start_s.min(end),
+                end_s: w.end_s.min(end),
+            }
+        } else {
+            w
+        }
+    };
+    let windows: Vec<Window> = ctx.scenarios.iter().map(|s| clip(s.window())).collect();
+    let window_s = union_length(&windows);
+    let in_flight_at_end: u64 = result
+        .agents
+        .iter()
+        .filter_map(|a| a.finished.as_ref().map(|f| f.in_flight_at_end))
+        .sum();
+    let elapsed_s = result.elapsed.as_secs_f64();
+    let warmup_total: f64 = ctx.scenarios.iter().map(|s| s.warmup.as_secs_f64()).sum();
+    let totals = totals(
+        &result.aggregate.totals,
+        window_s,
+        warmup_total,
+        in_flight_at_end,
+    );
+    let scenarios: Vec<Scenario> = ctx
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let m = result
+                .aggregate
+                .scenarios
+                .get(i)
+                .cloned()
+                .unwrap_or_default();
+            let w = clip(info.window());
+            Scenario {
+                name: info.name.clone(),
+                model: info.model.to_string(),
+                start_s: info.start.as_secs_f64(),
+                duration_s: info.duration.as_secs_f64(),
+                warmup_s: info.warmup.as_secs_f64(),
+                window: w,
+                process: info.process.clone(),
+                offered_rps: info.offered_rps,
+                // In-flight at the end is known per agent, not per scenario.
+                totals: totals_for(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
+            }
+        })
+        .collect();
+
+    let agents = agent_reports(result, elapsed_s);
+    let intervals = interval_reports(result);
+    let verdicts = verdicts::all(result, &totals, &agents, ctx);
+
+    let thresholds = ctx
+        .thresholds
+        .iter()
+        .map(|th| {
+            let t = match th.scenario() {
+                Some(name) => scenarios.iter().find(|s| s.name == name).map(|s| &s.totals),
+                None => Some(&totals),
+            };
+            match t {
+                Some(t) => th.check(&figures(t)),
+                None => Checked {
+                    threshold: th.to_string(),
+                    actual: None,
+                    passed: false,
+                },
+            }
+        })
+        .collect();
+
+    Report {
+        schema: SCHEMA.to_string(),
+        partial: result.cut_short || result.failure.is_some(),
+        run: RunInfo {
+            target: ctx.target.to_string(),
+            duration_s: ctx.duration.as_secs_f64(),
+            window_s,
+            drain_s: ctx.drain.as_secs_f64(),
+            max_in_flight_per_agent: ctx.max_in_flight,
+            agents: result.agents.len(),
+            local: matches!(ctx.placement, Placement::Local { .. }),
+            started_at_unix: result
+                .started_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            elapsed_s,
+        },
+        verdicts,
+        thresholds,
+        scenarios,
+        totals,
+        agents,
+        intervals,
+        repeats: None,
+    }
+}
+
+/// Each agent's share of the work and how it kept up.
+fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
+    result
+        .agents
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let m = result.aggregate.agents.get(i).cloned().unwrap_or_default();
+            let cpus = a.hello.cpus.max(1);
+            let cores = if elapsed_s > 0.0 {
+                m.cpu_seconds / elapsed_s
+            } else {
+                0.0
+            };
+            AgentReport {
+                id: a.hello.agent_id.clone(),
+                host: a.hello.host.clone(),
+                source: Some(a.hello.source_address.clone()).filter(|s| !s.is_empty()),
+                host_addresses: a.hello.host_addresses.clone(),
+                peer: a.peer.map(|p| p.to_string()),
+                share: a.share,
+                intended: m.intended,
+                sent: m.sent,
+                unsent: m.unsent_total(),
+                completed: m.completed,
+                cpu: cores / f64::from(cpus),
+                cpu_cores: cores,
+                cpu_seconds: m.cpu_seconds,
+                cpus,
+                host_cpu: if m.host_cpu.1 > 0 {
+                    m.host_cpu.0 / m.host_cpu.1 as f64
+                } else {
+                    0.0
+                },
+                lag_ms: (!m.lag.is_empty()).then(|| Lag {
+                    p50: m.lag.value_at_quantile(0.5) as f64 / 1000.0,
+                    p99: m.lag.value_at_quantile(0.99) as f64 / 1000.0,
+                    max: m.lag.max() as f64 / 1000.0,
+                }),
+                clock_offset_ms: a.clock.map(|c| c.1 as f64 / 1e6),
+                clock_rtt_ms: a.clock.map(|c| c.0 as f64 / 1e6),
+                status: if a.lost.is_some() {
+                    AgentStatus::Lost
+                } else if a.finished.as_ref().is_some_and(|f| f.cut_short) {
+                    AgentStatus::Stopped
+                } else if a.finished.is_some() {
+                    AgentStatus::Finished
+                } else {
+                    AgentStatus::Unfinished
+                },
+                lost_reason: a.lost.clone(),
+            }
+        })
+        .collect()
+}
+
+/// The per-second series.
+fn interval_reports(result: &RunResult) -> Vec<IntervalReport> {
+    let interval_s = 1.0;
+    result
+        .aggregate
+        .intervals
+        .iter()
+        .map(|(&i, iv)| {
+            let q = |q: f64| {
+                iv.latency
+                    .as_ref()
+                    .filter(|h| !h.is_empty())
+                    .map(|h| h.value_at_quantile(q) as f64 / 1000.0)
+            };
+            IntervalReport {
+                t: i as f64 * interval_s,
+                intended: iv.intended,
+                sent: iv.sent,
+                unsent: iv.unsent,
+                unsent_by_reason: iv.unsent_by_reason.clone(),
+                completed: iv.completed,
+                errors: iv.errors,
+                classes: OutcomeClass::ALL
+                    .iter()
+                    .map(|c| {
+                        (
+                            format!("completed_{c}"),
+                            iv.classes.get(c).copied().unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+                p50: q(0.5),
+                p99: q(0.99),
+                in_flight: iv.in_flight,
+                max_in_flight: iv.max_in_flight,
+                max_lag_ms: iv.max_lag_us as f64 / 1000.0,
+            }
+        })
+        .collect()
+}
+
+/// The figures thresholds read from a set of totals (transport errors and
+/// 5xx answers both count as errors: neither served the user).
+pub(crate) fn figures(t: &Totals) -> Figures {
+    let errors = t.errors.values().sum::<u64>()
+        + t.status
+            .iter()
+            .filter(|(code, _)| code.starts_with('5'))
+            .map(|(_, n)| n)
+            .sum::<u64>();
+    Figures {
+        latency: t.latency_ms.as_ref().map(|p| Latency {
+            p50: p.p50,
+            p90: p.p90,
+            p95: p.p95,
+            p99: p.p99,
+            p999: p.p999,
+            max: p.max,
+            mean: p.mean,
+        }),
+        intended: t.intended,
+        unsent: t.unsent.total,
+        completed: t.completed,
+        errors,
+        throughput_rps: t.throughput_rps,
+    }
+}

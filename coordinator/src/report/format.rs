@@ -1,0 +1,89 @@
+//! How numbers look in the text and HTML reports, written once so the two
+//! agree (a p99 of 12.3ms reads the same in both).
+
+/// Milliseconds with a unit and precision that fit their size: 0.42ms,
+/// 12.3ms, 1.25s; a dash when the value is not a number.
+pub fn ms(v: f64) -> String {
+    if !v.is_finite() {
+        "–".into()
+    } else if v >= 1000.0 {
+        format!("{:.2}s", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.1}ms")
+    } else {
+        format!("{v:.2}ms")
+    }
+}
+
+/// A finite number or 0: what goes into SVG attributes.
+pub fn fin(v: f64) -> f64 {
+    if v.is_finite() {
+        v
+    } else {
+        0.0
+    }
+}
+
+pub fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+/// A number with a fixed number of decimals, or a dash when it is not one.
+pub fn num(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        "–".into()
+    }
+}
+
+/// Seconds, without trailing noise: 4, 2.5, 0.25.
+pub fn secs(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A count with thousands separators: 18,000.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A Unix time as a UTC date and time, without a date library.
+pub fn utc(unix: f64) -> String {
+    if !unix.is_finite() || unix <= 0.0 {
+        return "–".into();
+    }
+    let secs = unix.floor() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}

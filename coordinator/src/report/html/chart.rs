@@ -1,0 +1,435 @@
+//! Inline SVG charts with axes, tick labels and a legend; every number that
+//! reaches an SVG attribute goes through [`fin`], so a strange report can
+//! draw an odd chart but never a broken one.
+
+use std::fmt::{self, Write as _};
+
+use super::page::esc;
+use crate::report::format::fin;
+use crate::report::model::{IntervalReport, Report, Totals};
+
+// Series colours: one meaning each, and used for chart strokes only (the
+// page's own accents below are deliberately different shades), so the
+// screenshot test in tests/html.rs can tell a drawn chart from a verdict
+// border or an outcome bar.
+const C_INTENDED: &str = "#6b6b6b";
+const C_SENT: &str = "#2563c9";
+const C_COMPLETED: &str = "#1f9a4a";
+const C_UNSENT: &str = "#d0342c";
+const C_P50: &str = "#2563c9";
+const C_P99: &str = "#d0342c";
+const C_CURVE: &str = "#7b3fc4";
+const C_IN_FLIGHT: &str = "#7b3fc4";
+const C_MAX_IN_FLIGHT: &str = "#e07b00";
+
+pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
+    writeln!(h, "<h2>Charts</h2>")?;
+    let ivs = &r.intervals;
+    // Each interval covers [t, t+1): its value is drawn at the middle.
+    let x_end = ivs.iter().map(|iv| fin(iv.t) + 1.0).fold(0.0, f64::max);
+    let mid = |t: f64| fin(t) + 0.5;
+    let bands = bands(r, x_end);
+    let seconds = XAxis::Seconds { end: x_end };
+
+    let latency = Chart {
+        title: "Latency per second (from the intended send time)",
+        y_label: "ms",
+        x: seconds,
+        bands: bands.clone(),
+        series: vec![
+            Series::line(
+                "p50",
+                C_P50,
+                ivs.iter().map(|iv| (mid(iv.t), iv.p50)).collect(),
+            ),
+            Series::line(
+                "p99",
+                C_P99,
+                ivs.iter().map(|iv| (mid(iv.t), iv.p99)).collect(),
+            ),
+        ],
+    };
+    latency.render(h, "no latency data: nothing completed")?;
+
+    let per_second = |f: fn(&IntervalReport) -> u64| -> Vec<(f64, Option<f64>)> {
+        ivs.iter()
+            .map(|iv| (mid(iv.t), Some(f(iv) as f64)))
+            .collect()
+    };
+    let mut intended = Series::line("intended", C_INTENDED, per_second(|iv| iv.intended));
+    intended.dashed = true;
+    intended.width = 1.5;
+    let requests = Chart {
+        title: "Requests per second: intended, sent, completed, unsent",
+        y_label: "requests / s",
+        x: seconds,
+        bands: bands.clone(),
+        series: vec![
+            intended,
+            Series {
+                width: 6.0,
+                ..Series::line("sent", C_SENT, per_second(|iv| iv.sent))
+            },
+            Series::line("completed", C_COMPLETED, per_second(|iv| iv.completed)),
+            Series::line("unsent", C_UNSENT, per_second(|iv| iv.unsent)),
+        ],
+    };
+    requests.render(h, "no per-second data: no interval was reported")?;
+
+    let (curve, decades) = curve_points(&r.totals);
+    let mut dist = Series::line("latency", C_CURVE, curve);
+    dist.markers = true;
+    let distribution = Chart {
+        title: "Latency by percentile (from the intended send time, whole run)",
+        y_label: "ms",
+        x: XAxis::LogPercentile { decades },
+        bands: Vec::new(),
+        series: vec![dist],
+    };
+    distribution.render(h, "no latency distribution: nothing completed")?;
+
+    let in_flight = Chart {
+        title: "Requests in flight",
+        y_label: "requests",
+        x: seconds,
+        bands,
+        series: vec![
+            Series::line(
+                "in flight (end of second)",
+                C_IN_FLIGHT,
+                per_second(|iv| iv.in_flight),
+            ),
+            Series::line(
+                "max in flight (upper bound)",
+                C_MAX_IN_FLIGHT,
+                per_second(|iv| iv.max_in_flight),
+            ),
+        ],
+    };
+    in_flight.render(h, "no in-flight data: no interval was reported")
+}
+
+/// Shaded spans of the time charts: each scenario's warm-up and the drain
+/// after the last scenario, which are reported apart from the window.
+fn bands(r: &Report, x_end: f64) -> Vec<(f64, f64, &'static str)> {
+    let mut out = Vec::new();
+    for s in &r.scenarios {
+        if s.warmup_s > 0.0 {
+            out.push((fin(s.start_s), fin(s.start_s + s.warmup_s), "warm-up"));
+        }
+    }
+    let end = fin(r.run.duration_s);
+    if end > 0.0 && x_end > end {
+        out.push((end, x_end, "drain"));
+    }
+    out
+}
+
+/// The position of a percentile on the HdrHistogram-style axis: the number
+/// of decades of 1/(1-p), so 0% → 0, 90% → 1, 99% → 2, 99.9% → 3.
+pub fn percentile_x(percentile: f64) -> f64 {
+    let rest = 1.0 - percentile / 100.0;
+    if rest > 0.0 && rest.is_finite() {
+        (1.0 / rest).log10().max(0.0)
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The label of decade `d` on that axis: 0%, 90%, 99%, 99.9%, 99.99%, …
+pub fn decade_label(d: u32) -> String {
+    match d {
+        0 => "0%".into(),
+        1 => "90%".into(),
+        2 => "99%".into(),
+        _ => format!("99.{}%", "9".repeat(d as usize - 2)),
+    }
+}
+
+/// The latency curve as (axis x, ms) points, and how many decades the axis
+/// spans. 100% (the max) cannot sit at an infinite x: it is drawn at
+/// 1/(1-p) = count, the resolution of the data, where the next percentile
+/// step would be.
+pub(super) fn curve_points(t: &Totals) -> (Vec<(f64, Option<f64>)>, u32) {
+    let mut points: Vec<(f64, Option<f64>)> = Vec::new();
+    let mut last_x: f64 = 0.0;
+    for p in &t.latency_curve_ms {
+        if !p.ms.is_finite() || !p.percentile.is_finite() {
+            continue;
+        }
+        let x = percentile_x(p.percentile);
+        let x = if x.is_finite() {
+            x
+        } else {
+            let n = t.latency_ms.as_ref().map_or(0, |l| l.count) as f64;
+            if n > 1.0 {
+                n.log10().max(last_x)
+            } else {
+                last_x + 0.3
+            }
+        };
+        last_x = last_x.max(x);
+        points.push((x, Some(p.ms)));
+    }
+    let decades = (last_x.ceil() as u32).clamp(1, 12);
+    (points, decades)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum XAxis {
+    /// Seconds from the common start, 0..end.
+    Seconds { end: f64 },
+    /// Decades of 1/(1-percentile), 0..decades.
+    LogPercentile { decades: u32 },
+}
+
+struct Series<'a> {
+    name: &'a str,
+    color: &'a str,
+    dashed: bool,
+    markers: bool,
+    /// Stroke width in pixels. Wide strokes are drawn first, so a series
+    /// that usually coincides with another (sent under completed) shows as
+    /// a band around it instead of disappearing.
+    width: f64,
+    /// x and y; a missing y breaks the line.
+    points: Vec<(f64, Option<f64>)>,
+}
+
+impl<'a> Series<'a> {
+    fn line(name: &'a str, color: &'a str, points: Vec<(f64, Option<f64>)>) -> Self {
+        Self {
+            name,
+            color,
+            dashed: false,
+            markers: false,
+            width: 2.0,
+            points,
+        }
+    }
+}
+
+struct Chart<'a> {
+    title: &'a str,
+    y_label: &'a str,
+    x: XAxis,
+    bands: Vec<(f64, f64, &'static str)>,
+    series: Vec<Series<'a>>,
+}
+
+const W: f64 = 760.0;
+const H: f64 = 280.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 44.0;
+
+impl Chart<'_> {
+    fn render(&self, h: &mut String, no_data: &str) -> fmt::Result {
+        let ys = || {
+            self.series
+                .iter()
+                .flat_map(|s| s.points.iter().filter_map(|p| p.1))
+                .filter(|y| y.is_finite())
+        };
+        if ys().next().is_none() {
+            return writeln!(
+                h,
+                "<figure><figcaption>{}</figcaption><p class=\"nodata\">{}</p></figure>",
+                esc(self.title),
+                esc(no_data)
+            );
+        }
+        // 5% headroom, so a series at its maximum is not drawn on the frame.
+        let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
+        let (x0, x1, x_ticks): (f64, f64, Vec<(f64, String)>) = match self.x {
+            XAxis::Seconds { end } => {
+                let (top, step) = nice_scale(end);
+                let ticks = ticks(top, step)
+                    .into_iter()
+                    .map(|v| (v, tick_label(v, step)))
+                    .collect();
+                (0.0, top, ticks)
+            }
+            XAxis::LogPercentile { decades } => (
+                0.0,
+                f64::from(decades),
+                (0..=decades)
+                    .map(|d| (f64::from(d), decade_label(d)))
+                    .collect(),
+            ),
+        };
+        let plot_w = W - LEFT - RIGHT;
+        let plot_h = H - TOP - BOTTOM;
+        let px = |x: f64| fin(LEFT + (fin(x) - x0) / (x1 - x0).max(1e-12) * plot_w);
+        let py = |y: f64| fin(TOP + plot_h - fin(y) / y_top.max(1e-12) * plot_h);
+
+        writeln!(
+            h,
+            "<figure><figcaption>{}</figcaption><svg class=\"chart\" width=\"{W}\" height=\"{H}\" \
+             viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
+            esc(self.title),
+            esc(self.title)
+        )?;
+        writeln!(
+            h,
+            "<rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{H}\" fill=\"#ffffff\"/>"
+        )?;
+        for &(a, b, label) in &self.bands {
+            let (a, b) = (px(a.max(x0)), px(b.min(x1)));
+            if b > a {
+                writeln!(
+                    h,
+                    "<rect x=\"{a:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{plot_h}\" fill=\"#f1f1f1\"/>\
+                     <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#888\" text-anchor=\"middle\">{}</text>",
+                    b - a,
+                    (a + b) / 2.0,
+                    TOP + 12.0,
+                    esc(label)
+                )?;
+            }
+        }
+        // Grid and y ticks.
+        for v in ticks(y_top, y_step) {
+            let y = py(v);
+            writeln!(
+                h,
+                "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e6e6e6\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">{}</text>",
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                tick_label(v, y_step)
+            )?;
+        }
+        // X ticks.
+        for (v, label) in &x_ticks {
+            let x = px(*v);
+            writeln!(
+                h,
+                "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#eeeeee\"/>\
+                 <line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\
+                 <text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\" text-anchor=\"middle\">{}</text>",
+                TOP + plot_h,
+                TOP + plot_h,
+                TOP + plot_h + 4.0,
+                TOP + plot_h + 16.0,
+                esc(label)
+            )?;
+        }
+        // Axes and their labels.
+        let x_label = match self.x {
+            XAxis::Seconds { .. } => "seconds from the start",
+            XAxis::LogPercentile { .. } => "percentile (log scale of 1/(1−p))",
+        };
+        writeln!(
+            h,
+            "<line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{:.1}\" stroke=\"#888\"/>\
+             <line x1=\"{LEFT}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\">{}</text>\
+             <text x=\"14\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\" transform=\"rotate(-90 14 {:.1})\">{}</text>",
+            TOP + plot_h,
+            TOP + plot_h,
+            W - RIGHT,
+            TOP + plot_h,
+            LEFT + plot_w / 2.0,
+            H - 8.0,
+            esc(x_label),
+            TOP + plot_h / 2.0,
+            TOP + plot_h / 2.0,
+            esc(self.y_label)
+        )?;
+        // Series: one polyline per unbroken run of points; wide strokes
+        // first, dashed ones last (on top), the legend in the given order.
+        let mut order: Vec<&Series> = self.series.iter().collect();
+        order.sort_by(|a, b| a.dashed.cmp(&b.dashed).then(b.width.total_cmp(&a.width)));
+        for s in order {
+            let dash = if s.dashed {
+                " stroke-dasharray=\"6 4\""
+            } else {
+                ""
+            };
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+            for &(x, y) in &s.points {
+                match y.filter(|y| y.is_finite()) {
+                    Some(y) => runs.last_mut().expect("one run").push((px(x), py(y))),
+                    None => runs.push(Vec::new()),
+                }
+            }
+            for run in runs.iter().filter(|r| !r.is_empty()) {
+                let pts: Vec<String> = run.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+                writeln!(
+                    h,
+                    "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" \
+                     stroke-linejoin=\"round\"{dash} points=\"{}\"/>",
+                    esc(s.name),
+                    s.color,
+                    fin(s.width),
+                    pts.join(" ")
+                )?;
+                if s.markers || run.len() == 1 {
+                    for (x, y) in run {
+                        writeln!(
+                            h,
+                            "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"{}\"/>",
+                            s.color
+                        )?;
+                    }
+                }
+            }
+        }
+        // Legend, across the top.
+        let mut lx = LEFT;
+        for s in &self.series {
+            let dash = if s.dashed {
+                " stroke-dasharray=\"6 4\""
+            } else {
+                ""
+            };
+            writeln!(
+                h,
+                "<line x1=\"{lx:.1}\" y1=\"14\" x2=\"{:.1}\" y2=\"14\" stroke=\"{}\" stroke-width=\"3\"{dash}/>\
+                 <text x=\"{:.1}\" y=\"18\" font-size=\"12\" fill=\"#333\">{}</text>",
+                lx + 22.0,
+                s.color,
+                lx + 27.0,
+                esc(s.name)
+            )?;
+            lx += 40.0 + 7.0 * s.name.chars().count() as f64;
+        }
+        writeln!(h, "</svg></figure>")
+    }
+}
+
+/// A round axis top at or above `max` and a step that divides it into about
+/// five parts (1, 2 or 5 times a power of ten).
+pub fn nice_scale(max: f64) -> (f64, f64) {
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    let top = (max / step - 1e-9).ceil().max(1.0) * step;
+    (top, step)
+}
+
+fn ticks(top: f64, step: f64) -> Vec<f64> {
+    let n = (top / step).round() as usize;
+    (0..=n.min(50)).map(|i| i as f64 * step).collect()
+}
+
+fn tick_label(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10()).ceil() as usize
+    };
+    format!("{v:.decimals$}")
+}

@@ -1,0 +1,296 @@
+use std::collections::BTreeMap;
+
+use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
+
+use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
+use super::page::esc;
+use super::render;
+use crate::report::format::{count, secs, utc};
+use crate::report::model::{
+    AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Report, RunInfo, Scenario, Totals,
+    Unsent, Verdict, Warmup, Window, SCHEMA,
+};
+
+fn pct(base: f64, count: u64) -> Percentiles {
+    Percentiles {
+        p50: base,
+        p90: base * 2.0,
+        p95: base * 3.0,
+        p99: base * 4.0,
+        p999: base * 5.0,
+        max: base * 6.0,
+        mean: base * 1.5,
+        count,
+    }
+}
+
+fn totals(completed: u64) -> Totals {
+    let latency = (completed > 0).then(|| pct(5.0, completed));
+    Totals {
+        intended: completed + 10,
+        sent: completed,
+        completed,
+        completed_in_window: completed,
+        in_flight_at_end: 0,
+        unsent: Unsent {
+            total: 10,
+            concurrency_limit: 7,
+            late: 3,
+            other: BTreeMap::new(),
+        },
+        status: if completed > 0 {
+            [("200".to_string(), completed)].into_iter().collect()
+        } else {
+            BTreeMap::new()
+        },
+        errors: BTreeMap::new(),
+        throughput_rps: completed as f64 / 4.0,
+        latency_ms: latency.clone(),
+        service_time_ms: latency.clone(),
+        latency_by_class_ms: latency
+            .clone()
+            .map(|p| ("2xx".to_string(), p))
+            .into_iter()
+            .collect(),
+        latency_curve_ms: if completed > 0 {
+            [0.0, 50.0, 75.0, 87.5, 93.75, 100.0]
+                .iter()
+                .map(|&p| CurvePoint {
+                    percentile: p,
+                    ms: 5.0 + p / 10.0,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        warmup: Warmup {
+            seconds: 0.0,
+            completed: 0,
+            latency_ms: None,
+        },
+    }
+}
+
+fn report(intervals: usize, completed: u64) -> Report {
+    let t = totals(completed);
+    Report {
+        schema: SCHEMA.into(),
+        partial: false,
+        run: RunInfo {
+            target: "http://127.0.0.1:8080/".into(),
+            duration_s: intervals as f64,
+            window_s: intervals as f64,
+            drain_s: 5.0,
+            max_in_flight_per_agent: 1000,
+            agents: 1,
+            local: true,
+            started_at_unix: 1_700_000_000.0,
+            elapsed_s: intervals as f64,
+        },
+        verdicts: vec![Verdict {
+            level: VerdictLevel::Warn,
+            code: VerdictCode::Localhost,
+            message: "one machine".into(),
+        }],
+        thresholds: Vec::new(),
+        scenarios: vec![Scenario {
+            name: "default".into(),
+            model: "open".into(),
+            start_s: 0.0,
+            duration_s: intervals as f64,
+            warmup_s: 0.0,
+            window: Window {
+                start_s: 0.0,
+                end_s: intervals as f64,
+            },
+            process: Some("uniform".into()),
+            offered_rps: Some(100.0),
+            totals: t.clone(),
+        }],
+        totals: t,
+        agents: vec![AgentReport {
+            id: "agent-1".into(),
+            host: "host-a".into(),
+            source: None,
+            peer: None,
+            host_addresses: Vec::new(),
+            share: 1.0,
+            intended: completed + 10,
+            sent: completed,
+            unsent: 10,
+            completed,
+            cpu: 0.1,
+            cpu_cores: 0.2,
+            cpu_seconds: 1.0,
+            cpus: 2,
+            host_cpu: 0.3,
+            lag_ms: Some(Lag {
+                p50: 0.1,
+                p99: 0.5,
+                max: 1.0,
+            }),
+            clock_offset_ms: Some(0.01),
+            clock_rtt_ms: Some(0.2),
+            status: AgentStatus::Finished,
+            lost_reason: None,
+        }],
+        intervals: (0..intervals)
+            .map(|i| IntervalReport {
+                t: i as f64,
+                intended: 100,
+                sent: 98,
+                unsent: 2,
+                unsent_by_reason: [("late".to_string(), 2)].into_iter().collect(),
+                completed: 97,
+                errors: 0,
+                classes: BTreeMap::new(),
+                p50: (completed > 0).then_some(5.0 + i as f64),
+                p99: (completed > 0).then_some(20.0 + i as f64),
+                in_flight: 3,
+                max_in_flight: 9,
+                max_lag_ms: 0.4,
+            })
+            .collect(),
+        repeats: None,
+    }
+}
+
+fn polyline_points(html: &str, series: &str) -> Vec<usize> {
+    let needle = format!("<polyline data-series=\"{series}\"");
+    html.match_indices(&needle)
+        .map(|(i, _)| {
+            let rest = &html[i..];
+            let start = rest.find("points=\"").expect("points") + 8;
+            let end = start + rest[start..].find('"').expect("end");
+            rest[start..end].split_whitespace().count()
+        })
+        .collect()
+}
+
+#[test]
+fn text_from_the_report_is_escaped() {
+    let mut r = report(3, 100);
+    r.run.target = "http://x/\"><script>alert(1)</script>".into();
+    r.agents[0].id = "<img src=x onerror=alert(2)>".into();
+    r.verdicts[0].message = "</script><script>alert(3)</script> & 'q'".into();
+    let html = render(&r).unwrap();
+    assert!(!html.contains("<script>alert"), "{html}");
+    assert!(!html.contains("<img"));
+    assert!(html.contains("&lt;img src=x onerror=alert(2)&gt;"));
+    assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; &#39;q&#39;"));
+    // Exactly one </script>: the end of the embedded JSON.
+    assert_eq!(html.matches("</script>").count(), 1);
+    assert_eq!(esc("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+}
+
+#[test]
+fn embedded_json_is_the_report() {
+    let mut r = report(2, 10);
+    r.verdicts[0].message = "</script> <!-- x".into();
+    let html = render(&r).unwrap();
+    let open = "<script type=\"application/json\" id=\"report\">";
+    let start = html.find(open).unwrap() + open.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let embedded: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+    assert_eq!(embedded, serde_json::to_value(&r).unwrap());
+}
+
+#[test]
+fn empty_report_renders_without_nan() {
+    let mut r = report(0, 0);
+    r.run.duration_s = f64::NAN;
+    r.totals.throughput_rps = f64::NAN;
+    r.agents.clear();
+    r.scenarios.clear();
+    r.verdicts.clear();
+    let html = render(&r).unwrap();
+    assert!(!html.contains("NaN"), "{html}");
+    assert!(!html.replace("info", "").contains("inf"), "{html}");
+    assert!(!html.contains("<polyline"), "no chart without data");
+    assert!(html.contains("no latency data"));
+    assert!(html.contains("no per-second data"));
+    assert!(html.contains("no latency distribution"));
+    assert!(html.contains("nothing completed"));
+}
+
+#[test]
+fn intervals_without_latency_break_the_line_not_the_chart() {
+    let mut r = report(5, 100);
+    r.intervals[2].p50 = None;
+    r.intervals[2].p99 = None;
+    r.intervals[3].p99 = Some(f64::NAN);
+    let html = render(&r).unwrap();
+    assert!(!html.contains("NaN"));
+    assert_eq!(polyline_points(&html, "p50"), [2, 2]);
+    assert_eq!(polyline_points(&html, "p99"), [2, 1]);
+}
+
+#[test]
+fn chart_polylines_have_one_point_per_interval() {
+    let html = render(&report(7, 500)).unwrap();
+    for s in ["intended", "sent", "completed", "unsent", "p50", "p99"] {
+        assert_eq!(polyline_points(&html, s), [7], "series {s}");
+    }
+    // Six curve points: five percentiles below 100% and the max.
+    assert_eq!(polyline_points(&html, "latency"), [6]);
+    assert!(!html.contains("NaN"));
+}
+
+#[test]
+fn log_percentile_axis_maps_99_to_two_decades() {
+    assert!((percentile_x(99.0) - 2.0).abs() < 1e-9);
+    assert!((percentile_x(90.0) - 1.0).abs() < 1e-9);
+    assert!((percentile_x(99.9) - 3.0).abs() < 1e-9);
+    assert_eq!(percentile_x(0.0), 0.0);
+    assert!(percentile_x(100.0).is_infinite());
+    assert_eq!(decade_label(0), "0%");
+    assert_eq!(decade_label(2), "99%");
+    assert_eq!(decade_label(4), "99.99%");
+    // The max is drawn where 1/(1-p) equals the count: 1000 → 3 decades.
+    let mut t = totals(1000);
+    t.latency_curve_ms = vec![
+        CurvePoint {
+            percentile: 99.0,
+            ms: 9.0,
+        },
+        CurvePoint {
+            percentile: 100.0,
+            ms: 10.0,
+        },
+    ];
+    let (points, decades) = curve_points(&t);
+    assert!((points[0].0 - 2.0).abs() < 1e-9);
+    assert!((points[1].0 - 3.0).abs() < 1e-9);
+    assert_eq!(decades, 3);
+}
+
+#[test]
+fn partial_runs_and_scenarios_show() {
+    let mut r = report(3, 100);
+    r.partial = true;
+    let mut second = r.scenarios[0].clone();
+    second.name = "spike<1>".into();
+    r.scenarios.push(second);
+    let html = render(&r).unwrap();
+    assert!(html.contains(">PARTIAL</span>"));
+    assert!(html.contains("<h2>Scenarios</h2>"));
+    assert!(html.contains("spike&lt;1&gt;"));
+    assert!(!render(&report(3, 100))
+        .unwrap()
+        .contains("<h2>Scenarios</h2>"));
+}
+
+#[test]
+fn scales_and_formats() {
+    assert_eq!(nice_scale(0.0), (1.0, 0.2));
+    assert_eq!(nice_scale(f64::NAN), (1.0, 0.2));
+    assert_eq!(nice_scale(7.0), (8.0, 2.0));
+    assert_eq!(nice_scale(300.0), (300.0, 100.0));
+    assert_eq!(nice_scale(301.0), (400.0, 100.0));
+    assert_eq!(count(18_000), "18,000");
+    assert_eq!(count(999), "999");
+    assert_eq!(count(1_234_567), "1,234,567");
+    assert_eq!(secs(4.0), "4");
+    assert_eq!(secs(2.5), "2.5");
+    assert_eq!(utc(1_700_000_000.0), "2023-11-14 22:13:20 UTC");
+}

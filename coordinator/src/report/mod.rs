@@ -1,0 +1,22 @@
+//! The report, in the order data flows through it: [`model`] is the data
+//! (`report.json`, documented in docs/report.md), [`build`] makes it from
+//! what the fleet measured and what was planned, [`verdicts`] says what the
+//! run is worth and the exit status, [`repeats`] combines several runs, and
+//! one module per renderer writes it ([`text`], [`json`], [`csv`],
+//! [`hlog`], [`html`]), all sharing [`format`]. Renderers write to any
+//! `impl Write`, so tests can read them.
+
+pub mod build;
+pub mod csv;
+pub mod format;
+pub mod hlog;
+pub mod html;
+pub mod json;
+pub mod model;
+pub mod repeats;
+pub mod text;
+pub mod verdicts;
+
+pub use build::{build, Placement, PlanInfo};
+pub use model::*;
+pub use verdicts::exit_status;

@@ -1,0 +1,196 @@
+//! The report's data: the serde structs written as `report.json` and read
+//! back by `compare`. The schema, key by key with units, is documented in
+//! `docs/report.md`; a change here is a change to that contract.
+
+use std::collections::BTreeMap;
+
+use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
+use serde::{Deserialize, Serialize};
+
+pub use super::repeats::Repeats;
+pub use crate::thresholds::Checked;
+
+pub const SCHEMA: &str = "loadfleet.report/v1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Number of values the percentiles were read from.
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unsent {
+    pub total: u64,
+    pub concurrency_limit: u64,
+    pub late: u64,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, u64>,
+}
+
+/// The headline figures, for the totals and for each scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Totals {
+    pub intended: u64,
+    pub sent: u64,
+    pub completed: u64,
+    pub completed_in_window: u64,
+    pub in_flight_at_end: u64,
+    pub unsent: Unsent,
+    pub status: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    /// Completions inside the measurement window / window length.
+    pub throughput_rps: f64,
+    /// From the intended send time; null when nothing completed.
+    pub latency_ms: Option<Percentiles>,
+    /// From the actual send time.
+    pub service_time_ms: Option<Percentiles>,
+    pub latency_by_class_ms: BTreeMap<String, Percentiles>,
+    /// The latency distribution as HdrHistogram plots show it: value at
+    /// percentiles 0, 50, 75, 87.5, … (halving the remainder each step) and 100.
+    pub latency_curve_ms: Vec<CurvePoint>,
+    /// Requests intended during warm-up, reported apart.
+    pub warmup: Warmup,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub percentile: f64,
+    pub ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Warmup {
+    pub seconds: f64,
+    pub completed: u64,
+    pub latency_ms: Option<Percentiles>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    /// "open" (arrivals on a schedule) or "closed" (a client population).
+    pub model: String,
+    /// Offset of the scenario from the common start.
+    pub start_s: f64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    /// The measurement window, as offsets from the common start.
+    pub window: Window,
+    /// Open model: the arrival process and the mean offered rate.
+    pub process: Option<String>,
+    pub offered_rps: Option<f64>,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Window {
+    pub start_s: f64,
+    pub end_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lag {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub id: String,
+    pub host: String,
+    /// Local address the agent sends load from, when it was bound to one.
+    pub source: Option<String>,
+    /// Where the agent's control connection came from.
+    pub peer: Option<String>,
+    /// Addresses of the agent's host (for the localhost check).
+    pub host_addresses: Vec<String>,
+    pub share: f64,
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    /// Process CPU use as a fraction of the agent's CPUs (0..1).
+    pub cpu: f64,
+    /// Process CPU use in cores.
+    pub cpu_cores: f64,
+    /// Process CPU time over the run (user + system).
+    pub cpu_seconds: f64,
+    pub cpus: u32,
+    /// Mean host-wide CPU use seen by the agent (0..1).
+    pub host_cpu: f64,
+    /// Schedule lag: actual minus intended send time.
+    pub lag_ms: Option<Lag>,
+    pub clock_offset_ms: Option<f64>,
+    pub clock_rtt_ms: Option<f64>,
+    pub status: AgentStatus,
+    pub lost_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Verdict {
+    pub level: VerdictLevel,
+    pub code: VerdictCode,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IntervalReport {
+    /// Seconds from the common start to the interval's start.
+    pub t: f64,
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub unsent_by_reason: BTreeMap<String, u64>,
+    pub completed: u64,
+    /// Transport errors completed in the interval.
+    pub errors: u64,
+    #[serde(flatten)]
+    pub classes: BTreeMap<String, u64>,
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    pub in_flight: u64,
+    /// Upper bound of requests in flight at once during the interval.
+    pub max_in_flight: u64,
+    pub max_lag_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub target: String,
+    /// Until the last scenario ends.
+    pub duration_s: f64,
+    /// Length of the union of the scenarios' measurement windows.
+    pub window_s: f64,
+    pub drain_s: f64,
+    pub max_in_flight_per_agent: u32,
+    pub agents: usize,
+    pub local: bool,
+    pub started_at_unix: f64,
+    pub elapsed_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    /// True when the run was cut short: figures cover what was measured.
+    pub partial: bool,
+    pub run: RunInfo,
+    pub verdicts: Vec<Verdict>,
+    pub thresholds: Vec<Checked>,
+    pub totals: Totals,
+    pub scenarios: Vec<Scenario>,
+    pub agents: Vec<AgentReport>,
+    pub intervals: Vec<IntervalReport>,
+    /// With --repeat: every run's headline figures and their median/min/max.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<Repeats>,
+}

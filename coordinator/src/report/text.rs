@@ -1,0 +1,213 @@
+//! The human summary printed at the end of `run`: verdicts first, then
+//! intended / sent / unsent, outcomes, percentiles, agents, repeats and
+//! thresholds. Its exact shape is pinned by a snapshot test
+//! (tests/text_report.rs), so a change to it is a deliberate one.
+
+use std::io::Write;
+
+use loadfleet_proto::vocab::{UnsentReason, VerdictLevel};
+
+use super::format::ms;
+use super::model::{Percentiles, Report};
+use super::repeats::{Repeats, Unit, COLUMNS};
+
+fn percentile_row(
+    out: &mut impl Write,
+    label: &str,
+    p: &Option<Percentiles>,
+) -> std::io::Result<()> {
+    match p {
+        Some(p) => writeln!(
+            out,
+            "  {label:<14} p50 {:>9}  p90 {:>9}  p95 {:>9}  p99 {:>9}  p99.9 {:>9}  max {:>9}  mean {:>9}",
+            ms(p.p50),
+            ms(p.p90),
+            ms(p.p95),
+            ms(p.p99),
+            ms(p.p999),
+            ms(p.max),
+            ms(p.mean)
+        ),
+        None => writeln!(out, "  {label:<14} (nothing completed)"),
+    }
+}
+
+/// The human summary: verdicts first, then intended/sent/unsent, outcomes,
+/// the full percentile set, throughput and the agents.
+pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Result<()> {
+    let paint = |level: VerdictLevel, s: &str| -> String {
+        if !color {
+            return s.to_string();
+        }
+        let code = match level {
+            VerdictLevel::Error => "1;31",
+            VerdictLevel::Warn => "33",
+            VerdictLevel::Info => "36",
+        };
+        format!("\x1b[{code}m{s}\x1b[0m")
+    };
+    writeln!(out)?;
+    writeln!(
+        out,
+        "loadfleet report — {} — {:.1}s on {} agent(s){}",
+        r.run.target,
+        r.run.duration_s,
+        r.run.agents,
+        if r.partial { " — PARTIAL" } else { "" }
+    )?;
+    for s in &r.scenarios {
+        let load = match (s.model.as_str(), s.offered_rps) {
+            ("open", Some(rps)) => format!(
+                "open, {rps:.0} req/s offered on average ({})",
+                s.process.as_deref().unwrap_or("uniform")
+            ),
+            (model, _) => model.to_string(),
+        };
+        writeln!(
+            out,
+            "  scenario {:<16} {load}; {:.1}s from t={:.1}s, window {:.1}s..{:.1}s",
+            s.name, s.duration_s, s.start_s, s.window.start_s, s.window.end_s
+        )?;
+    }
+    for v in &r.verdicts {
+        writeln!(
+            out,
+            "{}",
+            paint(
+                v.level,
+                &format!(
+                    "  [{}] {}: {}",
+                    v.level.as_str().to_uppercase(),
+                    v.code,
+                    v.message
+                )
+            )
+        )?;
+    }
+    let t = &r.totals;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  intended {}   sent {}   unsent {} ({} {}, {} {})",
+        t.intended,
+        t.sent,
+        t.unsent.total,
+        UnsentReason::ConcurrencyLimit,
+        t.unsent.concurrency_limit,
+        UnsentReason::Late,
+        t.unsent.late
+    )?;
+    writeln!(
+        out,
+        "  completed {}   in window {}   in flight at end {}   throughput {:.1} req/s over the {:.1}s window",
+        t.completed, t.completed_in_window, t.in_flight_at_end, t.throughput_rps, r.run.window_s
+    )?;
+    let status: Vec<String> = t.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    writeln!(
+        out,
+        "  status    {}",
+        if status.is_empty() {
+            "-".into()
+        } else {
+            status.join("  ")
+        }
+    )?;
+    let errors: Vec<String> = t.errors.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    writeln!(
+        out,
+        "  errors    {}",
+        if errors.is_empty() {
+            "-".into()
+        } else {
+            errors.join("  ")
+        }
+    )?;
+    writeln!(out)?;
+    writeln!(out, "  latency from the intended send time:")?;
+    percentile_row(out, "all", &t.latency_ms)?;
+    for (class, p) in &t.latency_by_class_ms {
+        percentile_row(out, class, &Some(p.clone()))?;
+    }
+    percentile_row(out, "service time", &t.service_time_ms)?;
+    if t.warmup.seconds > 0.0 {
+        percentile_row(out, "warm-up", &t.warmup.latency_ms)?;
+    }
+    if r.scenarios.len() > 1 {
+        writeln!(out)?;
+        writeln!(out, "  per scenario:")?;
+        for s in &r.scenarios {
+            let t = &s.totals;
+            writeln!(
+                out,
+                "  {:<16} {:<6} intended {} sent {} unsent {} completed {} throughput {:.1} req/s",
+                s.name, s.model, t.intended, t.sent, t.unsent.total, t.completed, t.throughput_rps
+            )?;
+            percentile_row(out, "", &t.latency_ms)?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(out, "  agents:")?;
+    for a in &r.agents {
+        let lag = a.lag_ms.as_ref().map_or("-".into(), |l| {
+            format!("p50 {} p99 {} max {}", ms(l.p50), ms(l.p99), ms(l.max))
+        });
+        writeln!(
+            out,
+            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}",
+            a.id,
+            a.status.as_str(),
+            a.intended,
+            a.sent,
+            a.unsent,
+            a.cpu * 100.0,
+            lag
+        )?;
+    }
+    if let Some(rep) = &r.repeats {
+        write_repeats(out, rep)?;
+    }
+    if !r.thresholds.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "  thresholds:")?;
+        for c in &r.thresholds {
+            let actual = c.actual.map_or("n/a".into(), |a| format!("{a:.3}"));
+            let mark = if c.passed {
+                paint(VerdictLevel::Info, "pass")
+            } else {
+                paint(VerdictLevel::Error, "FAIL")
+            };
+            writeln!(out, "  {mark} {} (actual {actual})", c.threshold)?;
+        }
+    }
+    Ok(())
+}
+
+/// The runs side by side, then their median, min and max.
+fn write_repeats(out: &mut impl Write, rep: &Repeats) -> std::io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  {} runs (figures above are run {}, the one with the median p99):",
+        rep.count,
+        rep.representative + 1
+    )?;
+    let mut head = format!("  {:<8}", "");
+    for (name, _, _) in COLUMNS {
+        head.push_str(&format!(" {name:>10}"));
+    }
+    writeln!(out, "{head}")?;
+    for (label, values) in rep.table() {
+        let mut line = format!("  {label:<8}");
+        for ((_, _, unit), v) in COLUMNS.iter().zip(values) {
+            let cell = match (v, unit) {
+                (Some(x), Unit::Millis) => ms(x),
+                (Some(x), Unit::PerSecond) => format!("{x:.1}"),
+                (Some(x), Unit::Count) => format!("{x:.0}"),
+                (None, _) => "-".into(),
+            };
+            line.push_str(&format!(" {cell:>10}"));
+        }
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}

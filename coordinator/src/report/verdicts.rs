@@ -1,0 +1,440 @@
+//! Every verdict the report makes about the run, in one place: whether the
+//! experiment happened, whether the generator kept up, whether clocks and
+//! hardware can be trusted. The codes and levels are documented in
+//! docs/report.md; the exit status follows from them.
+
+use std::net::IpAddr;
+
+use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel};
+
+use super::build::{Placement, PlanInfo};
+use super::model::{AgentReport, Report, Totals, Verdict};
+use crate::fleet::RunResult;
+
+/// All verdicts of one run, errors first.
+pub fn all(
+    result: &RunResult,
+    t: &Totals,
+    agents: &[AgentReport],
+    info: &PlanInfo,
+) -> Vec<Verdict> {
+    let mut v = run_verdicts(result, t, agents);
+    v.extend(health_verdicts(result, t, agents, info));
+    v.extend(localhost_verdicts(result, info));
+    sort(&mut v);
+    v
+}
+
+/// Errors first, then warnings, then the rest; otherwise in the order made.
+pub fn sort(v: &mut [Verdict]) {
+    v.sort_by_key(|v| v.level);
+}
+
+/// Agents sharing hardware with each other or with the target: the
+/// generator and the server fight for the same CPUs, caches and kernel.
+fn localhost_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
+    let target = &info.target;
+    let warn = |message: String| Verdict {
+        level: VerdictLevel::Warn,
+        code: VerdictCode::Localhost,
+        message,
+    };
+    match &info.placement {
+        Placement::Local { pinning } => vec![warn(format!(
+            "agents, coordinator and target share one machine ({pinning}); memory, caches and the kernel are still shared, so treat latency and capacity as indicative — run agents on other hosts for numbers you can trust"
+        ))],
+        Placement::Remote {
+            loopback,
+            target_ips,
+        } => {
+            let mut v = Vec::new();
+            if *loopback {
+                v.push(warn(format!(
+                    "the target {target} is a loopback address: it runs on the same host as the agents"
+                )));
+            }
+            v.extend(shared_host(result, target_ips).map(|a| {
+                warn(format!(
+                    "the target {target} resolves to an address of agent {}'s own host ({}): that agent and the target share hardware",
+                    a.hello.agent_id, a.hello.host
+                ))
+            }));
+            v
+        }
+    }
+}
+
+/// Agents with one of the target's (non-loopback) addresses as their own.
+fn shared_host<'a>(
+    result: &'a RunResult,
+    target_ips: &'a [IpAddr],
+) -> impl Iterator<Item = &'a crate::fleet::AgentView> {
+    result.agents.iter().filter(|a| {
+        a.hello
+            .host_addresses
+            .iter()
+            .filter_map(|h| h.parse::<IpAddr>().ok())
+            .any(|h| !h.is_loopback() && target_ips.contains(&h))
+    })
+}
+
+/// Send-lag p99 above this means the agent could not keep the schedule.
+pub const SATURATED_LAG_MS: f64 = 10.0;
+/// CPU use (of the agent's cores) above this leaves no headroom.
+pub const SATURATED_CPU: f64 = 0.9;
+/// Clock uncertainty (half the best probe round trip) above this makes the
+/// common start instant too loose to compare agents second by second.
+pub const CLOCK_TOLERANCE_MS: f64 = 5.0;
+
+/// Whether the generator, the clocks or the target's known floor make the
+/// figures untrustworthy.
+fn health_verdicts(
+    result: &RunResult,
+    t: &Totals,
+    agents: &[AgentReport],
+    ctx: &PlanInfo,
+) -> Vec<Verdict> {
+    let floor = ctx.latency_floor;
+    // Late drops only say the agent fell behind when the allowed lag was
+    // itself generous; a tiny --max-lag makes them a choice, not a symptom.
+    let late_means_behind = ctx.max_lag.as_secs_f64() * 1000.0 >= SATURATED_LAG_MS;
+    let mut v = Vec::new();
+    for (i, a) in agents.iter().enumerate() {
+        let late = result
+            .aggregate
+            .agents
+            .get(i)
+            .and_then(|m| m.unsent.get(UnsentReason::Late.as_str()).copied())
+            .unwrap_or(0);
+        let lag_p99 = a.lag_ms.as_ref().map_or(0.0, |l| l.p99);
+        let lag_bad = lag_p99 > SATURATED_LAG_MS || (late > 0 && late_means_behind);
+        let cpu_bad = a.cpu >= SATURATED_CPU;
+        if lag_bad || cpu_bad {
+            let mut figures = vec![
+                format!("send-lag p99 {lag_p99:.2} ms (limit {SATURATED_LAG_MS} ms)"),
+                format!("CPU {:.0}% of {} core(s)", a.cpu * 100.0, a.cpus),
+            ];
+            if late > 0 && late_means_behind {
+                figures.push(format!("{late} arrivals dropped as late"));
+            }
+            v.push(Verdict {
+                // Lag means the schedule was not kept: the measurement is
+                // degraded. High CPU alone is a warning of no headroom.
+                level: if lag_bad {
+                    VerdictLevel::Error
+                } else {
+                    VerdictLevel::Warn
+                },
+                code: VerdictCode::GeneratorSaturated,
+                message: format!(
+                    "agent {} set the pace, not the target: {}; add agents or cores, or lower the rate",
+                    a.id,
+                    figures.join(", ")
+                ),
+            });
+        }
+        if let Some(rtt) = a.clock_rtt_ms {
+            if rtt / 2.0 > CLOCK_TOLERANCE_MS {
+                v.push(Verdict {
+                    level: VerdictLevel::Warn,
+                    code: VerdictCode::Clock,
+                    message: format!(
+                        "agent {}'s clock offset is only known to ±{:.1} ms (best probe round trip {rtt:.1} ms): its start and per-second figures may be misaligned by that much",
+                        a.id,
+                        rtt / 2.0
+                    ),
+                });
+            }
+        }
+    }
+    if let (Some(floor), Some(ok)) = (
+        floor,
+        t.latency_by_class_ms.get(OutcomeClass::Success.as_str()),
+    ) {
+        let floor_ms = floor.as_secs_f64() * 1000.0;
+        if floor_ms > 0.0 && ok.p50 < floor_ms / 2.0 {
+            v.push(Verdict {
+                level: VerdictLevel::Error,
+                code: VerdictCode::NoExperiment,
+                message: format!(
+                    "successful responses took {:.2} ms at the median, far below the target's known floor of {floor_ms:.1} ms: the work did not happen (a cache, a stub or the wrong target answered)",
+                    ok.p50
+                ),
+            });
+        }
+    }
+    v
+}
+
+/// Whether the run happened as planned at all.
+fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    let mut say = |level, code, message: String| {
+        v.push(Verdict {
+            level,
+            code,
+            message,
+        })
+    };
+    if let Some(f) = &result.failure {
+        say(
+            VerdictLevel::Error,
+            VerdictCode::NoExperiment,
+            format!("the run could not be carried out: {f}"),
+        );
+    }
+    for a in agents.iter().filter(|a| a.status == AgentStatus::Lost) {
+        say(
+            VerdictLevel::Error,
+            VerdictCode::AgentLost,
+            format!(
+                "agent {} was lost ({}); its share of the load was not (fully) sent and the figures are partial",
+                a.id,
+                a.lost_reason.as_deref().unwrap_or("unknown")
+            ),
+        );
+    }
+    let served: u64 = t
+        .status
+        .iter()
+        .filter(|(c, _)| c.starts_with('2') || c.starts_with('3'))
+        .map(|(_, n)| n)
+        .sum();
+    if result.started && t.intended == 0 && result.failure.is_none() {
+        say(
+            VerdictLevel::Error,
+            VerdictCode::NoExperiment,
+            "the schedule intended no requests at all (every rate is 0 or the run ended before the first arrival)".into(),
+        );
+    }
+    if result.started && t.intended > 0 {
+        if t.sent == 0 {
+            say(
+                VerdictLevel::Error,
+                VerdictCode::NoExperiment,
+                format!(
+                    "none of the {} intended requests was sent: the experiment did not happen",
+                    t.intended
+                ),
+            );
+        } else if t.completed == 0 {
+            say(
+                VerdictLevel::Error,
+                VerdictCode::NoExperiment,
+                format!(
+                    "{} requests were sent and not one was answered or failed before the run ended: the experiment did not happen",
+                    t.sent
+                ),
+            );
+        } else if served == 0 {
+            let how = if !t.errors.is_empty() && t.status.is_empty() {
+                let kinds: Vec<String> = t.errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                format!("every request failed in transport ({})", kinds.join(", "))
+            } else {
+                let codes: Vec<String> =
+                    t.status.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+                format!("no request succeeded (responses: {})", codes.join(", "))
+            };
+            say(
+                VerdictLevel::Error,
+                VerdictCode::NoExperiment,
+                format!("{how}: the experiment did not happen, these latencies describe failures, not the service"),
+            );
+        }
+    }
+    if t.unsent.total > 0 {
+        let share = 100.0 * t.unsent.total as f64 / t.intended.max(1) as f64;
+        say(
+            VerdictLevel::Warn,
+            VerdictCode::Unsent,
+            format!(
+                "{} of {} intended requests ({share:.1}%) were never sent ({} concurrency_limit, {} late); latency figures describe only what was sent",
+                t.unsent.total, t.intended, t.unsent.concurrency_limit, t.unsent.late
+            ),
+        );
+    }
+    if result.cut_short {
+        say(
+            VerdictLevel::Warn,
+            VerdictCode::Partial,
+            "the run was cut short; the figures cover what was measured until then".into(),
+        );
+    }
+    if result.corrupt_snapshots > 0 {
+        say(
+            VerdictLevel::Error,
+            VerdictCode::CorruptSnapshot,
+            format!(
+                "{} snapshot(s) could not be decoded and are missing from the totals",
+                result.corrupt_snapshots
+            ),
+        );
+    }
+    v
+}
+
+/// Exit status of `run` (the table is in docs/report.md): 3 the run was not
+/// carried out or is degraded (an error verdict, or cut short), 1 a
+/// threshold failed, 0 otherwise.
+pub fn exit_status(r: &Report) -> u8 {
+    if r.verdicts.iter().any(|v| v.level == VerdictLevel::Error) || r.partial {
+        3
+    } else if r.thresholds.iter().any(|t| !t.passed) {
+        1
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Aggregate;
+    use crate::fleet::AgentView;
+    use crate::report::build::{build, ScenarioInfo};
+    use loadfleet_proto::histogram::{encode, new_histogram};
+    use loadfleet_proto::v1;
+    use std::time::Duration;
+
+    /// One agent whose snapshot has `n` 200s at `latency_us`, `lag_us` of
+    /// send lag and `cpu_seconds` over a 10 s run.
+    fn result(n: u64, latency_us: u64, lag_us: u64, cpu_seconds: f64, rtt_ms: u64) -> RunResult {
+        let mut lat = new_histogram();
+        let mut lag = new_histogram();
+        for _ in 0..n {
+            lat.record(latency_us).unwrap();
+            lag.record(lag_us).unwrap();
+        }
+        let mut aggregate = Aggregate::new(1, 1);
+        aggregate
+            .add(
+                0,
+                &v1::Snapshot {
+                    intended: n,
+                    sent: n,
+                    completed: n,
+                    completed_in_window: n,
+                    status: [(200, n)].into_iter().collect(),
+                    latency: [("2xx".to_string(), encode(&lat).unwrap())]
+                        .into_iter()
+                        .collect(),
+                    lag: encode(&lag).unwrap(),
+                    cpu_seconds,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        RunResult {
+            agents: vec![AgentView {
+                hello: v1::Hello {
+                    agent_id: "a0".into(),
+                    cpus: 1,
+                    ..Default::default()
+                },
+                peer: None,
+                clock: Some((rtt_ms * 1_000_000, 0)),
+                finished: Some(v1::Finished::default()),
+                lost: None,
+                share: 1.0,
+            }],
+            aggregate,
+            failure: None,
+            cut_short: false,
+            started: true,
+            started_at: std::time::SystemTime::now(),
+            elapsed: Duration::from_secs(10),
+            corrupt_snapshots: 0,
+        }
+    }
+
+    fn context(floor: Option<Duration>) -> PlanInfo {
+        PlanInfo {
+            target: "http://t/".into(),
+            scenarios: vec![ScenarioInfo {
+                name: "s".into(),
+                model: "open",
+                start: Duration::ZERO,
+                duration: Duration::from_secs(10),
+                warmup: Duration::ZERO,
+                process: Some("uniform".into()),
+                offered_rps: Some(10.0),
+            }],
+            duration: Duration::from_secs(10),
+            drain: Duration::from_secs(1),
+            max_in_flight: 100,
+            thresholds: Vec::new(),
+            max_lag: Duration::from_secs(1),
+            latency_floor: floor,
+            placement: Placement::Remote {
+                loopback: false,
+                target_ips: Vec::new(),
+            },
+        }
+    }
+
+    fn codes(r: &Report) -> Vec<(&'static str, &'static str)> {
+        r.verdicts
+            .iter()
+            .map(|v| (v.code.as_str(), v.level.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_healthy_run_has_no_verdicts_and_exits_0() {
+        let r = build(
+            &result(100, 5_000, 50, 0.5, 1),
+            &context(Some(Duration::from_millis(2))),
+        );
+        assert!(r.verdicts.is_empty(), "{:?}", r.verdicts);
+        assert_eq!(exit_status(&r), 0);
+        assert_eq!(r.totals.latency_ms.as_ref().map(|p| p.count), Some(100));
+    }
+
+    #[test]
+    fn lag_saturation_is_an_error_cpu_alone_a_warning() {
+        let r = build(&result(100, 5_000, 20_000, 0.5, 1), &context(None));
+        assert!(
+            codes(&r).contains(&("GENERATOR_SATURATED", "error")),
+            "{:?}",
+            r.verdicts
+        );
+        assert_eq!(exit_status(&r), 3);
+        let r = build(&result(100, 5_000, 50, 9.5, 1), &context(None));
+        assert!(
+            codes(&r).contains(&("GENERATOR_SATURATED", "warn")),
+            "{:?}",
+            r.verdicts
+        );
+        assert!(
+            r.verdicts[0].message.contains("CPU 95%"),
+            "{}",
+            r.verdicts[0].message
+        );
+        assert_eq!(exit_status(&r), 0);
+    }
+
+    #[test]
+    fn loose_clock_is_flagged() {
+        let r = build(&result(100, 5_000, 50, 0.5, 30), &context(None));
+        let clock = r
+            .verdicts
+            .iter()
+            .find(|v| v.code == VerdictCode::Clock)
+            .expect("CLOCK verdict");
+        assert!(clock.message.contains("±15.0 ms"), "{}", clock.message);
+    }
+
+    #[test]
+    fn answers_below_the_floor_are_no_experiment() {
+        let r = build(
+            &result(100, 300, 50, 0.5, 1),
+            &context(Some(Duration::from_millis(100))),
+        );
+        assert!(
+            codes(&r).contains(&("NO_EXPERIMENT", "error")),
+            "{:?}",
+            r.verdicts
+        );
+        assert_eq!(exit_status(&r), 3);
+    }
+}

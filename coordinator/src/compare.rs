@@ -18,7 +18,8 @@
 //! range for a figure and the ranges overlap, the ratio is marked `(ns)`:
 //! the difference is inside the spread. Without repeats ratios are printed
 //! bare and a footnote says that significance needs repeats. With repeats
-//! the columns show the median (PRODUCT.md lesson 8: "median quoted").
+//! the columns show the median, as the report does (docs/report.md,
+//! `repeats`).
 
 use std::collections::BTreeSet;
 use std::io::Write;

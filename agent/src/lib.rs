@@ -16,8 +16,6 @@ pub mod client;
 pub mod recorder;
 pub mod request;
 pub mod session;
-pub mod sys;
-pub mod timer;
 pub mod tls;
 pub mod worker;
 
@@ -42,3 +40,7 @@ pub mod exit {
     /// carry it out; nothing was sent.
     pub const ASSIGNMENT: u8 = 5;
 }
+
+/// The system calls (CPU time and pinning, interfaces, the precise timer)
+/// live in `loadfleet-sys`, shared with the testbed and the coordinator.
+pub use loadfleet_sys::{self as sys, timer};

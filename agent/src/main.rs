@@ -128,7 +128,8 @@ fn run(cli: Cli) -> Result<SessionEnd, Failure> {
 /// Checks the flags and pins the process; any error here is the user's to fix.
 fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
     if let Some(list) = &cli.cpus {
-        sys::pin_to_cpus(&sys::parse_cpu_list(list)?)?;
+        let cpus: sys::CpuList = list.parse().with_context(|| format!("--cpus {list:?}"))?;
+        sys::pin_to_cpus(&cpus).with_context(|| format!("--cpus {cpus}"))?;
     }
     let workers = match cli.workers {
         Some(0) => anyhow::bail!("--workers must be at least 1"),

@@ -37,18 +37,10 @@ pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// CPUs this process may run on, in order.
+/// CPUs this process may run on, in order; none if the kernel will not
+/// say, which local mode treats like a single CPU (nothing is pinned).
 pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: sched_getaffinity only writes inside the zeroed set we pass.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
+    loadfleet_sys::allowed_cpus().map_or_else(|_| Vec::new(), |cpus| cpus.cpus().to_vec())
 }
 
 /// Which CPUs the target and the agents get.
@@ -71,6 +63,8 @@ pub fn split_cpus(cpus: &[usize]) -> Option<CpuSplit> {
     })
 }
 
+/// CPUs as "2,3": the form the LOCALHOST verdict has always printed, and one
+/// that `--cpus` of the testbed and the agents accepts.
 pub fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(usize::to_string)

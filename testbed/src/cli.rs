@@ -5,7 +5,6 @@
 //! reported by clap with the flag's name and exit status 2, before anything
 //! is bound or pinned.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::str::FromStr;
@@ -15,6 +14,9 @@ use clap::Parser;
 use tokio::sync::Semaphore;
 
 use crate::{Config, Limit};
+
+/// The `--cpus` value, parsed as the agent parses its own.
+pub use loadfleet_sys::CpuList;
 
 /// A configurable HTTP/1.1 target that reproduces overload shapes: a fixed or
 /// jittered service delay, a bounded pool that answers 503 after a wait
@@ -170,88 +172,6 @@ impl FromStr for ErrorRate {
     }
 }
 
-/// A set of CPU indices, written like Linux's cpulist format: "0", "0,1",
-/// "0-3,6". Kept sorted and without duplicates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(Vec<usize>);
-
-impl CpuList {
-    /// The highest CPU index a `cpu_set_t` can hold, plus one.
-    pub const MAX_CPUS: usize = 1024;
-
-    /// The CPU indices, ascending.
-    pub fn cpus(&self) -> &[usize] {
-        &self.0
-    }
-}
-
-impl FromStr for CpuList {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let parse_cpu = |part: &str| -> Result<usize, String> {
-            let cpu: usize = part.trim().parse().map_err(|_| {
-                format!("{part:?} is not a CPU number (expected e.g. \"0\", \"0,1\" or \"0-3\")")
-            })?;
-            if cpu >= Self::MAX_CPUS {
-                return Err(format!(
-                    "CPU {cpu} is out of range (at most {})",
-                    Self::MAX_CPUS - 1
-                ));
-            }
-            Ok(cpu)
-        };
-        let mut cpus = Vec::new();
-        for item in s.split(',') {
-            if item.trim().is_empty() {
-                return Err(format!(
-                    "empty entry in CPU list {s:?} (expected e.g. \"0\", \"0,1\" or \"0-3\")"
-                ));
-            }
-            match item.split_once('-') {
-                Some((first, last)) => {
-                    let (first, last) = (parse_cpu(first)?, parse_cpu(last)?);
-                    if first > last {
-                        return Err(format!("range {:?} runs backwards", item.trim()));
-                    }
-                    cpus.extend(first..=last);
-                }
-                None => cpus.push(parse_cpu(item)?),
-            }
-        }
-        cpus.sort_unstable();
-        cpus.dedup();
-        Ok(CpuList(cpus))
-    }
-}
-
-impl fmt::Display for CpuList {
-    /// Writes the canonical cpulist form, merging runs into ranges.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut rest = self.0.as_slice();
-        let mut first_item = true;
-        while let Some((&start, _)) = rest.split_first() {
-            let run = rest
-                .iter()
-                .enumerate()
-                .take_while(|&(i, &cpu)| cpu == start + i)
-                .count();
-            let end = start + run - 1;
-            if !first_item {
-                f.write_str(",")?;
-            }
-            first_item = false;
-            if run == 1 {
-                write!(f, "{start}")?;
-            } else {
-                write!(f, "{start}-{end}")?;
-            }
-            rest = &rest[run..];
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,21 +180,6 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn cpu_lists_parse_and_print_canonically() {
-        let list: CpuList = "3, 0-1,1,6-7".parse().unwrap();
-        assert_eq!(list.cpus(), &[0, 1, 3, 6, 7]);
-        assert_eq!(list.to_string(), "0-1,3,6-7");
-        assert_eq!("0".parse::<CpuList>().unwrap().to_string(), "0");
-    }
-
-    #[test]
-    fn bad_cpu_lists_are_rejected() {
-        for bad in ["", ",", "a", "1-", "-1", "3-1", "0,,1", "1024", "0-99999"] {
-            assert!(bad.parse::<CpuList>().is_err(), "{bad:?} was accepted");
-        }
     }
 
     #[test]

@@ -17,14 +17,15 @@
 //! `listening on <addr>`, to stdout, which is how tests and the coordinator
 //! learn the port when listening on port 0.
 
-mod affinity;
 pub mod cli;
 mod server;
 
 use std::time::Duration;
 
-pub use affinity::pin_to_cpus;
 pub use cli::{Cli, CpuList, ErrorRate};
+/// Pinning is shared with the agent; see `loadfleet-sys` for why it must
+/// happen before the runtime is built.
+pub use loadfleet_sys::pin_to_cpus;
 pub use server::serve;
 
 /// How the testbed behaves for every request except `GET /health`.

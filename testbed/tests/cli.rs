@@ -13,6 +13,9 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 const BIN: &str = env!("CARGO_BIN_EXE_loadfleet-testbed");
 /// Upper bound for anything that should happen "soon" (startup, a reply,
 /// an exit); generous because the machine may be busy building.
@@ -83,12 +86,11 @@ impl Testbed {
         request(self.addr, "GET", path, b"")
     }
 
-    fn send_signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
-        // SAFETY: plain syscall on our own child's pid, which has not been
-        // reaped yet (we hold its handle and have not waited on it).
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    /// Signals our own child, which has not been reaped yet (we hold its
+    /// handle and have not waited on it), so the pid is still its own.
+    fn send_signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits pid_t"));
+        kill(pid, signal).unwrap_or_else(|err| panic!("kill({pid}, {signal}): {err}"));
     }
 
     /// Waits for the child to exit on its own, within PATIENCE.
@@ -345,7 +347,7 @@ fn health_bypasses_a_busy_pool() {
 
 #[test]
 fn sigterm_and_sigint_exit_zero() {
-    for signal in [libc::SIGTERM, libc::SIGINT] {
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let mut testbed = Testbed::start(&[]);
         assert_eq!(testbed.get("/").status, 200);
         testbed.send_signal(signal);

@@ -228,23 +228,8 @@ impl HttpClient {
 /// socket (TIME_WAIT ones too) bound to it: slow, and exhausted after ~28k
 /// connections, where `connect()` can reuse a port for another destination.
 fn defer_port_choice(socket: &TcpSocket) {
-    use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt on a socket we own, with a c_int option value.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!(
-            "IP_BIND_ADDRESS_NO_PORT unavailable: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(err) = crate::sys::bind_address_no_port(socket) {
+        tracing::debug!("port choice not deferred to connect(): {err}");
     }
 }
 

@@ -231,8 +231,8 @@ pub fn closed_port() -> u16 {
 
 /// Sends SIGINT/SIGKILL to a child we started, by its pid.
 pub fn signal(pid: u32, sig: i32) {
-    // SAFETY: plain kill(2) on a pid we spawned and still own.
-    unsafe {
-        libc::kill(pid as i32, sig);
-    }
+    let signal = nix::sys::signal::Signal::try_from(sig).expect("a known signal");
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    // A child that already exited is not an error here, as before.
+    let _ = nix::sys::signal::kill(pid, signal);
 }

@@ -90,7 +90,14 @@ impl PreciseTimer {
             let mut guard = self.fd.readable().await.map_err(Error::Reactor)?;
             let mut expirations = [0u8; 8];
             match nix::unistd::read(self.fd.get_ref().0.as_fd(), &mut expirations) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    // The read drained the one-shot timer, so it cannot fire
+                    // again before it is re-armed: forgetting the readiness
+                    // now spares the next sleep a read that would only
+                    // say EAGAIN.
+                    guard.clear_ready();
+                    return Ok(());
+                }
                 Err(Errno::EAGAIN) => guard.clear_ready(),
                 Err(source) => {
                     return Err(Error::Os {
@@ -126,5 +133,20 @@ mod tests {
             .sleep_until(Instant::now() - Duration::from_millis(5))
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_sleep_given_up_does_not_cut_the_next_one_short() {
+        let timer = PreciseTimer::new().unwrap();
+        let early = Instant::now() + Duration::from_millis(30);
+        let given_up =
+            tokio::time::timeout(Duration::from_millis(5), timer.sleep_until(early)).await;
+        assert!(given_up.is_err(), "the first sleep should have been cut");
+        // Let the abandoned deadline pass, so the timer is readable when the
+        // next sleep starts.
+        std::thread::sleep(Duration::from_millis(40));
+        let deadline = Instant::now() + Duration::from_millis(2);
+        timer.sleep_until(deadline).await.unwrap();
+        assert!(Instant::now() >= deadline);
     }
 }

@@ -437,4 +437,59 @@ mod tests {
         );
         assert_eq!(exit_status(&r), 3);
     }
+
+    #[test]
+    fn localhost_is_said_for_one_machine_loopback_and_a_shared_host() {
+        let localhost = |placement: Placement, addresses: &[&str]| {
+            let mut r = result(100, 5_000, 50, 0.5, 1);
+            r.agents[0].hello.host_addresses = addresses.iter().map(|a| a.to_string()).collect();
+            let info = PlanInfo {
+                placement,
+                ..context(None)
+            };
+            build(&r, &info)
+                .verdicts
+                .into_iter()
+                .filter(|v| v.code == VerdictCode::Localhost)
+                .map(|v| v.message)
+                .collect::<Vec<_>>()
+        };
+        let one_machine = localhost(
+            Placement::Local {
+                pinning: "agents pinned to CPU 1".into(),
+            },
+            &[],
+        );
+        assert!(
+            one_machine[0].contains("(agents pinned to CPU 1)"),
+            "{one_machine:?}"
+        );
+        let loopback = localhost(
+            Placement::Remote {
+                loopback: true,
+                target_ips: Vec::new(),
+            },
+            &[],
+        );
+        assert!(loopback[0].contains("loopback"), "{loopback:?}");
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let shared = localhost(
+            Placement::Remote {
+                loopback: false,
+                target_ips: vec![ip],
+            },
+            &["127.0.0.1", "10.0.0.7"],
+        );
+        assert_eq!(shared.len(), 1, "{shared:?}");
+        assert!(shared[0].contains("agent a0's own host"), "{shared:?}");
+        // Loopback addresses are every host's own: they prove nothing.
+        let apart = localhost(
+            Placement::Remote {
+                loopback: false,
+                target_ips: vec!["127.0.0.1".parse().unwrap()],
+            },
+            &["127.0.0.1"],
+        );
+        assert!(apart.is_empty(), "{apart:?}");
+    }
 }

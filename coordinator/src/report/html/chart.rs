@@ -225,6 +225,10 @@ const TOP: f64 = 34.0;
 const BOTTOM: f64 = 44.0;
 
 impl Chart<'_> {
+    /// Draws the chart as one SVG element, top to bottom in paint order
+    /// (frame, bands, grid and ticks, series, legend). It is long because
+    /// the steps share one coordinate mapping and one output string;
+    /// split up, each piece would need all of the chart's geometry passed in.
     fn render(&self, h: &mut String, no_data: &str) -> fmt::Result {
         let ys = || {
             self.series

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::thresholds::Threshold;
+use crate::plan::Overlay;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -41,13 +41,17 @@ pub enum PlanCommand {
         file: PathBuf,
     },
     /// Show the rate (or clients) per second for the fleet and per agent,
-    /// as a table and a small chart.
+    /// as a table and a small chart. Takes the same flags as `run`, so the
+    /// load can be seen before it is sent.
     Preview {
         /// The plan file (TOML).
         file: PathBuf,
         /// Number of agents to split the load across.
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
         agents: u32,
+        /// Flags laid over the plan, as `run` takes them.
+        #[command(flatten)]
+        flags: Box<Overlay>,
     },
 }
 
@@ -62,84 +66,13 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProcessArg {
-    /// Evenly spaced arrivals.
-    Uniform,
-    /// Poisson arrivals (seeded, reproducible).
-    Poisson,
-}
-
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Plan file (TOML). Flags given with it override the plan's values.
     pub plan: Option<PathBuf>,
-    /// Target URL. Without it (and without a plan), a local run starts the
-    /// built-in testbed and aims at it.
-    #[arg(long)]
-    pub url: Option<String>,
-    /// Fleet-wide arrival rate in requests per second (open model).
-    #[arg(long, value_parser = parse_rate, conflicts_with = "clients")]
-    pub rate: Option<f64>,
-    /// Closed model: this many clients fleet-wide, each sending its next
-    /// request when the previous one completed (plus --think).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub clients: Option<u32>,
-    /// Closed model: pause between a response and the client's next request.
-    #[arg(long, value_parser = humantime::parse_duration, requires = "clients")]
-    pub think: Option<Duration>,
-    /// Ramp from 0 to the rate (or client count) over this long, then hold
-    /// for the rest of the duration.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub ramp: Option<Duration>,
-    /// Length of the schedule, warm-up included (e.g. 30s, 2m).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub duration: Option<Duration>,
-    /// Leading part of the schedule whose requests are reported apart.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub warmup: Option<Duration>,
-    /// How long agents wait for in-flight requests after the schedule ends
-    /// (default 5s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub drain: Option<Duration>,
-    /// Arrival process (default uniform).
-    #[arg(long, value_enum)]
-    pub process: Option<ProcessArg>,
-    /// Seed of the Poisson process and random picks (default 1).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Most requests in flight at once per agent; arrivals beyond are counted
-    /// unsent (`concurrency_limit`), never queued (default 1000).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_in_flight: Option<u32>,
-    /// An arrival later than this behind schedule is counted unsent (`late`)
-    /// (default 1s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub max_lag: Option<Duration>,
-    /// Per-request timeout (default 10s).
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub timeout: Option<Duration>,
-    /// Keep-alive connections per agent (default 64).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub connections: Option<u32>,
-    /// The least latency the target can answer with (its known work); a
-    /// run whose successes are far faster is flagged NO_EXPERIMENT.
-    #[arg(long, value_parser = humantime::parse_duration)]
-    pub latency_floor: Option<Duration>,
-    /// HTTP method (default GET).
-    #[arg(long)]
-    pub method: Option<String>,
-    /// Extra request header, `Name: value` (repeatable).
-    #[arg(long = "header", short = 'H')]
-    pub headers: Vec<String>,
-    /// Request body.
-    #[arg(long)]
-    pub body: Option<String>,
-    /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
-    /// 'errors<1%', or per scenario 'checkout.p99<300ms' (repeatable). A
-    /// failed one makes the exit status 1.
-    #[arg(long = "threshold")]
-    pub thresholds: Vec<Threshold>,
+    /// Flags laid over the plan (or making one, without a file).
+    #[command(flatten)]
+    pub flags: Overlay,
     /// Run the plan N times, one after another on the same fleet with fresh
     /// connections; the report keeps each run and adds median, min and max.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
@@ -185,21 +118,4 @@ pub struct RunArgs {
     /// Wait timeout of the built-in testbed's pool.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub testbed_pool_timeout: Duration,
-}
-
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim_end_matches("/s")
-        .parse()
-        .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(format!("{s:?}: the rate must be a number above 0"));
-    }
-    if v > crate::plan::MAX_RATE {
-        return Err(format!(
-            "{s:?}: the rate must be at most {}",
-            crate::plan::MAX_RATE
-        ));
-    }
-    Ok(v)
 }

@@ -25,20 +25,19 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
 use serde_json::{json, Value};
 
 use crate::cli::CompareArgs;
+use crate::error::Error;
 use crate::report::SCHEMA;
-use crate::run::BadInput;
 
-fn bad(msg: impl Into<String>) -> anyhow::Error {
-    anyhow!(BadInput(msg.into()))
+fn bad(msg: impl Into<String>) -> Error {
+    Error::CompareInput(msg.into())
 }
 
 /// `compare`: loads every report (all of them, before printing anything, so
 /// a bad file is reported instead of half a table) and writes the table.
-pub fn run(args: &CompareArgs, out: &mut impl Write) -> anyhow::Result<u8> {
+pub fn run(args: &CompareArgs, out: &mut impl Write) -> Result<u8, Error> {
     if args.reports.len() < 2 {
         return Err(bad(
             "compare needs at least two reports, e.g. compare a/report.json b/report.json",
@@ -55,7 +54,7 @@ pub fn run(args: &CompareArgs, out: &mut impl Write) -> anyhow::Result<u8> {
     }
     let table = Table::build(&inputs);
     if args.json {
-        serde_json::to_writer_pretty(&mut *out, &table.to_json())?;
+        serde_json::to_writer_pretty(&mut *out, &table.to_json()).map_err(std::io::Error::from)?;
         writeln!(out)?;
     } else {
         table.write_text(out)?;
@@ -75,7 +74,7 @@ pub struct Input {
 
 /// Reads a report. A folder stands for the `report.json` inside it. Any
 /// failure is bad input (exit status 2) and names the file.
-pub fn load(path: &Path) -> anyhow::Result<(PathBuf, Value)> {
+pub fn load(path: &Path) -> Result<(PathBuf, Value), Error> {
     let file = if path.is_dir() {
         path.join("report.json")
     } else {
@@ -966,7 +965,7 @@ mod tests {
 
     fn bad_message(path: &Path) -> String {
         let e = load(path).expect_err("bad input");
-        assert!(e.downcast_ref::<BadInput>().is_some(), "{e:#} is BadInput");
+        assert_eq!(e.exit_code(), 2, "{e:#} is bad input");
         format!("{e:#}")
     }
 

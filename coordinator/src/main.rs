@@ -3,7 +3,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use loadfleet_coordinator::cli::{Cli, Command, PlanCommand};
 use loadfleet_coordinator::plan_cmd;
-use loadfleet_coordinator::run::BadInput;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -34,8 +33,12 @@ fn main() -> ExitCode {
             Command::Plan(PlanCommand::Check { file }) => {
                 plan_cmd::check(&file, &mut std::io::stdout().lock()).map(|()| 0)
             }
-            Command::Plan(PlanCommand::Preview { file, agents }) => {
-                plan_cmd::preview(&file, agents, &mut std::io::stdout().lock()).map(|()| 0)
+            Command::Plan(PlanCommand::Preview {
+                file,
+                agents,
+                flags,
+            }) => {
+                plan_cmd::preview(&file, &flags, agents, &mut std::io::stdout().lock()).map(|()| 0)
             }
         }
     });
@@ -43,11 +46,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("loadfleet-coordinator: error: {e:#}");
-            if e.downcast_ref::<BadInput>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::from(3)
-            }
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -3,18 +3,12 @@
 use std::io::Write;
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
-
-use crate::plan::{self, Model, Plan};
-use crate::run::BadInput;
-
-fn load(file: &Path) -> anyhow::Result<Plan> {
-    plan::load(file).map_err(|e| anyhow!(BadInput(e.to_string().trim_end().to_string())))
-}
+use crate::error::Error;
+use crate::plan::{self, Model, Overlay};
 
 /// Validates the plan and summarises it.
-pub fn check(file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
-    let plan = load(file)?;
+pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
+    let plan = plan::load(file)?;
     writeln!(
         out,
         "{}: ok — {} scenario(s), {:.1}s, target {}",
@@ -22,15 +16,14 @@ pub fn check(file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
         plan.scenarios.len(),
         plan.duration().as_secs_f64(),
         plan.target.url
-    )
-    .context("cannot write")?;
+    )?;
     for s in &plan.scenarios {
         let load = match &s.model {
             Model::Open(schedule) => format!("open, {} arrivals", schedule.count()),
-            Model::Closed { clients, think } => format!(
+            Model::Closed(population) => format!(
                 "closed, up to {} clients, think {}",
-                loadfleet_proto::closed::max_clients(clients),
-                humantime::format_duration(*think)
+                population.max_clients(),
+                humantime::format_duration(population.think)
             ),
         };
         writeln!(
@@ -44,16 +37,21 @@ pub fn check(file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
             s.data
                 .as_ref()
                 .map_or(String::new(), |d| format!(", {} data rows", d.rows.len()))
-        )
-        .context("cannot write")?;
+        )?;
     }
     Ok(())
 }
 
-/// Per-second load for the fleet and each agent, with a text chart.
-pub fn preview(file: &Path, agents: u32, out: &mut impl Write) -> anyhow::Result<()> {
-    let plan = load(file)?;
-    let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").context("cannot write");
+/// Per-second load for the fleet and each agent, with a text chart: the
+/// plan with `flags` laid over it, exactly as `run` would send it.
+pub fn preview(
+    file: &Path,
+    flags: &Overlay,
+    agents: u32,
+    out: &mut impl Write,
+) -> Result<(), Error> {
+    let plan = plan::resolve(Some(file), flags)?;
+    let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}");
     for s in &plan.scenarios {
         let unit = match s.model {
             Model::Open(_) => "arrivals",

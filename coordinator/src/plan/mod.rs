@@ -1,0 +1,487 @@
+//! Plans: what to send, how fast, for how long — from a TOML file or from
+//! flags — validated so that every mistake names its field, its line and a
+//! fix.
+//!
+//! A plan has run settings (`[run]`: warm-up, drain, seed), a target
+//! (`[target]`: base URL, timeouts, in-flight cap, pool size), agent shares
+//! (`[agents]`) and one or more `[[scenario]]`s. Each scenario is open
+//! (a rate profile: constant, ramps, steps, pauses; uniform or Poisson) or
+//! closed (a client population with think time), starts at an offset or
+//! after the previous one, and sends a weighted mix of templated requests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use loadfleet_proto::closed::Population;
+use loadfleet_proto::schedule::ArrivalSchedule;
+use loadfleet_proto::v1;
+
+use crate::thresholds::Threshold;
+
+mod check;
+mod model;
+mod overlay;
+mod raw;
+mod requests;
+mod shape;
+mod timing;
+mod validate;
+
+pub use check::{PlanError, PlanErrors};
+pub use overlay::{Overlay, ProcessArg};
+
+/// The special target URL that means "the built-in testbed" (local runs).
+pub const TESTBED_URL: &str = "testbed";
+
+/// Where a plan made of flags alone comes from, in messages.
+const FLAGS_SOURCE: &str = "the command line";
+
+/// Run-wide settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    pub warmup: Duration,
+    pub drain: Duration,
+    pub seed: u64,
+}
+
+/// Where and how requests go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    /// Base URL, or [`TESTBED_URL`].
+    pub url: String,
+    pub timeout: Duration,
+    pub max_in_flight: u32,
+    pub connections: u32,
+    pub max_lag: Duration,
+    /// The least latency the target can answer with, when known.
+    pub latency_floor: Option<Duration>,
+}
+
+/// How the fleet's load is shared among agents.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Shares {
+    /// Weight by agent label; unlisted labels weigh 1.
+    pub by_label: BTreeMap<String, u32>,
+    /// Weight every agent by its CPU count instead.
+    pub by_cores: bool,
+    pub expect: Option<u32>,
+}
+
+impl Shares {
+    /// The weight of an agent with this label and CPU count.
+    pub fn weight(&self, label: &str, cpus: u32) -> u32 {
+        if self.by_cores {
+            cpus.max(1)
+        } else {
+            self.by_label.get(label).copied().unwrap_or(1)
+        }
+    }
+}
+
+/// How a scenario's load is made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Model {
+    /// Arrivals on a schedule, whatever the target does.
+    Open(ArrivalSchedule),
+    /// A population of clients, each waiting for its response.
+    Closed(Population),
+}
+
+impl Model {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Model::Open(_) => "open",
+            Model::Closed { .. } => "closed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestPlan {
+    pub method: String,
+    /// A path joined to the target URL, or an absolute URL.
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Data {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+    pub random: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub start: Duration,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub model: Model,
+    pub requests: Vec<RequestPlan>,
+    pub data: Option<Data>,
+    pub seed: u64,
+}
+
+impl Scenario {
+    pub fn end(&self) -> Duration {
+        self.start + self.duration
+    }
+}
+
+/// A validated plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub run: RunSettings,
+    pub target: Target,
+    pub shares: Shares,
+    pub scenarios: Vec<Scenario>,
+    pub thresholds: Vec<Threshold>,
+}
+
+impl Plan {
+    /// When the last scenario ends.
+    pub fn duration(&self) -> Duration {
+        self.scenarios
+            .iter()
+            .map(Scenario::end)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The wire form of every scenario, with request paths joined to `base`.
+    pub fn assignments(&self, base: &str) -> Vec<v1::ScenarioAssignment> {
+        self.scenarios
+            .iter()
+            .map(|s| v1::ScenarioAssignment {
+                name: s.name.clone(),
+                start_offset_ns: s.start.as_nanos() as u64,
+                duration_ns: s.duration.as_nanos() as u64,
+                warmup_ns: s.warmup.as_nanos() as u64,
+                model: Some(match &s.model {
+                    Model::Open(schedule) => {
+                        v1::scenario_assignment::Model::Open(schedule.to_proto())
+                    }
+                    Model::Closed(population) => {
+                        v1::scenario_assignment::Model::Closed(population.to_proto())
+                    }
+                }),
+                requests: s
+                    .requests
+                    .iter()
+                    .map(|r| v1::RequestTemplate {
+                        method: r.method.clone(),
+                        url: join_url(base, &r.path),
+                        headers: r
+                            .headers
+                            .iter()
+                            .map(|(name, value)| v1::Header {
+                                name: name.clone(),
+                                value: value.clone(),
+                            })
+                            .collect(),
+                        body: r.body.clone(),
+                        weight: r.weight,
+                    })
+                    .collect(),
+                data: s.data.as_ref().map(|d| v1::DataTable {
+                    columns: d.columns.clone(),
+                    rows: d
+                        .rows
+                        .iter()
+                        .map(|r| v1::DataRow { values: r.clone() })
+                        .collect(),
+                    random: d.random,
+                }),
+                seed: s.seed,
+            })
+            .collect()
+    }
+}
+
+/// Joins a request path to the base URL; an absolute URL stays as it is.
+pub fn join_url(base: &str, path: &str) -> String {
+    if path.starts_with("http://") || path.starts_with("https://") {
+        return path.to_string();
+    }
+    if path.is_empty() {
+        return base.to_string();
+    }
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
+}
+
+/// The plan for a run or a preview: the file (if any) with the flags laid
+/// over it, or a one-scenario plan made of the flags alone.
+pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors> {
+    let (text, source, base) = match file {
+        Some(path) => (
+            read(path)?,
+            path.display().to_string(),
+            path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        ),
+        None => (String::new(), FLAGS_SOURCE.to_string(), Default::default()),
+    };
+    let mut raw = match file {
+        Some(_) => from_toml(&text, &source)?,
+        None => overlay::flags_only(),
+    };
+    let laid = flags.lay_over(&mut raw, file.is_some());
+    validate::validate(
+        &raw,
+        validate::Input {
+            text: &text,
+            source: &source,
+            base: &base,
+            flags: laid.flags,
+            errors: laid.errors,
+            thresholds: flags.thresholds.clone(),
+        },
+    )
+}
+
+/// Reads and validates a plan file.
+pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
+    resolve(Some(path), &Overlay::default())
+}
+
+/// Parses and validates plan text; relative data and body files are read
+/// from `base`.
+pub fn parse(text: &str, source: &str, base: &Path) -> Result<Plan, PlanErrors> {
+    let raw = from_toml(text, source)?;
+    validate::validate(
+        &raw,
+        validate::Input {
+            text,
+            source,
+            base,
+            flags: BTreeMap::new(),
+            errors: Vec::new(),
+            thresholds: Vec::new(),
+        },
+    )
+}
+
+fn read(path: &Path) -> Result<String, PlanErrors> {
+    std::fs::read_to_string(path).map_err(|e| PlanErrors {
+        source: path.display().to_string(),
+        errors: vec![PlanError {
+            field: "plan".into(),
+            line: None,
+            message: format!("cannot read the plan file: {e}"),
+        }],
+    })
+}
+
+fn from_toml(text: &str, source: &str) -> Result<raw::RawPlan, PlanErrors> {
+    toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        PlanErrors {
+            source: source.to_string(),
+            errors: vec![PlanError {
+                field: validate::field_of_toml_error(e.message()),
+                line,
+                message: validate::fix_for_toml_error(e.message()),
+            }],
+        }
+    })
+}
+
+/// Expected load per second, for `plan preview` (open: arrivals of the real
+/// schedule; closed: clients active at the start of the second).
+pub fn per_second(s: &Scenario, agents: usize) -> Vec<(u64, Vec<u64>)> {
+    use loadfleet_proto::partition::Interleave;
+    let seconds = s.duration.as_secs_f64().ceil() as usize;
+    let agents = agents.max(1);
+    let Ok(interleave) = Interleave::equal(agents) else {
+        return Vec::new();
+    };
+    let mut out = vec![(0u64, vec![0u64; agents]); seconds];
+    match &s.model {
+        Model::Open(schedule) => {
+            for (k, t) in schedule.arrivals().enumerate() {
+                let sec = (t / 1_000_000_000) as usize;
+                if let Some(row) = out.get_mut(sec) {
+                    row.0 += 1;
+                    row.1[interleave.owner(k as u64)] += 1;
+                }
+            }
+        }
+        Model::Closed(population) => {
+            let clients = &population.stages;
+            let max = population.max_clients();
+            for (sec, row) in out.iter_mut().enumerate() {
+                let t = sec as u64 * 1_000_000_000;
+                for client in 0..max {
+                    let active = loadfleet_proto::closed::client_windows(clients, client)
+                        .iter()
+                        .any(|&(lo, hi)| t >= lo && t < hi);
+                    if active {
+                        row.0 += 1;
+                        row.1[interleave.owner(client)] += 1;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TARGET: &str = "[target]\nurl = \"http://127.0.0.1:8080\"\n";
+
+    fn parse_str(text: &str) -> Result<Plan, PlanErrors> {
+        parse(text, "test.toml", Path::new("."))
+    }
+
+    fn errors(text: &str) -> Vec<PlanError> {
+        match parse_str(text) {
+            Ok(_) => panic!("plan was accepted:\n{text}"),
+            Err(e) => e.errors,
+        }
+    }
+
+    #[test]
+    fn every_example_plan_is_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                load(&path).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 6, "expected the example plans, found {n}");
+    }
+
+    /// Each malformed plan names the field (and its line where it has one)
+    /// and nothing panics.
+    #[test]
+    fn bad_plans_name_the_field() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("wrong type", "[[scenario]]\nrate = \"fast\"\nduration = \"1s\"\n", "invalid type"),
+            ("negative rate", "[[scenario]]\nrate = -5\nduration = \"1s\"\n", "scenario[0].rate"),
+            ("unknown key", "[[scenario]]\nrat = 5\nduration = \"1s\"\n", "rat"),
+            ("bad duration", "[[scenario]]\nrate = 5\nduration = \"soon\"\n", "scenario[0].duration"),
+            ("missing duration", "[[scenario]]\nrate = 5\n", "scenario[0].duration"),
+            ("no scenario", "", "scenario"),
+            (
+                "overlapping stages",
+                "[[scenario]]\nstages = [{ rate = 5, for = \"10s\" }, { rate = 9, for = \"5s\", at = \"5s\" }]\n",
+                "scenario[0].stages[1].at",
+            ),
+            ("bad stage", "[[scenario]]\nstages = [{ to = 5 }]\n", "scenario[0].stages[0]"),
+            ("closed with rate", "[[scenario]]\nmodel = \"closed\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].rate"),
+            ("unknown model", "[[scenario]]\nmodel = \"half-open\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].model"),
+            ("unknown process", "[[scenario]]\nprocess = \"bursty\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].process"),
+            ("unreadable data file", "[[scenario]]\nrate = 5\nduration = \"1s\"\ndata = { file = \"/nonexistent/users.csv\" }\n", "scenario[0].data.file"),
+            ("unreadable body file", "[[scenario]]\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\nbody_file = \"/nonexistent/body.json\"\n", "scenario[0].request[0].body_file"),
+            ("unknown placeholder", "[[scenario]]\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\npath = \"/{{user}}\"\n", "scenario[0].request[0].path"),
+            ("after nothing", "[[scenario]]\nafter = \"previous\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].after"),
+            ("warm-up too long", "[[scenario]]\nrate = 5\nduration = \"1s\"\nwarmup = \"2s\"\n", "scenario[0].warmup"),
+            ("bad threshold", "[[scenario]]\nrate = 5\nduration = \"1s\"\n", "thresholds[0]"),
+            ("zero in-flight", "[[scenario]]\nrate = 5\nduration = \"1s\"\n", "target.max_in_flight"),
+        ];
+        for (what, body, field) in cases {
+            let text = if *what == "zero in-flight" {
+                format!("[target]\nurl = \"http://h:1\"\nmax_in_flight = 0\n{body}")
+            } else if *what == "bad threshold" {
+                format!("thresholds = [\"p98<1ms\"]\n{TARGET}{body}")
+            } else {
+                format!("{TARGET}{body}")
+            };
+            let errs = errors(&text);
+            let all: Vec<String> = errs.iter().map(|e| format!("{}: {}", e.field, e)).collect();
+            assert!(
+                errs.iter()
+                    .any(|e| e.field.contains(field) || e.message.contains(field)),
+                "{what}: expected an error about {field:?}, got {all:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_target_is_named() {
+        let errs = errors("[[scenario]]\nrate = 5\nduration = \"1s\"\n");
+        assert!(errs.iter().any(|e| e.field == "target"), "{errs:?}");
+        let errs =
+            errors("[target]\ntimeout = \"1s\"\n[[scenario]]\nrate = 5\nduration = \"1s\"\n");
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "target.url" && e.line == Some(1)),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn lines_point_at_the_mistake() {
+        let errs = errors(&format!(
+            "{TARGET}\n[[scenario]]\nname = \"a\"\nrate = -1\nduration = \"1s\"\n"
+        ));
+        assert_eq!(errs[0].line, Some(6), "{errs:?}");
+    }
+
+    #[test]
+    fn shapes_resolve_to_stages() {
+        let plan = parse_str(&format!(
+            "{TARGET}[[scenario]]\nname = \"s\"\nsteps = {{ from = 100, to = 300, step = 100, every = \"10s\" }}\n\
+             [[scenario]]\nname = \"r\"\nafter = \"s\"\nfrom = 10\nstages = [{{ to = 20, over = \"5s\" }}, {{ hold = \"5s\" }}, {{ rate = 0, for = \"2s\" }}]\n"
+        ))
+        .unwrap();
+        let Model::Open(steps) = &plan.scenarios[0].model else {
+            panic!("open")
+        };
+        let levels: Vec<f64> = steps.stages().iter().map(|s| s.from_rps).collect();
+        assert_eq!(levels, vec![100.0, 200.0, 300.0]);
+        assert_eq!(plan.scenarios[1].start, Duration::from_secs(30));
+        let Model::Open(r) = &plan.scenarios[1].model else {
+            panic!("open")
+        };
+        let shape: Vec<(f64, f64)> = r.stages().iter().map(|s| (s.from_rps, s.to_rps)).collect();
+        assert_eq!(shape, vec![(10.0, 20.0), (20.0, 20.0), (0.0, 0.0)]);
+        assert_eq!(plan.duration(), Duration::from_secs(42));
+    }
+
+    #[test]
+    fn a_gap_before_an_absolute_stage_is_a_pause() {
+        let plan = parse_str(&format!(
+            "{TARGET}[[scenario]]\nstages = [{{ rate = 5, for = \"2s\" }}, {{ rate = 5, for = \"2s\", at = \"5s\" }}]\n"
+        ))
+        .unwrap();
+        let Model::Open(s) = &plan.scenarios[0].model else {
+            panic!("open")
+        };
+        let rates: Vec<f64> = s.stages().iter().map(|s| s.to_rps).collect();
+        assert_eq!(rates, vec![5.0, 0.0, 5.0]);
+    }
+
+    #[test]
+    fn urls_join_paths() {
+        assert_eq!(join_url("http://h:1/", "/a"), "http://h:1/a");
+        assert_eq!(join_url("http://h:1", "a"), "http://h:1/a");
+        assert_eq!(join_url("http://h:1/", ""), "http://h:1/");
+        assert_eq!(join_url("http://h:1/", "http://other/x"), "http://other/x");
+    }
+
+    #[test]
+    fn shares_weigh_agents() {
+        let mut s = Shares::default();
+        s.by_label.insert("big".into(), 3);
+        assert_eq!(s.weight("big", 1), 3);
+        assert_eq!(s.weight("", 8), 1);
+        s.by_cores = true;
+        assert_eq!(s.weight("big", 8), 8);
+    }
+}

@@ -1,0 +1,582 @@
+//! Flags as an overlay on the raw plan: `run` and `plan preview` take the
+//! same flags, lay them over the plan file (or over a one-scenario plan when
+//! there is no file), and the one validator checks the result. A mistake in
+//! a value a flag set names the flag.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use loadfleet_proto::bounds::MAX_RATE;
+use toml::Spanned;
+
+use super::check::PlanError;
+use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget};
+use super::TESTBED_URL;
+use crate::thresholds::Threshold;
+
+/// Rate of a plan made of flags when neither --rate nor --clients is given.
+const FLAGS_RATE: f64 = 500.0;
+/// Length of a plan made of flags when --duration is not given.
+const FLAGS_DURATION: &str = "10s";
+/// Name of the scenario of a plan made of flags.
+const FLAGS_SCENARIO: &str = "default";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProcessArg {
+    /// Evenly spaced arrivals.
+    Uniform,
+    /// Poisson arrivals (seeded, reproducible).
+    Poisson,
+}
+
+/// The flags that describe or override a plan.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Overlay {
+    /// Target URL. Without it (and without a plan), a local run starts the
+    /// built-in testbed and aims at it.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Fleet-wide arrival rate in requests per second (open model).
+    #[arg(long, value_parser = parse_rate, conflicts_with = "clients")]
+    pub rate: Option<f64>,
+    /// Closed model: this many clients fleet-wide, each sending its next
+    /// request when the previous one completed (plus --think).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub clients: Option<u32>,
+    /// Closed model: pause between a response and the client's next request.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "clients")]
+    pub think: Option<Duration>,
+    /// Ramp from 0 to the rate (or client count) over this long, then hold
+    /// for the rest of the duration.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ramp: Option<Duration>,
+    /// Length of the schedule, warm-up included (e.g. 30s, 2m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Leading part of the schedule whose requests are reported apart.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub warmup: Option<Duration>,
+    /// How long agents wait for in-flight requests after the schedule ends
+    /// (default 5s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub drain: Option<Duration>,
+    /// Arrival process (default uniform).
+    #[arg(long, value_enum)]
+    pub process: Option<ProcessArg>,
+    /// Seed of the Poisson process and random picks (default 1).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most requests in flight at once per agent; arrivals beyond are counted
+    /// unsent (`concurrency_limit`), never queued (default 1000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: Option<u32>,
+    /// An arrival later than this behind schedule is counted unsent (`late`)
+    /// (default 1s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub max_lag: Option<Duration>,
+    /// Per-request timeout (default 10s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Keep-alive connections per agent (default 64).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: Option<u32>,
+    /// The least latency the target can answer with (its known work); a
+    /// run whose successes are far faster is flagged NO_EXPERIMENT.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub latency_floor: Option<Duration>,
+    /// HTTP method (default GET).
+    #[arg(long)]
+    pub method: Option<String>,
+    /// Extra request header, `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H')]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long)]
+    pub body: Option<String>,
+    /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
+    /// 'errors<1%', or per scenario 'checkout.p99<300ms' (repeatable). A
+    /// failed one makes the exit status 1.
+    #[arg(long = "threshold")]
+    pub thresholds: Vec<Threshold>,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim_end_matches("/s")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("{s:?}: the rate must be a number above 0"));
+    }
+    if v > MAX_RATE {
+        return Err(format!("{s:?}: the rate must be at most {MAX_RATE}"));
+    }
+    Ok(v)
+}
+
+/// A value a flag put into the raw plan: it has no place in the file.
+fn flag_value<T>(v: T) -> Spanned<T> {
+    Spanned::new(0..0, v)
+}
+
+fn flag_duration(d: Duration) -> Option<Spanned<String>> {
+    Some(flag_value(humantime::format_duration(d).to_string()))
+}
+
+/// The raw plan that flags alone describe before they are laid over it:
+/// one scenario of [`FLAGS_RATE`] for [`FLAGS_DURATION`] at the built-in
+/// testbed.
+pub(super) fn flags_only() -> RawPlan {
+    RawPlan {
+        target: Some(flag_value(RawTarget {
+            url: Some(flag_value(TESTBED_URL.to_string())),
+            ..RawTarget::default()
+        })),
+        scenario: vec![flag_value(RawScenario {
+            name: Some(FLAGS_SCENARIO.to_string()),
+            rate: Some(flag_value(FLAGS_RATE)),
+            duration: Some(flag_value(FLAGS_DURATION.to_string())),
+            ..RawScenario::default()
+        })],
+        ..RawPlan::default()
+    }
+}
+
+/// What laying the flags over a raw plan found out: which fields the flags
+/// set (so that their mistakes name the flag), and mistakes of the flags
+/// themselves.
+#[derive(Default)]
+pub(super) struct Laid {
+    pub flags: BTreeMap<String, &'static str>,
+    pub errors: Vec<PlanError>,
+}
+
+impl Laid {
+    fn set(&mut self, field: impl Into<String>, flag: &'static str) {
+        self.flags.insert(field.into(), flag);
+    }
+
+    fn err(&mut self, flag: &str, message: impl Into<String>) {
+        self.errors.push(PlanError {
+            field: flag.to_string(),
+            line: None,
+            message: message.into(),
+        });
+    }
+}
+
+impl Overlay {
+    /// Do the flags reshape the plan's scenario?
+    fn reshapes(&self) -> bool {
+        self.rate.is_some()
+            || self.clients.is_some()
+            || self.think.is_some()
+            || self.duration.is_some()
+            || self.ramp.is_some()
+            || self.warmup.is_some()
+            || self.process.is_some()
+            || self.seed.is_some()
+    }
+
+    /// Lays the flags over `raw`; `from_file` says whether `raw` was read
+    /// from a plan file (or made by [`flags_only`]).
+    pub(super) fn lay_over(&self, raw: &mut RawPlan, from_file: bool) -> Laid {
+        let mut laid = Laid::default();
+        self.lay_target(raw, &mut laid);
+        if let Some(d) = self.drain {
+            raw.run.get_or_insert_default().drain = flag_duration(d);
+            laid.set("run.drain", "--drain");
+        }
+        if self.reshapes() {
+            match raw.scenario.as_mut_slice() {
+                [only] => self.lay_scenario(only.get_mut(), &mut laid),
+                many => laid.err(
+                    "--rate/--clients/--duration/--ramp/--warmup/--process/--seed",
+                    format!(
+                        "these reshape a single scenario, but the plan has {}; edit the plan instead",
+                        many.len()
+                    ),
+                ),
+            }
+        }
+        let request = self.method.is_some() || !self.headers.is_empty() || self.body.is_some();
+        if request && from_file {
+            laid.err(
+                "--method/--header/--body",
+                "these describe the request of a plan made of flags; with a plan file, edit its [[scenario.request]]",
+            );
+        } else if request {
+            let request = self.request(&mut laid);
+            for s in &mut raw.scenario {
+                s.get_mut().request = vec![flag_value(request.clone())];
+            }
+        }
+        laid
+    }
+
+    fn lay_target(&self, raw: &mut RawPlan, laid: &mut Laid) {
+        if let Some(url) = &self.url {
+            let t = raw
+                .target
+                .get_or_insert_with(|| flag_value(RawTarget::default()));
+            t.get_mut().url = Some(flag_value(url.clone()));
+            laid.set("target.url", "--url");
+        }
+        // Without a [target] (and --url) the plan is refused for that; the
+        // other target flags have nothing to lay over.
+        let Some(t) = raw.target.as_mut() else {
+            return;
+        };
+        let t = t.get_mut();
+        if let Some(d) = self.timeout {
+            t.timeout = flag_duration(d);
+            laid.set("target.timeout", "--timeout");
+        }
+        if let Some(n) = self.max_in_flight {
+            t.max_in_flight = Some(flag_value(i64::from(n)));
+            laid.set("target.max_in_flight", "--max-in-flight");
+        }
+        if let Some(n) = self.connections {
+            t.connections = Some(flag_value(i64::from(n)));
+            laid.set("target.connections", "--connections");
+        }
+        if let Some(d) = self.max_lag {
+            t.max_lag = flag_duration(d);
+            laid.set("target.max_lag", "--max-lag");
+        }
+        if let Some(d) = self.latency_floor {
+            t.latency_floor = flag_duration(d);
+            laid.set("target.latency_floor", "--latency-floor");
+        }
+    }
+
+    /// The reshaping flags on the plan's one scenario. A constant scenario
+    /// takes the new level and length as its own; a shaped one (stages,
+    /// steps) is scaled after it is resolved, so that it keeps its shape.
+    fn lay_scenario(&self, s: &mut RawScenario, laid: &mut Laid) {
+        let at = |field: &str| format!("scenario[0].{field}");
+        if let Some(rate) = self.rate {
+            s.model = None;
+            s.clients = None;
+            s.think = None;
+            if s.is_shaped() {
+                s.reshape.level = Some((rate, "--rate"));
+            } else {
+                s.rate = Some(flag_value(rate));
+                laid.set(at("rate"), "--rate");
+            }
+        }
+        if let Some(clients) = self.clients {
+            s.model = Some(flag_value("closed".to_string()));
+            s.rate = None;
+            s.process = None;
+            if s.is_shaped() {
+                s.reshape.level = Some((f64::from(clients), "--clients"));
+            } else {
+                s.clients = Some(flag_value(i64::from(clients)));
+                laid.set(at("clients"), "--clients");
+            }
+        }
+        if let Some(think) = self.think {
+            s.think = flag_duration(think);
+            laid.set(at("think"), "--think");
+        }
+        if let Some(d) = self.duration {
+            if s.is_shaped() {
+                s.reshape.duration = Some(d);
+            } else {
+                s.duration = flag_duration(d);
+                laid.set(at("duration"), "--duration");
+            }
+        }
+        s.reshape.ramp = self.ramp;
+        if let Some(w) = self.warmup {
+            s.warmup = flag_duration(w);
+            laid.set(at("warmup"), "--warmup");
+        }
+        if let Some(p) = self.process {
+            let name = match p {
+                ProcessArg::Uniform => "uniform",
+                ProcessArg::Poisson => "poisson",
+            };
+            s.process = Some(flag_value(name.to_string()));
+            laid.set(at("process"), "--process");
+        }
+        if let Some(seed) = self.seed {
+            s.seed = Some(seed);
+        }
+    }
+
+    /// The request of a plan made of flags.
+    fn request(&self, laid: &mut Laid) -> RawRequest {
+        let at = |field: &str| format!("scenario[0].request[0].{field}");
+        let mut headers = BTreeMap::new();
+        for h in &self.headers {
+            match h.split_once(':') {
+                Some((name, value)) => {
+                    laid.set(at(&format!("headers.{}", name.trim())), "--header");
+                    headers.insert(name.trim().to_string(), value.trim().to_string());
+                }
+                None => laid.err("--header", format!("{h:?}: write it as 'Name: value'")),
+            }
+        }
+        laid.set(at("headers"), "--header");
+        laid.set(at("method"), "--method");
+        laid.set(at("body"), "--body");
+        RawRequest {
+            method: self.method.clone(),
+            headers,
+            body: self.body.clone(),
+            ..RawRequest::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use loadfleet_proto::schedule::Stage;
+
+    use super::*;
+    use crate::plan::{resolve, Model, Plan, PlanErrors};
+
+    const S: u64 = 1_000_000_000;
+
+    fn plan_file(name: &str, text: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("loadfleet-overlay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn example(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples")
+            .join(name)
+    }
+
+    fn stages(plan: &Plan) -> Vec<(u64, f64, f64)> {
+        let stages: &[Stage] = match &plan.scenarios[0].model {
+            Model::Open(s) => s.stages(),
+            Model::Closed(p) => &p.stages,
+        };
+        stages
+            .iter()
+            .map(|s| (s.duration_ns, s.from_rps, s.to_rps))
+            .collect()
+    }
+
+    fn arrivals(plan: &Plan) -> u64 {
+        match &plan.scenarios[0].model {
+            Model::Open(s) => s.count(),
+            Model::Closed(_) => panic!("open"),
+        }
+    }
+
+    fn refused(file: Option<&Path>, flags: &Overlay) -> PlanErrors {
+        resolve(file, flags).expect_err("refused")
+    }
+
+    #[test]
+    fn flags_alone_make_a_plan() {
+        let plan = resolve(None, &Overlay::default()).unwrap();
+        assert_eq!(plan.target.url, TESTBED_URL);
+        assert_eq!(stages(&plan), vec![(10 * S, 500.0, 500.0)]);
+        let flags = Overlay {
+            clients: Some(20),
+            duration: Some(Duration::from_secs(5)),
+            ..Overlay::default()
+        };
+        let plan = resolve(None, &flags).unwrap();
+        assert_eq!(plan.scenarios[0].model.name(), "closed");
+        assert_eq!(stages(&plan), vec![(5 * S, 20.0, 20.0)]);
+    }
+
+    #[test]
+    fn duration_on_a_constant_plan_keeps_the_rate() {
+        let path = plan_file(
+            "constant.toml",
+            "[target]\nurl = \"testbed\"\n[[scenario]]\nrate = 100\nduration = \"10s\"\n",
+        );
+        let flags = Overlay {
+            duration: Some(Duration::from_secs(2)),
+            ..Overlay::default()
+        };
+        let plan = resolve(Some(&path), &flags).unwrap();
+        assert_eq!(stages(&plan), vec![(2 * S, 100.0, 100.0)]);
+        assert_eq!(arrivals(&plan), 200);
+    }
+
+    #[test]
+    fn duration_on_a_shaped_plan_keeps_the_shape() {
+        let path = plan_file(
+            "ramp.toml",
+            "[target]\nurl = \"testbed\"\n[[scenario]]\nstages = [{ to = 200, over = \"10s\" }]\n",
+        );
+        let flags = Overlay {
+            duration: Some(Duration::from_secs(5)),
+            ..Overlay::default()
+        };
+        let plan = resolve(Some(&path), &flags).unwrap();
+        assert_eq!(stages(&plan), vec![(5 * S, 0.0, 200.0)]);
+        assert_eq!(arrivals(&plan), 500);
+        // The example: 0 -> 1,000 over 10 s, hold 20 s, down over 5 s, in 6 s.
+        let flags = Overlay {
+            duration: Some(Duration::from_secs(7)),
+            ..Overlay::default()
+        };
+        let plan = resolve(Some(&example("ramp.toml")), &flags).unwrap();
+        assert_eq!(
+            stages(&plan),
+            vec![
+                (2 * S, 0.0, 1000.0),
+                (4 * S, 1000.0, 1000.0),
+                (S, 1000.0, 0.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn rate_scales_the_shape() {
+        let flags = Overlay {
+            rate: Some(500.0),
+            ..Overlay::default()
+        };
+        let plan = resolve(Some(&example("ramp.toml")), &flags).unwrap();
+        let peak = stages(&plan).iter().map(|s| s.2).fold(0.0, f64::max);
+        assert_eq!(peak, 500.0);
+        assert_eq!(stages(&plan)[0], (10 * S, 0.0, 500.0));
+        assert_eq!(plan.duration(), Duration::from_secs(35));
+    }
+
+    #[test]
+    fn ramp_reaches_the_plans_rate() {
+        let path = plan_file(
+            "held.toml",
+            "[target]\nurl = \"testbed\"\n[[scenario]]\nrate = 200\nduration = \"10s\"\n",
+        );
+        let flags = Overlay {
+            ramp: Some(Duration::from_secs(1)),
+            ..Overlay::default()
+        };
+        let plan = resolve(Some(&path), &flags).unwrap();
+        assert_eq!(stages(&plan), vec![(S, 0.0, 200.0), (9 * S, 200.0, 200.0)]);
+        assert_eq!(arrivals(&plan), 100 + 1800);
+        let path = plan_file(
+            "ramped.toml",
+            "[target]\nurl = \"testbed\"\n[[scenario]]\nstages = [{ to = 200, over = \"10s\" }]\n",
+        );
+        let plan = resolve(Some(&path), &flags).unwrap();
+        let last = *stages(&plan).last().unwrap();
+        assert_eq!(last.2, 200.0, "{:?}", stages(&plan));
+    }
+
+    #[test]
+    fn mistakes_in_flags_name_the_flag() {
+        let cases: &[(Overlay, &str)] = &[
+            (
+                Overlay {
+                    url: Some("ftp://x/".into()),
+                    ..Overlay::default()
+                },
+                "--url",
+            ),
+            (
+                Overlay {
+                    url: Some("localhost:80".into()),
+                    ..Overlay::default()
+                },
+                "--url",
+            ),
+            (
+                Overlay {
+                    headers: vec!["nope".into()],
+                    ..Overlay::default()
+                },
+                "--header",
+            ),
+            (
+                Overlay {
+                    method: Some("BAD METHOD".into()),
+                    ..Overlay::default()
+                },
+                "--method",
+            ),
+            (
+                Overlay {
+                    ramp: Some(Duration::from_secs(10)),
+                    ..Overlay::default()
+                },
+                "--ramp",
+            ),
+            (
+                Overlay {
+                    clients: Some(2_000_000),
+                    ..Overlay::default()
+                },
+                "--clients",
+            ),
+            (
+                Overlay {
+                    duration: Some(Duration::ZERO),
+                    ..Overlay::default()
+                },
+                "--duration",
+            ),
+            (
+                Overlay {
+                    warmup: Some(Duration::from_secs(10)),
+                    ..Overlay::default()
+                },
+                "--warmup",
+            ),
+            (
+                Overlay {
+                    rate: Some(1e7),
+                    duration: Some(Duration::from_secs(3600)),
+                    ..Overlay::default()
+                },
+                "--rate",
+            ),
+        ];
+        for (flags, flag) in cases {
+            let e = refused(None, flags);
+            assert!(
+                e.errors
+                    .iter()
+                    .any(|e| e.field == *flag && e.line.is_none()),
+                "{flag}: {e}"
+            );
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_plan_without_target_takes_the_url_flag() {
+        let path = plan_file(
+            "no-target.toml",
+            "[[scenario]]\nrate = 5\nduration = \"1s\"\n",
+        );
+        let flags = Overlay {
+            url: Some("http://127.0.0.1:9/".into()),
+            ..Overlay::default()
+        };
+        assert_eq!(
+            resolve(Some(&path), &flags).unwrap().target.url,
+            "http://127.0.0.1:9/"
+        );
+    }
+
+    #[test]
+    fn reshaping_many_scenarios_is_refused() {
+        let flags = Overlay {
+            rate: Some(10.0),
+            ..Overlay::default()
+        };
+        let e = refused(Some(&example("sequence.toml")), &flags);
+        assert!(e.to_string().contains("--rate"), "{e}");
+    }
+}

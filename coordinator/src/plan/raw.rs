@@ -1,0 +1,145 @@
+//! The plan file as written, before any check. Flags are laid over this
+//! form too (see [`super::overlay`]), so a plan from a file, from flags, or
+//! from both goes through the one validator.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlan {
+    pub run: Option<RawRun>,
+    pub target: Option<Spanned<RawTarget>>,
+    pub agents: Option<RawAgents>,
+    #[serde(default)]
+    pub scenario: Vec<Spanned<RawScenario>>,
+    #[serde(default)]
+    pub thresholds: Vec<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRun {
+    pub warmup: Option<Spanned<String>>,
+    pub drain: Option<Spanned<String>>,
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub url: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub max_in_flight: Option<Spanned<i64>>,
+    pub connections: Option<Spanned<i64>>,
+    pub max_lag: Option<Spanned<String>>,
+    pub latency_floor: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAgents {
+    pub expect: Option<Spanned<i64>>,
+    /// "equal" (default) or "cores".
+    pub share: Option<Spanned<String>>,
+    #[serde(default)]
+    pub shares: BTreeMap<String, Spanned<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawScenario {
+    pub name: Option<String>,
+    pub model: Option<Spanned<String>>,
+    pub process: Option<Spanned<String>>,
+    pub seed: Option<u64>,
+    pub rate: Option<Spanned<f64>>,
+    /// Starting rate (or client count) for `stages`.
+    pub from: Option<Spanned<f64>>,
+    pub duration: Option<Spanned<String>>,
+    pub start: Option<Spanned<String>>,
+    pub after: Option<Spanned<String>>,
+    pub warmup: Option<Spanned<String>>,
+    pub stages: Option<Vec<Spanned<RawStage>>>,
+    pub steps: Option<Spanned<RawSteps>>,
+    pub clients: Option<Spanned<i64>>,
+    pub think: Option<Spanned<String>>,
+    #[serde(default)]
+    pub request: Vec<Spanned<RawRequest>>,
+    pub data: Option<Spanned<RawData>>,
+    /// Flags that reshape a scenario given as `stages` or `steps`; a
+    /// constant scenario takes them as its own `rate`/`duration` instead.
+    #[serde(skip)]
+    pub reshape: Reshape,
+}
+
+impl RawScenario {
+    /// Is the profile given as `stages` or `steps` (rather than one level
+    /// held for `duration`)?
+    pub fn is_shaped(&self) -> bool {
+        self.stages.is_some() || self.steps.is_some()
+    }
+}
+
+/// What `--rate`/`--clients`, `--duration` and `--ramp` ask of a scenario's
+/// profile once it is resolved.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Reshape {
+    /// Scale the profile so that its peak is this level; the flag that
+    /// asked for it.
+    pub level: Option<(f64, &'static str)>,
+    /// Stretch or shrink every stage so that the profile lasts this long.
+    pub duration: Option<Duration>,
+    /// Replace the profile's first stretch by a linear ramp from 0.
+    pub ramp: Option<Duration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStage {
+    /// Ramp linearly to this rate (or client count) …
+    pub to: Option<f64>,
+    /// … over this long.
+    pub over: Option<String>,
+    /// Keep the current rate this long.
+    pub hold: Option<String>,
+    /// Jump to this rate …
+    pub rate: Option<f64>,
+    /// … and keep it this long.
+    #[serde(rename = "for")]
+    pub for_: Option<String>,
+    /// Absolute start of the stage within the scenario (optional).
+    pub at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSteps {
+    pub from: f64,
+    pub to: f64,
+    pub step: f64,
+    pub every: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRequest {
+    pub method: Option<String>,
+    pub path: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub body: Option<String>,
+    pub body_file: Option<Spanned<String>>,
+    pub weight: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawData {
+    pub file: Spanned<String>,
+    /// "round_robin" (default) or "random".
+    pub pick: Option<Spanned<String>>,
+}

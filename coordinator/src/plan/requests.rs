@@ -1,0 +1,213 @@
+//! What a scenario sends: its weighted mix of templated requests, and the
+//! data table their placeholders draw from.
+
+use std::path::{Path, PathBuf};
+
+use loadfleet_proto::bounds::MAX_DATA_BYTES;
+use loadfleet_proto::template::Text;
+use toml::Spanned;
+
+use super::check::Check;
+use super::raw::{RawData, RawRequest};
+use super::{Data, RequestPlan};
+
+/// Heaviest weight one request kind may have.
+const MAX_WEIGHT: i64 = 10_000;
+
+/// The data table of scenario `i`, read from `base`.
+pub(super) fn data(c: &mut Check<'_>, i: usize, d: &Spanned<RawData>, base: &Path) -> Option<Data> {
+    let at = |field: &str| format!("scenario[{i}].{field}");
+    let sp = d.span();
+    let d = d.get_ref();
+    let random = match d.pick.as_ref().map(|p| p.get_ref().as_str()) {
+        None | Some("round_robin") => false,
+        Some("random") => true,
+        Some(other) => {
+            c.err(
+                at("data.pick"),
+                Some(sp),
+                format!("{other:?} is not a pick rule; use \"round_robin\" or \"random\""),
+            );
+            false
+        }
+    };
+    match read_csv(&base.join(d.file.get_ref())) {
+        Ok((columns, rows)) => Some(Data {
+            columns,
+            rows,
+            random,
+        }),
+        Err(e) => {
+            c.err(at("data.file"), Some(d.file.span()), e);
+            None
+        }
+    }
+}
+
+/// The requests of scenario `i` (one `GET` of the target when none is
+/// given); placeholders may name the data table's `columns`.
+pub(super) fn requests(
+    c: &mut Check<'_>,
+    i: usize,
+    raw: &[Spanned<RawRequest>],
+    columns: &[String],
+    base: &Path,
+) -> Vec<RequestPlan> {
+    if raw.is_empty() {
+        return vec![RequestPlan {
+            method: "GET".into(),
+            path: String::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            weight: 1,
+        }];
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(k, r)| request(c, &format!("scenario[{i}].request[{k}]"), r, columns, base))
+        .collect()
+}
+
+fn request(
+    c: &mut Check<'_>,
+    at: &str,
+    spanned: &Spanned<RawRequest>,
+    columns: &[String],
+    base: &Path,
+) -> RequestPlan {
+    let sp = spanned.span();
+    let f = |name: &str| format!("{at}.{name}");
+    let r = spanned.get_ref();
+    let method = r
+        .method
+        .clone()
+        .unwrap_or_else(|| "GET".into())
+        .to_uppercase();
+    if http::Method::from_bytes(method.as_bytes()).is_err() {
+        c.err(
+            f("method"),
+            Some(sp.clone()),
+            format!("{method:?} is not an HTTP method"),
+        );
+    }
+    let path = r.path.clone().unwrap_or_default();
+    if let Err(e) = Text::parse(&path, columns) {
+        c.err(f("path"), Some(sp.clone()), e.to_string());
+    }
+    for (name, value) in &r.headers {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            c.err(
+                f("headers"),
+                Some(sp.clone()),
+                format!("{name:?} is not a valid header name"),
+            );
+        }
+        if let Err(e) = Text::parse(value, columns) {
+            c.err(
+                f(&format!("headers.{name}")),
+                Some(sp.clone()),
+                e.to_string(),
+            );
+        }
+    }
+    let body = match (&r.body, &r.body_file) {
+        (Some(_), Some(bf)) => {
+            c.err(
+                f("body_file"),
+                Some(bf.span()),
+                "give body or body_file, not both",
+            );
+            Vec::new()
+        }
+        (Some(b), None) => {
+            if let Err(e) = Text::parse(b, columns) {
+                c.err(f("body"), Some(sp.clone()), e.to_string());
+            }
+            b.clone().into_bytes()
+        }
+        (None, Some(bf)) => body_file(c, &f("body_file"), bf, columns, base),
+        (None, None) => Vec::new(),
+    };
+    let weight = c.positive(&f("weight"), &r.weight, MAX_WEIGHT).unwrap_or(1);
+    RequestPlan {
+        method,
+        path,
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        body,
+        weight,
+    }
+}
+
+fn body_file(
+    c: &mut Check<'_>,
+    field: &str,
+    bf: &Spanned<String>,
+    columns: &[String],
+    base: &Path,
+) -> Vec<u8> {
+    let path: PathBuf = base.join(bf.get_ref());
+    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_DATA_BYTES);
+    match std::fs::read(&path) {
+        Ok(_) if too_big => {
+            c.err(
+                field,
+                Some(bf.span()),
+                format!(
+                    "{} is larger than {MAX_DATA_BYTES} bytes; use a smaller body",
+                    path.display()
+                ),
+            );
+            Vec::new()
+        }
+        Ok(bytes) => {
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                if let Err(e) = Text::parse(text, columns) {
+                    c.err(field, Some(bf.span()), e.to_string());
+                }
+            }
+            bytes
+        }
+        Err(e) => {
+            c.err(
+                field,
+                Some(bf.span()),
+                format!("cannot read {}: {e}", path.display()),
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// Reads a CSV data file: a header row, then values.
+fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if meta.len() > MAX_DATA_BYTES {
+        return Err(format!(
+            "{} is {} bytes, more than the {MAX_DATA_BYTES} that can be shipped to agents; use a smaller sample",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut reader =
+        csv::Reader::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let columns: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("{}: bad header row: {e}", path.display()))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    let mut rows = Vec::new();
+    for (n, record) in reader.records().enumerate() {
+        let record = record.map_err(|e| format!("{}: row {}: {e}", path.display(), n + 2))?;
+        rows.push(record.iter().map(str::to_string).collect());
+    }
+    if rows.is_empty() {
+        return Err(format!("{} has a header but no rows", path.display()));
+    }
+    Ok((columns, rows))
+}

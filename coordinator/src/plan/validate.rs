@@ -1,0 +1,266 @@
+//! The one validator: a raw plan (from a file, from flags, or a file with
+//! flags laid over it) becomes a [`Plan`], or every mistake in it. Defaults
+//! are written here, once.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use loadfleet_proto::target::check_url;
+use toml::Spanned;
+
+use super::check::{Check, PlanError, PlanErrors};
+use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
+use super::{model, requests, shape, timing};
+use super::{Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
+use crate::thresholds::Threshold;
+
+/// Drain when the plan gives none.
+const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
+/// Per-request timeout when the plan gives none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Per-agent in-flight cap when the plan gives none.
+const DEFAULT_MAX_IN_FLIGHT: u32 = 1000;
+/// Keep-alive connections per agent when the plan gives none.
+const DEFAULT_CONNECTIONS: u32 = 64;
+/// Lateness beyond which an arrival is unsent, when the plan gives none.
+const DEFAULT_MAX_LAG: Duration = Duration::from_secs(1);
+/// Seed when the plan gives none.
+const DEFAULT_SEED: u64 = 1;
+
+/// What the validator is handed besides the raw plan.
+pub(super) struct Input<'a> {
+    /// The plan's text (empty for a plan made of flags), for line numbers.
+    pub text: &'a str,
+    /// Where the plan came from, for messages.
+    pub source: &'a str,
+    /// Folder that relative data and body files are read from.
+    pub base: &'a Path,
+    /// Fields set by flags, with the flag (see [`Check`]).
+    pub flags: BTreeMap<String, &'static str>,
+    /// Mistakes already found while laying the flags over the plan.
+    pub errors: Vec<PlanError>,
+    /// Thresholds given as flags, already parsed.
+    pub thresholds: Vec<Threshold>,
+}
+
+pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErrors> {
+    let mut c = Check::new(input.text, input.flags, input.errors);
+    let run = RunSettings {
+        warmup: raw
+            .run
+            .as_ref()
+            .and_then(|r| c.duration("run.warmup", &r.warmup))
+            .unwrap_or_default(),
+        drain: raw
+            .run
+            .as_ref()
+            .and_then(|r| c.duration("run.drain", &r.drain))
+            .unwrap_or(DEFAULT_DRAIN),
+        seed: raw
+            .run
+            .as_ref()
+            .and_then(|r| r.seed)
+            .unwrap_or(DEFAULT_SEED),
+    };
+    let target = match &raw.target {
+        None => {
+            c.err("target", None, "missing; add a [target] table with url = \"http://HOST:PORT\" (or \"testbed\" for the built-in target), or give --url");
+            None
+        }
+        Some(t) => Some(target(&mut c, t)),
+    };
+    let shares = raw
+        .agents
+        .as_ref()
+        .map_or_else(Shares::default, |a| shares(&mut c, a));
+
+    let mut thresholds = Vec::new();
+    for (i, t) in raw.thresholds.iter().enumerate() {
+        match t.get_ref().parse::<Threshold>() {
+            Ok(th) => thresholds.push(th),
+            Err(e) => c.err(format!("thresholds[{i}]"), Some(t.span()), e),
+        }
+    }
+    thresholds.extend(input.thresholds);
+
+    if raw.scenario.is_empty() {
+        c.err("scenario", None, "the plan has no [[scenario]]; add at least one, e.g. [[scenario]] rate = 100 duration = \"30s\"");
+    }
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    for (i, s) in raw.scenario.iter().enumerate() {
+        if let Some(sc) = scenario(&mut c, i, s, &scenarios, &run, input.base) {
+            scenarios.push(sc);
+        }
+    }
+    let mut names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        c.err(
+            "scenario.name",
+            None,
+            format!("two scenarios are named {:?}; names must be unique", w[0]),
+        );
+    }
+    for th in &thresholds {
+        if let Some(name) = th.scenario() {
+            if !scenarios.iter().any(|s| s.name == name) {
+                c.err(
+                    "thresholds",
+                    None,
+                    format!("{th} names scenario {name:?}, which the plan does not have"),
+                );
+            }
+        }
+    }
+    match (c.errors.is_empty(), target) {
+        (true, Some(target)) => Ok(Plan {
+            run,
+            target,
+            shares,
+            scenarios,
+            thresholds,
+        }),
+        _ => Err(PlanErrors {
+            source: input.source.to_string(),
+            errors: c.errors,
+        }),
+    }
+}
+
+fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>) -> Target {
+    let span = t.span();
+    let t = t.get_ref();
+    let url = match &t.url {
+        None => {
+            c.err(
+                "target.url",
+                Some(span),
+                "missing; add url = \"http://HOST:PORT\" (or \"testbed\")",
+            );
+            String::new()
+        }
+        Some(u) if u.get_ref() == TESTBED_URL => TESTBED_URL.to_string(),
+        Some(u) => {
+            if let Err(e) = check_url(u.get_ref()) {
+                c.err("target.url", Some(u.span()), e.to_string());
+            }
+            u.get_ref().clone()
+        }
+    };
+    Target {
+        url,
+        timeout: c
+            .nonzero_duration("target.timeout", &t.timeout)
+            .unwrap_or(DEFAULT_TIMEOUT),
+        max_in_flight: c
+            .positive("target.max_in_flight", &t.max_in_flight, 1_000_000)
+            .unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+        connections: c
+            .positive("target.connections", &t.connections, 100_000)
+            .unwrap_or(DEFAULT_CONNECTIONS),
+        max_lag: c
+            .nonzero_duration("target.max_lag", &t.max_lag)
+            .unwrap_or(DEFAULT_MAX_LAG),
+        latency_floor: c.duration("target.latency_floor", &t.latency_floor),
+    }
+}
+
+fn shares(c: &mut Check<'_>, a: &RawAgents) -> Shares {
+    let mut shares = Shares {
+        expect: c.positive("agents.expect", &a.expect, 10_000),
+        ..Shares::default()
+    };
+    if let Some(s) = &a.share {
+        match s.get_ref().as_str() {
+            "equal" => {}
+            "cores" => shares.by_cores = true,
+            other => c.err(
+                "agents.share",
+                Some(s.span()),
+                format!("{other:?} is not a sharing rule; use \"equal\" or \"cores\""),
+            ),
+        }
+    }
+    for (label, w) in &a.shares {
+        if let Some(w) = c.positive(&format!("agents.shares.{label}"), &Some(w.clone()), 1000) {
+            shares.by_label.insert(label.clone(), w);
+        }
+    }
+    if shares.by_cores && !shares.by_label.is_empty() {
+        c.err(
+            "agents.shares",
+            None,
+            "give either share = \"cores\" or shares by label, not both",
+        );
+    }
+    shares
+}
+
+/// Resolves one scenario; `before` holds the scenarios already resolved.
+fn scenario(
+    c: &mut Check<'_>,
+    i: usize,
+    spanned: &Spanned<RawScenario>,
+    before: &[Scenario],
+    run: &RunSettings,
+    base: &Path,
+) -> Option<Scenario> {
+    let s = spanned.get_ref();
+    let errors_before = c.errors.len();
+    let name = s.name.clone().unwrap_or_else(|| format!("scenario-{i}"));
+    let closed = model::is_closed(c, i, s);
+    let unit = shape::Unit::of(closed);
+    let mut stages = shape::profile(c, i, spanned, unit);
+    if c.errors.len() == errors_before && !stages.is_empty() {
+        stages = shape::reshape(c, stages, &s.reshape, unit);
+    }
+    let seed = s.seed.unwrap_or(run.seed.wrapping_add(i as u64));
+    let clean = c.errors.len() == errors_before;
+    let modeled = model::model(c, i, spanned, stages, closed, seed, clean);
+    let duration = modeled.as_ref().map_or(Duration::ZERO, |m| m.1);
+    let start = timing::start(c, i, s, before);
+    let warmup = timing::warmup(c, i, spanned, run, duration);
+    let data = s.data.as_ref().and_then(|d| requests::data(c, i, d, base));
+    let columns = data.as_ref().map_or(&[][..], |d| &d.columns[..]);
+    let requests = requests::requests(c, i, &s.request, columns, base);
+    let (model, duration) = modeled?;
+    if c.errors.len() > errors_before {
+        return None;
+    }
+    Some(Scenario {
+        name,
+        start,
+        duration,
+        warmup,
+        model,
+        requests,
+        data,
+        seed,
+    })
+}
+
+/// The dotted field a toml/serde message is about, for the error's head.
+pub(super) fn field_of_toml_error(message: &str) -> String {
+    for prefix in ["unknown field `", "missing field `"] {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            if let Some(end) = rest.find('`') {
+                return rest[..end].to_string();
+            }
+        }
+    }
+    "plan".to_string()
+}
+
+pub(super) fn fix_for_toml_error(message: &str) -> String {
+    let message = message.trim();
+    if message.starts_with("unknown field") {
+        format!("{message}; check the spelling against the README's plan reference")
+    } else if message.starts_with("invalid type") {
+        format!(
+            "{message}; durations are quoted strings (\"30s\"), rates and counts are plain numbers"
+        )
+    } else {
+        message.to_string()
+    }
+}

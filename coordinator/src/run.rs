@@ -18,6 +18,9 @@ use crate::local;
 use crate::plan;
 use crate::report;
 
+/// Agents a local run starts when --local-agents is not given.
+const DEFAULT_LOCAL_AGENTS: u32 = 2;
+
 /// Does the URL's host name a loopback address?
 fn is_loopback_target(url: &str) -> bool {
     let Ok(uri) = url.parse::<http::Uri>() else {
@@ -81,20 +84,35 @@ fn print_progress(p: &Progress) {
     }
 }
 
-/// Runs the whole command; the value is the process exit status.
-pub async fn run(args: RunArgs) -> Result<u8, Error> {
-    let local_agents = match (args.local_agents, args.expect_agents) {
+/// Local agents to start (none: the fleet is remote), and how many agents
+/// the run waits for. The plan's `[agents] expect` asks for remote agents
+/// as `--expect-agents` does; `--local-agents` overrides it.
+fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Error> {
+    let remote = match (args.local_agents, args.expect_agents) {
         (Some(0), _) => return Err(error::flags("--local-agents must be at least 1")),
         (_, Some(0)) => return Err(error::flags("--expect-agents must be at least 1")),
-        (Some(n), None) => Some(n),
-        (None, Some(_)) => None,
-        (None, None) => Some(2),
         (Some(_), Some(_)) => {
             return Err(error::flags(
                 "give either --local-agents or --expect-agents, not both",
             ))
         }
+        (Some(_), None) => None,
+        (None, Some(n)) => Some(n),
+        (None, None) => plan.shares.expect,
     };
+    Ok(match remote {
+        Some(n) => (None, n as usize),
+        None => {
+            let n = args.local_agents.unwrap_or(DEFAULT_LOCAL_AGENTS);
+            (Some(n), n as usize)
+        }
+    })
+}
+
+/// Runs the whole command; the value is the process exit status.
+pub async fn run(args: RunArgs) -> Result<u8, Error> {
+    let plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
+    let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
     let token = match (&args.token, local) {
         (Some(t), _) if t.is_empty() => return Err(error::flags("--token must not be empty")),
@@ -102,11 +120,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         (None, true) => random_token(),
         (None, false) => {
             return Err(error::flags(
-                "--token (or LOADFLEET_TOKEN) is required with --expect-agents, so strangers cannot join the run",
+                "--token (or LOADFLEET_TOKEN) is required with --expect-agents (or the plan's [agents] expect), so strangers cannot join the run",
             ))
         }
     };
-    let plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(_), Some(_)) if local => {
             return Err(error::flags(
@@ -124,13 +141,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         }
         _ => None,
     };
-    let expect = local_agents
-        .or(args.expect_agents)
-        .or(plan.shares.expect)
-        .unwrap_or(2) as usize;
     if plan.target.url == plan::TESTBED_URL && !local {
         return Err(error::flags(
-            "--url is required with --expect-agents (the built-in testbed only runs locally)",
+            "--url is required with --expect-agents or the plan's [agents] expect (the built-in testbed only runs locally)",
         ));
     }
     let out_dir = args.out.clone().unwrap_or_else(default_out_dir);

@@ -267,3 +267,109 @@ fn every_malformed_plan_exits_2_naming_the_field() {
         assert!(!output.contains("panicked"), "{what}: {output}");
     }
 }
+
+/// `plan preview` takes the flags `run` takes: `examples/ramp.toml` (up to
+/// 1,000 over 10 s, hold 20 s, down over 5 s: 27,500 arrivals in 35 s) in
+/// 6 s keeps its shape and its rates, so it peaks at 1,000 per second and
+/// sends 6/35 of the arrivals.
+#[test]
+fn preview_shows_the_plan_with_flags_laid_over_it() {
+    let plan = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/ramp.toml");
+    let mut cmd = coordinator();
+    cmd.args(["plan", "preview"])
+        .arg(&plan)
+        .args(["--duration", "6s", "--agents", "1"]);
+    let (status, output) = run(cmd, "plan preview", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let per_second: Vec<u64> = output
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("[stdout]"))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let t = words.next()?.strip_suffix('s')?;
+            t.parse::<u64>().ok()?;
+            words.next()?.parse().ok()
+        })
+        .collect();
+    assert_eq!(per_second.len(), 6, "{output}");
+    let total: u64 = per_second.iter().sum();
+    assert!(total.abs_diff(27_500 * 6 / 35) <= 3, "{per_second:?}");
+    let peak = per_second.iter().max().copied().unwrap_or(0);
+    assert!((900..=1000).contains(&peak), "{per_second:?}");
+    // The ramp up: the first second is below the peak, the next higher.
+    assert!(per_second[0] < per_second[1], "{per_second:?}");
+
+    let mut cmd = coordinator();
+    cmd.args(["plan", "preview"])
+        .arg(&plan)
+        .args(["--ramp", "60s"]);
+    let (status, output) = run(cmd, "plan preview", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--ramp"), "{output}");
+}
+
+/// `[agents] expect = 2` in a plan waits for two remote agents, as
+/// `--expect-agents 2` does, and starts none of its own.
+#[test]
+fn plan_expect_waits_for_remote_agents() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let dir = temp_dir("plan-expect");
+    let plan = write_plan(
+        &dir,
+        &format!(
+            "[target]\nurl = \"http://{addr}/\"\n[agents]\nexpect = 2\n[[scenario]]\nrate = 100\nduration = \"2s\"\n"
+        ),
+    );
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--listen", "127.0.0.1:0", "--token", "t", "--out"])
+        .arg(&dir);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
+    assert!(line.contains("waiting for 2 agent(s)"), "{line}");
+    let addr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .expect("address in the line");
+    let agents: Vec<Proc> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            let mut cmd = agent();
+            cmd.args(["--coordinator", &format!("http://{addr}")])
+                .args(["--token", "t", "--connect-timeout", "10s", "--id", id]);
+            Proc::spawn(cmd, "agent")
+        })
+        .collect();
+    let (status, output) = c.wait(Duration::from_secs(60));
+    let r = read_report(&dir);
+    // On a busy test machine the agents may start late enough to be
+    // flagged GENERATOR_SATURATED (exit 3); no other error is acceptable.
+    let errors: Vec<&str> = r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["level"] == "error")
+        .filter_map(|v| v["code"].as_str())
+        .collect();
+    assert!(
+        errors.iter().all(|c| *c == "GENERATOR_SATURATED"),
+        "{errors:?}: {output}"
+    );
+    let expected = if errors.is_empty() { 0 } else { 3 };
+    assert_eq!(status.code(), Some(expected), "{output}");
+    for a in agents {
+        let (status, output) = a.wait(Duration::from_secs(15));
+        assert_eq!(status.code(), Some(0), "{output}");
+    }
+    let ids: Vec<&str> = r["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .filter_map(|a| a["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"a") && ids.contains(&"b"), "{ids:?}");
+    assert_eq!(u(&r["totals"]["intended"]), 200);
+}

@@ -1,5 +1,6 @@
 //! The deployment files agree with each other and with the binaries: the
-//! Kubernetes manifests (read with PyYAML), the plan they ship (checked by
+//! Kubernetes manifests (read with PyYAML, and validated against the
+//! Kubernetes schemas by `kubernetes-validate`), the plan they ship (checked by
 //! the real `plan check`), and the systemd unit (by `systemd-analyze
 //! verify`). No cluster or VM is reachable here, so these are checked as
 //! files; the container path is exercised for real in `containers.rs`.
@@ -71,6 +72,27 @@ fn kubernetes_manifests_fit_together() {
         .expect("keys")
         .iter()
         .any(|k| k == key));
+    // Agents are in the Guaranteed QoS class: requests equal limits, for
+    // memory as well as CPU, so a node under memory pressure evicts them
+    // last and the CPU manager can give them whole cores.
+    let res = &f["agent_resources"];
+    for kind in ["cpu", "memory"] {
+        assert!(
+            res["requests"][kind].is_string(),
+            "agent {kind} request: {res}"
+        );
+        assert_eq!(
+            res["requests"][kind], res["limits"][kind],
+            "agent {kind}: {res}"
+        );
+    }
+    let coord_res = &f["coordinator_resources"];
+    for kind in ["cpu", "memory"] {
+        assert!(
+            coord_res["requests"][kind].is_string(),
+            "coordinator {kind}: {coord_res}"
+        );
+    }
     // Agents keep away from each other.
     assert_eq!(f["anti_affinity_self"], f["agent_labels"]);
     assert!(
@@ -90,6 +112,51 @@ fn kubernetes_manifests_fit_together() {
         .as_str()
         .unwrap_or("")
         .contains(&format!("expect = {expect}")));
+}
+
+/// Kubernetes versions the manifests are validated against: the oldest and
+/// newest whose schemas `kubernetes-validate` bundles.
+const KUBERNETES_VERSIONS: [&str; 2] = ["1.25.0", "1.37.0"];
+
+/// Runs `kubernetes-validate --strict` (unknown fields are errors) on `files`.
+fn validate(version: &str, files: &[PathBuf]) -> (bool, String) {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-m", "kubernetes_validate", "--strict", "-k", version])
+        .args(files);
+    let (status, output) = run(cmd, "kubernetes-validate", Duration::from_secs(60));
+    assert!(
+        !output.contains("No module named"),
+        "kubernetes-validate is missing (.ci/run installs it from PyPI):\n{output}"
+    );
+    (status.success(), output)
+}
+
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy/k8s"))
+        .expect("deploy/k8s")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    for version in KUBERNETES_VERSIONS {
+        let (ok, output) = validate(version, &files);
+        assert!(ok, "Kubernetes {version}:\n{output}");
+        // Every resource of every file was checked, not skipped.
+        assert_eq!(
+            output.matches(" passed for resource ").count(),
+            5,
+            "{output}"
+        );
+    }
+    // The validator is not a rubber stamp: a misspelt field is refused.
+    let dir = temp_dir("k8s-schema");
+    let bad = dir.join("agents.yaml");
+    let agents = std::fs::read_to_string(repo().join("deploy/k8s/agents.yaml")).expect("read");
+    std::fs::write(&bad, agents.replace("parallelism:", "paralelism:")).expect("write");
+    let (ok, output) = validate(KUBERNETES_VERSIONS[1], &[bad]);
+    assert!(!ok && output.contains("paralelism"), "{output}");
 }
 
 #[test]

@@ -53,6 +53,8 @@ def main(folder):
         "agent_labels": agents["template"]["metadata"]["labels"],
         "anti_affinity_self": anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"],
         "plan": by[("ConfigMap", "loadfleet-plan")]["data"]["plan.toml"],
+        "agent_resources": agent_pod["containers"][0].get("resources", {}),
+        "coordinator_resources": coord_pod["containers"][0].get("resources", {}),
     }
     print("RESULT " + json.dumps(facts))
 

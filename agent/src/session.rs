@@ -107,6 +107,15 @@ pub enum SessionError {
     /// different protocol version.
     #[error("the coordinator refused this agent: {0}")]
     Refused(String),
+    /// An http:// dial was answered with something other than plain HTTP/2,
+    /// which is what a TLS coordinator (`--tls-cert`) sends back.
+    #[error("the coordinator at {url} does not answer in plain HTTP/2 ({message}); if it runs with --tls-cert, the coordinator speaks TLS: use https://{rest}", rest = url.trim_start_matches("http://"))]
+    PlainToTls {
+        /// The --coordinator value.
+        url: String,
+        /// The transport's complaint.
+        message: String,
+    },
     /// The coordinator already has all the agents it expects.
     #[error("the coordinator has no room for this agent: {0}")]
     NoRoom(String),
@@ -151,7 +160,8 @@ impl SessionError {
         match self {
             SessionError::CoordinatorUrl { .. }
             | SessionError::CoordinatorTls(_)
-            | SessionError::Token => exit::BAD_FLAGS,
+            | SessionError::Token
+            | SessionError::PlainToTls { .. } => exit::BAD_FLAGS,
             SessionError::Unreachable { .. }
             | SessionError::BadToken(_)
             | SessionError::Refused(_)
@@ -178,6 +188,49 @@ fn refusal(status: tonic::Status) -> SessionError {
         tonic::Code::ResourceExhausted => SessionError::NoRoom(message),
         code => SessionError::Stream { code, message },
     }
+}
+
+/// [`refusal`], except that a transport failure on an `http://` dial is
+/// first checked for a coordinator that speaks TLS (`--tls-cert`): it
+/// answers plain HTTP/2 with a TLS alert and hangs up, which the HTTP/2
+/// client reports as "h2 protocol error" or a broken pipe — words that
+/// do not say what to fix.
+async fn refusal_or_tls(status: tonic::Status, url: &str) -> SessionError {
+    let transport = matches!(
+        status.code(),
+        tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Unavailable
+    );
+    if transport && url.starts_with("http://") && speaks_tls(url).await {
+        return SessionError::PlainToTls {
+            url: url.to_string(),
+            message: status.message().to_string(),
+        };
+    }
+    refusal(status)
+}
+
+/// Does the server at `url` answer the HTTP/2 preface with a TLS alert
+/// record (content type 21, version 3.x)?
+async fn speaks_tls(url: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(authority) = url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.authority().map(|a| a.to_string()))
+    else {
+        return false;
+    };
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(authority.as_str()).await?;
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).await?;
+        std::io::Result::Ok(head == [21, 3])
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), probe).await,
+        Ok(Ok(true))
+    )
 }
 
 /// The agent's clock: nanoseconds since this process's epoch (monotonic).
@@ -282,7 +335,10 @@ pub async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
     request
         .metadata_mut()
         .insert(PROTOCOL_HEADER, config.protocol_version.into());
-    let mut inbound = client.session(request).await.map_err(refusal)?.into_inner();
+    let mut inbound = match client.session(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Err(refusal_or_tls(status, &config.coordinator).await),
+    };
 
     let (events, mut worker_events) = mpsc::unbounded_channel::<WorkerEvent>();
     let mut session = Session {
@@ -381,7 +437,7 @@ impl Session<'_> {
                     _ => Err(SessionError::Closed),
                 }
             }
-            Err(status) => return Err(refusal(status)),
+            Err(status) => return Err(refusal_or_tls(status, &self.config.coordinator).await),
         };
         self.last_heard = Instant::now();
         match msg.kind {

@@ -38,6 +38,21 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Did the output stop because its reader went away (`… | head`)? That
+    /// is the reader's choice, not a failure: the command ends quietly.
+    pub fn is_broken_pipe(&self) -> bool {
+        match self {
+            Error::Output(e) => e.kind() == std::io::ErrorKind::BrokenPipe,
+            Error::Run(e) => e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }),
+            _ => false,
+        }
+    }
+}
+
 /// Bad flags: exit status 2, with a message naming what to fix.
 pub fn flags(message: impl Into<String>) -> Error {
     Error::Flags(message.into())

@@ -1,3 +1,4 @@
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -7,6 +8,8 @@ use loadfleet_coordinator::plan_cmd;
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in logs.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -44,6 +47,8 @@ fn main() -> ExitCode {
     });
     match outcome {
         Ok(code) => ExitCode::from(code),
+        // `plan preview … | head`: the reader has all it wanted.
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("loadfleet-coordinator: error: {e:#}");
             ExitCode::from(e.exit_code())

@@ -36,11 +36,74 @@ fn is_loopback_target(url: &str) -> bool {
     }
 }
 
-fn default_out_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from(format!("loadfleet-out-{secs}"))
+/// The output folder, made and proven writable before any load goes out:
+/// a bad `--out` found after the run would lose its results. `--out` may
+/// name a folder that exists (it is reused); without it a fresh
+/// `loadfleet-out-<UTC time>` folder is made, with `-2`, `-3`, … when a
+/// run started in the same second already took the name. Everything that
+/// writes into the run's folder (the live files, the report) goes through
+/// the folder this returns.
+pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
+    let dir = match out {
+        Some(dir) if dir.exists() && !dir.is_dir() => {
+            return Err(error::flags(format!(
+                "--out {} is a file, not a folder; give --out a folder path (it is made if missing), or leave --out out for a fresh folder here",
+                dir.display()
+            )))
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                error::flags(format!(
+                    "--out {}: cannot create the folder ({e}); give a folder path you can write to, or leave --out out for a fresh folder here",
+                    dir.display()
+                ))
+            })?;
+            dir.to_path_buf()
+        }
+        None => fresh_out_dir(Path::new("."), std::time::SystemTime::now()).map_err(|e| {
+            error::flags(format!(
+                "cannot create an output folder in the working folder ({e}); give --out with a folder you can write to"
+            ))
+        })?,
+    };
+    let probe = dir.join(".loadfleet-write-test");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            error::flags(format!(
+                "--out {}: cannot write into the folder ({e}); give --out a folder you can write to",
+                dir.display()
+            ))
+        })?;
+    Ok(dir)
+}
+
+/// `loadfleet-out-20261130T101500Z` under `parent`, made with `create_dir`
+/// so two runs never share a folder: the one that loses the race for a name
+/// takes the next suffix.
+fn fresh_out_dir(parent: &Path, now: std::time::SystemTime) -> std::io::Result<PathBuf> {
+    let stamp: String = humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .chars()
+        .filter(|c| !matches!(c, '-' | ':'))
+        .collect();
+    let base = format!("loadfleet-out-{stamp}");
+    for n in 1..=1000u32 {
+        let dir = parent.join(if n == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{base} and 999 suffixed folders already exist"),
+    ))
 }
 
 /// A random token for a local run, from the OS's randomness.
@@ -52,8 +115,10 @@ fn random_token() -> String {
 }
 
 /// The live view: a bar with elapsed/remaining and the current rates on a
-/// terminal, one plain line per second otherwise (logs, CI).
-fn print_progress(p: &Progress) {
+/// terminal, one plain line per second otherwise (logs, CI). After the
+/// schedule ends the clock counts the drain against its own limit, so a
+/// line never reads `[10.0s/5s]`.
+fn print_progress(p: &Progress, drain: Duration) {
     let elapsed = p.elapsed.as_secs_f64();
     let total = p.duration.as_secs_f64().max(1e-9);
     let figures = format!(
@@ -68,19 +133,32 @@ fn print_progress(p: &Progress) {
         p.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms")),
         p.agents_alive
     );
+    let clock = clock(p.elapsed, p.duration, drain);
     if std::io::stderr().is_terminal() {
         let done = (elapsed / total).clamp(0.0, 1.0);
         let width = 24;
         let filled = (done * width as f64).round() as usize;
-        let remaining = (total - elapsed).max(0.0);
         eprint!(
-            "\r\x1b[2K[{}{}] {:>3.0}% {elapsed:.0}s, {remaining:.0}s left · {figures}",
+            "\r\x1b[2K[{}{}] {:>3.0}% {clock} · {figures}",
             "#".repeat(filled),
             ".".repeat(width - filled),
             done * 100.0
         );
     } else {
-        eprintln!("[{elapsed:>5.1}s/{total:.0}s] {figures}");
+        eprintln!("[{clock}] {figures}");
+    }
+}
+
+/// `  3.0s/5s` while the schedule runs, `drain 2.0s/5s` after it.
+fn clock(elapsed: Duration, duration: Duration, drain: Duration) -> String {
+    let total = duration.as_secs_f64();
+    match elapsed.checked_sub(duration) {
+        Some(over) if !over.is_zero() => format!(
+            "drain {:.1}s/{:.0}s",
+            over.as_secs_f64().min(drain.as_secs_f64()),
+            drain.as_secs_f64()
+        ),
+        _ => format!("{:>5.1}s/{total:.0}s", elapsed.as_secs_f64()),
     }
 }
 
@@ -146,7 +224,11 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             "--url is required with --expect-agents or the plan's [agents] expect (the built-in testbed only runs locally)",
         ));
     }
-    let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+    let target_ips = match plan.target.url.as_str() {
+        plan::TESTBED_URL => Vec::new(),
+        url => check_target_resolves(url, local).await?,
+    };
+    let out_dir = prepare_out_dir(args.out.as_deref())?;
 
     let split = if local {
         local::split_cpus(&local::allowed_cpus())
@@ -197,7 +279,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     } else {
         report::Placement::Remote {
             loopback: is_loopback_target(&target),
-            target_ips: resolve_target(&target).await,
+            target_ips,
         }
     };
     let info = report::PlanInfo::new(&plan, &target, latency_floor, placement);
@@ -283,11 +365,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         }
         None => None,
     };
+    let drain = spec.drain;
     let results = fleet::run(
         spec.clone(),
         events_rx,
         interrupt,
-        Box::new(print_progress),
+        Box::new(move |p: &Progress| print_progress(p, drain)),
         metrics,
     )
     .await;
@@ -318,32 +401,77 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     };
     let result = &results[shown];
     write_outputs(&out_dir, &report, result)?;
-    let mut stdout = std::io::stdout().lock();
-    report::text::write_text(&mut stdout, &report, std::io::stdout().is_terminal())
-        .context("cannot write the summary")?;
-    use std::io::Write;
-    writeln!(
-        stdout,
-        "\n  report: {}",
-        out_dir.join("report.json").display()
-    )
-    .context("cannot write the summary")?;
-    Ok(report::exit_status(&report))
+    let summary = (|| {
+        let mut stdout = std::io::stdout().lock();
+        report::text::write_text(&mut stdout, &report, std::io::stdout().is_terminal())?;
+        use std::io::Write;
+        writeln!(
+            stdout,
+            "\n  report: {}",
+            out_dir.join("report.json").display()
+        )
+    })();
+    match summary {
+        // `run … | head`: the report is written, and the verdict still
+        // decides the exit status.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write the summary"))?
+        }
+        _ => Ok(report::exit_status(&report)),
+    }
 }
 
-/// The target's addresses, for the localhost-contamination check; a name
-/// that does not resolve here may still resolve on the agents, so failure
-/// only means no check.
-async fn resolve_target(url: &str) -> Vec<IpAddr> {
+/// How long the target's name may take to resolve before the run is
+/// refused (or, with remote agents, goes ahead with a warning).
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Resolves the target's host once, before any agent is assigned: a name
+/// that does not resolve would only give errors. Local agents share this
+/// machine's resolver, so the run is refused (exit 2); remote agents may
+/// resolve names this machine cannot (a cluster's internal DNS), so the
+/// run goes ahead with a warning, and the agents count each failure as a
+/// `dns` error. The addresses serve the localhost-contamination check.
+async fn check_target_resolves(url: &str, local: bool) -> Result<Vec<IpAddr>, Error> {
     let Ok(uri) = url.parse::<http::Uri>() else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_string()) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
-    let port = uri.port_u16().unwrap_or(80);
-    let resolved = tokio::net::lookup_host((host.as_str(), port)).await;
-    resolved.map_or_else(|_| Vec::new(), |addrs| addrs.map(|a| a.ip()).collect())
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let resolved = match tokio::time::timeout(
+        RESOLVE_TIMEOUT,
+        tokio::net::lookup_host((host.as_str(), port)),
+    )
+    .await
+    {
+        Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip()).collect::<Vec<_>>()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {}s", RESOLVE_TIMEOUT.as_secs())),
+    };
+    match resolved {
+        Ok(ips) if !ips.is_empty() => Ok(ips),
+        Ok(_) if local => Err(unresolved(url, &host, "no address")),
+        Err(why) if local => Err(unresolved(url, &host, &why)),
+        Ok(_) | Err(_) => {
+            eprintln!(
+                "warning: the target host {host:?} of {url} does not resolve on this machine; the remote agents will try their own resolver and count each failure as a dns error"
+            );
+            Ok(Vec::new())
+        }
+    }
+}
+
+fn unresolved(url: &str, host: &str, why: &str) -> Error {
+    error::flags(format!(
+        "the target host {host:?} of {url} does not resolve ({why}); nothing was sent. Check the host name in --url (or the plan's target.url)"
+    ))
 }
 
 fn write_outputs(
@@ -384,5 +512,31 @@ mod tests {
         assert!(is_loopback_target("http://localhost/"));
         assert!(is_loopback_target("http://[::1]:8080/"));
         assert!(!is_loopback_target("http://10.1.2.3/"));
+    }
+
+    #[test]
+    fn the_clock_counts_the_drain_apart() {
+        let s = Duration::from_secs_f64;
+        assert_eq!(clock(s(3.0), s(5.0), s(5.0)), "  3.0s/5s");
+        assert_eq!(clock(s(5.0), s(5.0), s(5.0)), "  5.0s/5s");
+        assert_eq!(clock(s(7.0), s(5.0), s(5.0)), "drain 2.0s/5s");
+        // Agents reporting late never push the drain past its limit.
+        assert_eq!(clock(s(12.0), s(5.0), s(5.0)), "drain 5.0s/5s");
+    }
+
+    #[test]
+    fn default_out_dirs_never_collide() {
+        let parent = std::env::temp_dir().join(format!("loadfleet-outdir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir_all(&parent).unwrap();
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_033_700);
+        let a = fresh_out_dir(&parent, t).unwrap();
+        let b = fresh_out_dir(&parent, t).unwrap();
+        let c = fresh_out_dir(&parent, t).unwrap();
+        let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(name(&a), "loadfleet-out-20261130T101500Z");
+        assert_eq!(name(&b), "loadfleet-out-20261130T101500Z-2");
+        assert_eq!(name(&c), "loadfleet-out-20261130T101500Z-3");
+        std::fs::remove_dir_all(&parent).unwrap();
     }
 }

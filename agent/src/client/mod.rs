@@ -59,7 +59,25 @@ struct ClientInner {
     timeout: Duration,
     source: Option<IpAddr>,
     tls: Arc<rustls::ClientConfig>,
+    /// Resolved names per `host:port`: one lookup per host, shared by
+    /// every request that needs it (see [`HttpClient::resolve`]).
+    names: RefCell<Vec<(String, Rc<Name>)>>,
 }
+
+/// One lookup of a host name: under way until the cell is set.
+type Name = tokio::sync::OnceCell<Lookup>;
+
+/// What a lookup found, and when, so a failure can be retried later.
+#[derive(Clone)]
+struct Lookup {
+    addrs: Result<Vec<SocketAddr>, String>,
+    at: Instant,
+}
+
+/// A failed lookup answers every request for this long before the name is
+/// looked up again: a resolver that is down is asked once a second, not
+/// once per arrival.
+const RETRY_FAILED_LOOKUP: Duration = Duration::from_secs(1);
 
 /// How a worker's client is set up; `Send`, so it can cross to the
 /// worker's thread, where the client itself is made.
@@ -97,6 +115,7 @@ impl HttpClient {
                 timeout: config.timeout,
                 source: config.source,
                 tls: config.tls,
+                names: RefCell::new(Vec::new()),
             }),
         }
     }
@@ -162,12 +181,14 @@ impl HttpClient {
         let host = uri.host().ok_or(ClientFailure::NoHost)?;
         let https = uri.scheme_str() == Some("https");
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let addrs = tokio::net::lookup_host((host.trim_matches(['[', ']']), port))
+        let addrs = self
+            .resolve(host.trim_matches(['[', ']']), port)
             .await
             .map_err(|e| {
                 tracing::debug!("cannot resolve {host}: {e}");
                 ClientFailure::Dns
-            })?;
+            })?
+            .into_iter();
         // Every address in turn (a name like localhost may give ::1 first
         // to a server that only listens on 127.0.0.1); with a source
         // address, only those of its family can be reached from it.
@@ -203,6 +224,66 @@ impl HttpClient {
             }
         });
         Ok(sender)
+    }
+
+    /// The addresses of `host:port`, looked up once and kept for the
+    /// worker's life. The system resolver blocks, and may take seconds for
+    /// a name that does not exist: it runs on a thread of its own, never on
+    /// the worker's single thread (every arrival would stall behind it) nor
+    /// on the runtime's blocking pool (whose shutdown would wait for it at
+    /// the end of the run). Requests that need a name being looked up wait
+    /// for that one lookup, within their own timeout.
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
+        }
+        let key = format!("{host}:{port}");
+        let name = {
+            let mut names = self.inner.names.borrow_mut();
+            let stale = |n: &Name| {
+                n.get()
+                    .is_some_and(|l| l.addrs.is_err() && l.at.elapsed() >= RETRY_FAILED_LOOKUP)
+            };
+            match names.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) if stale(n) => {
+                    *n = Rc::new(Name::new());
+                    n.clone()
+                }
+                Some((_, n)) => n.clone(),
+                None => {
+                    let n = Rc::new(Name::new());
+                    names.push((key, n.clone()));
+                    n
+                }
+            }
+        };
+        let lookup = name
+            .get_or_init(|| async {
+                let (tx, rx) = oneshot::channel();
+                let (h, p) = (host.to_string(), port);
+                let spawned = std::thread::Builder::new()
+                    .name("loadfleet-dns".into())
+                    .spawn(move || {
+                        use std::net::ToSocketAddrs;
+                        let found = (h.as_str(), p)
+                            .to_socket_addrs()
+                            .map(Iterator::collect)
+                            .map_err(|e| e.to_string());
+                        let _ = tx.send(found);
+                    });
+                let addrs = match spawned {
+                    Ok(_) => rx.await.unwrap_or_else(|_| {
+                        Err("the lookup thread ended without an answer".into())
+                    }),
+                    Err(e) => Err(format!("cannot start a lookup thread: {e}")),
+                };
+                Lookup {
+                    addrs,
+                    at: Instant::now(),
+                }
+            })
+            .await;
+        lookup.addrs.clone()
     }
 
     async fn open_tcp(&self, addr: SocketAddr) -> Result<tokio::net::TcpStream, ClientFailure> {

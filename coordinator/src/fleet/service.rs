@@ -93,8 +93,10 @@ impl Control for ControlService {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let peer = request.remote_addr();
+        // For log lines: the address, not Debug's `Some(…)`.
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
         if let Err(refused) = check_metadata(request.metadata(), &self.token) {
-            tracing::warn!("refused an agent from {peer:?}: {}", refused.message());
+            tracing::warn!("refused an agent from {from}: {}", refused.message());
             return Err(refused);
         }
         let mut inbound = request.into_inner();
@@ -111,7 +113,7 @@ impl Control for ControlService {
         };
         if hello.protocol_version != PROTOCOL_VERSION {
             tracing::warn!(
-                "refused agent {} from {peer:?}: protocol version {}",
+                "refused agent {} from {from}: protocol version {}",
                 hello.agent_id,
                 hello.protocol_version
             );

@@ -308,6 +308,60 @@ fn preview_shows_the_plan_with_flags_laid_over_it() {
     assert!(output.contains("--ramp"), "{output}");
 }
 
+/// `plan preview` shows exactly what `run` sends: for the same plan and
+/// flags, the fleet's arrivals per second in the preview are the run's
+/// intended per second, and the per-agent columns are the agents' shares.
+#[test]
+fn preview_matches_what_run_intends() {
+    let plan = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/ramp.toml");
+    let flags = ["--duration", "4s"];
+    let mut cmd = coordinator();
+    cmd.args(["plan", "preview"])
+        .arg(&plan)
+        .args(flags)
+        .args(["--agents", "2"]);
+    let (status, output) = run(cmd, "plan preview", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{output}");
+    // `     1s       991      496      495  ####`
+    let rows: Vec<Vec<u64>> = output
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("[stdout]"))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.next()?.strip_suffix('s')?.parse::<u64>().ok()?;
+            words.take(3).map(|w| w.parse().ok()).collect()
+        })
+        .collect();
+    assert_eq!(rows.len(), 4, "{output}");
+    let fleet: Vec<u64> = rows.iter().map(|r| r[0]).collect();
+    let mut per_agent: Vec<u64> = (1..3).map(|a| rows.iter().map(|r| r[a]).sum()).collect();
+
+    let plan_arg = plan.to_string_lossy().into_owned();
+    let mut args = vec!["run", plan_arg.as_str(), "--local-agents", "2"];
+    args.extend(flags);
+    let (status, output, r, _) = run_report("preview-vs-run", &args);
+    assert!(matches!(status.code(), Some(0 | 3)), "{output}");
+    let intervals = r["intervals"].as_array().expect("intervals");
+    let intended: Vec<u64> = intervals.iter().map(|i| u(&i["intended"])).collect();
+    assert_eq!(
+        intended[..4],
+        fleet[..],
+        "run {intended:?}, preview {fleet:?}"
+    );
+    assert!(intended[4..].iter().all(|n| *n == 0), "{intended:?}");
+    let mut agents: Vec<u64> = r["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .map(|a| u(&a["intended"]))
+        .collect();
+    // Which agent takes which share depends on who joins first.
+    agents.sort_unstable();
+    per_agent.sort_unstable();
+    assert_eq!(agents, per_agent);
+    assert_eq!(u(&r["totals"]["intended"]), fleet.iter().sum::<u64>());
+}
+
 /// `[agents] expect = 2` in a plan waits for two remote agents, as
 /// `--expect-agents 2` does, and starts none of its own.
 #[test]

@@ -5,42 +5,44 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use loadfleet_proto::bounds::{self, BoundsError};
 use loadfleet_proto::closed::Population;
 use loadfleet_proto::partition::{Interleave, PartitionError};
 use loadfleet_proto::schedule::{ArrivalSchedule, ScheduleError};
 use loadfleet_proto::v1::{self, scenario_assignment};
 use tokio::time::Instant;
 
+use crate::allow::{AllowList, TargetRefused};
 use crate::client::ClientConfig;
 use crate::request::{MixError, RequestMix};
 use crate::session::AgentConfig;
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
-/// Why this agent will not send where an assignment points. The message
-/// goes back to the coordinator, whose report names the refusal.
+/// Why this agent refuses an assignment. The message goes back to the
+/// coordinator as a `Refusal`, whose report names it; nothing is sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TargetRefused {
-    /// The URL builds its host from placeholders, so it cannot be checked
-    /// before sending.
-    #[error(
-        "target {url:?} has no fixed host, and this agent only sends to --allow-target {allow}"
-    )]
-    NoFixedHost {
-        /// The URL template.
-        url: String,
-        /// The allow list, comma-separated.
-        allow: String,
-    },
-    /// The host and port are not in the allow list.
-    #[error("target {host}:{port} is not in this agent's --allow-target list ({allow})")]
-    NotAllowed {
-        /// The target's host, lower-cased.
-        host: String,
-        /// The target's port (the scheme's default when not written).
-        port: u16,
-        /// The allow list, comma-separated.
-        allow: String,
-    },
+pub enum Refusal {
+    /// A URL aims outside `--allow-target`, or could (a placeholder in its
+    /// scheme or authority).
+    #[error(transparent)]
+    Target(#[from] TargetRefused),
+    /// A field is outside the bounds every valid plan keeps to
+    /// (`loadfleet_proto::bounds`).
+    #[error("assignment out of bounds: {0}")]
+    Bounds(#[from] BoundsError),
+}
+
+/// Checks an assignment before anything is parsed or allocated for it:
+/// first its sizes and numbers against the plan bounds, then every URL
+/// template against the allow list. `now_ns` is the agent's clock.
+pub fn vet(a: &v1::Assignment, allow: &AllowList, now_ns: u64) -> Result<(), Refusal> {
+    bounds::check_assignment(a, now_ns)?;
+    for sc in &a.scenarios {
+        for r in &sc.requests {
+            allow.check_template(&r.url)?;
+        }
+    }
+    Ok(())
 }
 
 /// Why an assignment cannot be carried out. A coordinator builds
@@ -78,66 +80,6 @@ pub enum AssignmentError {
         #[source]
         source: MixError,
     },
-}
-
-/// The `host:port` a URL (template) points at; `None` when it has no
-/// authority or builds it from placeholders.
-fn url_authority(url: &str) -> Option<(String, u16)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let default_port = if scheme.eq_ignore_ascii_case("https") {
-        443
-    } else {
-        80
-    };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..end];
-    if authority.contains("{{") || authority.is_empty() {
-        return None;
-    }
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => match p.parse::<u16>() {
-            Ok(port) => (h, port),
-            Err(_) => (authority, default_port),
-        },
-        _ => (authority, default_port),
-    };
-    Some((host.trim_matches(['[', ']']).to_ascii_lowercase(), port))
-}
-
-/// Refuses an assignment that aims at a target outside `allow` (empty
-/// allows any).
-pub fn check_targets(a: &v1::Assignment, allow: &[String]) -> Result<(), TargetRefused> {
-    if allow.is_empty() {
-        return Ok(());
-    }
-    for sc in &a.scenarios {
-        for r in &sc.requests {
-            let Some((host, port)) = url_authority(&r.url) else {
-                return Err(TargetRefused::NoFixedHost {
-                    url: r.url.clone(),
-                    allow: allow.join(","),
-                });
-            };
-            let allowed = allow.iter().any(|entry| {
-                let entry = entry.trim().to_ascii_lowercase();
-                match entry.rsplit_once(':') {
-                    Some((h, p)) if p.parse::<u16>().is_ok() => {
-                        h.trim_matches(['[', ']']) == host && p.parse::<u16>().ok() == Some(port)
-                    }
-                    _ => entry.trim_matches(['[', ']']) == host,
-                }
-            });
-            if !allowed {
-                return Err(TargetRefused::NotAllowed {
-                    host,
-                    port,
-                    allow: allow.join(","),
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A scenario's model, parsed once before being handed to every worker.
@@ -179,12 +121,11 @@ pub fn plan_workers(
             None => return Err(AssignmentError::NoModel(sc.name.clone())),
         };
         let mix =
-            RequestMix::from_proto(&sc.requests, sc.data.as_ref(), agent).map_err(|source| {
-                AssignmentError::Requests {
+            RequestMix::from_proto(&sc.requests, sc.data.as_ref(), agent, &config.allow_targets)
+                .map_err(|source| AssignmentError::Requests {
                     name: sc.name.clone(),
                     source,
-                }
-            })?;
+                })?;
         parsed.push((i as u32, sc, model, Arc::new(mix)));
     }
     // No more workers than the in-flight cap or the connections allow: each
@@ -251,7 +192,22 @@ mod tests {
 
     fn assignment(url: &str) -> v1::Assignment {
         v1::Assignment {
+            weights: vec![1],
+            max_in_flight: 10,
+            timeout_ns: 1_000_000_000,
+            connections: 1,
+            interval_ns: 1_000_000_000,
             scenarios: vec![v1::ScenarioAssignment {
+                duration_ns: 1_000_000_000,
+                model: Some(scenario_assignment::Model::Open(v1::FleetSchedule {
+                    stages: vec![v1::Stage {
+                        duration_ns: 1_000_000_000,
+                        from_rps: 1.0,
+                        to_rps: 1.0,
+                    }],
+                    process: v1::ArrivalProcess::Uniform as i32,
+                    seed: 1,
+                })),
                 requests: vec![v1::RequestTemplate {
                     url: url.into(),
                     ..Default::default()
@@ -263,28 +219,19 @@ mod tests {
     }
 
     #[test]
-    fn allow_list_checks_host_and_port() {
-        let allow = vec!["10.0.0.9:8080".to_string(), "api.example".to_string()];
-        assert!(check_targets(&assignment("http://10.0.0.9:8080/x"), &allow).is_ok());
-        assert!(check_targets(&assignment("http://API.example/x?y"), &allow).is_ok());
-        assert!(check_targets(&assignment("http://api.example:9000/"), &allow).is_ok());
-        let e = check_targets(&assignment("http://10.0.0.9:9090/"), &allow)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("10.0.0.9:9090") && e.contains("--allow-target"),
-            "{e}"
+    fn bounds_come_before_targets() {
+        let allow = AllowList::parse(&["10.0.0.9:8080"]).unwrap();
+        assert_eq!(
+            vet(&assignment("http://10.0.0.9:8080/x"), &allow, 0),
+            Ok(())
         );
-        assert!(check_targets(&assignment("http://{{data.host}}/"), &allow).is_err());
-        assert!(check_targets(&assignment("http://anything/"), &[]).is_ok());
-    }
-
-    #[test]
-    fn authorities_parse() {
-        assert_eq!(url_authority("http://h:81/p"), Some(("h".into(), 81)));
-        assert_eq!(url_authority("http://h"), Some(("h".into(), 80)));
-        assert_eq!(url_authority("http://[::1]:9/"), Some(("::1".into(), 9)));
-        assert_eq!(url_authority("https://h/x"), Some(("h".into(), 443)));
-        assert_eq!(url_authority("/relative"), None);
+        assert!(matches!(
+            vet(&assignment("{{data.u}}://10.0.0.9:8080/"), &allow, 0),
+            Err(Refusal::Target(TargetRefused::NoFixedHost { .. }))
+        ));
+        let mut a = assignment("http://10.0.0.9:8080/x");
+        a.interval_ns = 1;
+        let e = vet(&a, &allow, 0).unwrap_err().to_string();
+        assert!(e.contains("interval_ns"), "{e}");
     }
 }

@@ -6,11 +6,12 @@
 //! path is kept lean (see [`worker`]), and it never fires without a
 //! coordinator: a lost control stream stops it within seconds.
 //!
-//! The flow: [`session`] holds the control stream; [`assignment`] turns an
-//! assignment into worker plans; each [`worker`] thread renders requests
+//! The flow: [`session`] holds the control stream; [`assignment`] vets an
+//! assignment (plan bounds, [`allow`] list) and turns it into worker plans; each [`worker`] thread renders requests
 //! ([`request`]), sends them through its own [`client`] and counts what
 //! happened in its [`recorder`].
 
+pub mod allow;
 pub mod assignment;
 pub mod client;
 pub mod recorder;

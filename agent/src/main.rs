@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use loadfleet_agent::allow::AllowList;
 use loadfleet_agent::exit;
 use loadfleet_agent::session::{self, AgentConfig, SessionEnd, SessionError};
 use loadfleet_agent::sys;
@@ -148,7 +149,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         workers,
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
-        allow_targets: cli.allow_targets,
+        allow_targets: AllowList::parse(&cli.allow_targets)?,
         tls: loadfleet_agent::tls::client_config(cli.ca_cert.as_deref())?,
         coordinator_ca: match &cli.ca_cert {
             Some(path) => Some(

@@ -13,6 +13,8 @@ use loadfleet_proto::template::{TemplateError, Text, Values};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::UnsentReason;
 
+use crate::allow::AllowList;
+
 /// Why a scenario's request templates cannot be used. The coordinator
 /// checks plans the same way, so reaching one of these means the
 /// assignment did not come from a valid plan.
@@ -134,6 +136,9 @@ pub struct RequestMix {
     rows: Vec<Vec<String>>,
     random_rows: bool,
     agent: u32,
+    /// `--allow-target`, checked again on every URL rendered from
+    /// placeholders.
+    allow: AllowList,
 }
 
 impl RequestMix {
@@ -141,6 +146,7 @@ impl RequestMix {
         requests: &[v1::RequestTemplate],
         data: Option<&v1::DataTable>,
         agent: u32,
+        allow: &AllowList,
     ) -> Result<Self, MixError> {
         if requests.is_empty() {
             return Err(MixError::NoRequests);
@@ -159,12 +165,16 @@ impl RequestMix {
             }),
             random_rows: data.is_some_and(|d| d.random),
             agent,
+            allow: allow.clone(),
         })
     }
 
     /// Builds the request for fleet-wide arrival `seq`. An error means the
     /// rendered values do not form a valid request (e.g. a data value with a
-    /// space in a URL); the arrival is then counted unsent, never sent.
+    /// space in a URL) or aim outside `--allow-target`; the arrival is then
+    /// counted unsent, never sent. Static URLs were checked against the
+    /// list at assignment; rendered ones are checked here, without
+    /// allocating.
     pub fn build(
         &self,
         seq: u64,
@@ -200,9 +210,7 @@ impl RequestMix {
                 let mut s = String::new();
                 spec.url.render(&mut values, &mut s);
                 let uri: Uri = s.parse().map_err(|_| UnsentReason::InvalidRequest)?;
-                if uri.host().is_none() {
-                    return Err(UnsentReason::InvalidRequest);
-                }
+                self.allow.vet_uri(&uri)?;
                 uri
             }
         };
@@ -269,7 +277,9 @@ mod tests {
 
     #[test]
     fn bad_urls_name_the_problem() {
-        let mix = |url: &str| RequestMix::from_proto(&[template(url, 1)], Some(&data()), 0);
+        let mix = |url: &str| {
+            RequestMix::from_proto(&[template(url, 1)], Some(&data()), 0, &AllowList::default())
+        };
         let e = chain(&mix("ftp://x/").err().unwrap());
         assert!(e.contains("scheme"), "{e}");
         let e = chain(&mix("/just/a/path").err().unwrap());
@@ -285,6 +295,7 @@ mod tests {
             &[template("http://h/a/{{seq}}", 3), template("http://h/b", 1)],
             Some(&data()),
             5,
+            &AllowList::default(),
         )
         .unwrap();
         let mut rng = SplitMix64::new(1);
@@ -309,12 +320,36 @@ mod tests {
         t.headers.clear();
         let mut table = data();
         table.rows[0].values[0] = "a b".into();
-        let mix = RequestMix::from_proto(&[t], Some(&table), 0).unwrap();
+        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &AllowList::default()).unwrap();
         let mut rng = SplitMix64::new(1);
         assert_eq!(
             mix.build(0, &mut rng).err(),
             Some(UnsentReason::InvalidRequest)
         );
         assert!(mix.build(1, &mut rng).is_ok());
+    }
+
+    /// A data value that renders another host is unsent, never sent; the
+    /// allowed rows still go.
+    #[test]
+    fn rendered_hosts_outside_the_allow_list_are_unsent() {
+        let mut t = template("http://127.0.0.2:8080/{{data.user}}", 1);
+        t.headers.clear();
+        let mut table = data();
+        // The authority is fixed, so only the path changes...
+        table.rows[0].values[0] = "@127.0.0.3:8080/".into();
+        let allow = AllowList::parse(&["127.0.0.2:8080"]).unwrap();
+        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &allow).unwrap();
+        let mut rng = SplitMix64::new(1);
+        let req = mix.build(0, &mut rng).unwrap();
+        assert_eq!(req.uri().host(), Some("127.0.0.2"));
+        // ...but a template that renders the whole URL is checked per request.
+        let mut t = template("{{data.user}}", 1);
+        t.headers.clear();
+        table.rows[0].values[0] = "http://127.0.0.3:8080/".into();
+        table.rows[1].values[0] = "http://127.0.0.2:8080/ok".into();
+        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &allow).unwrap();
+        assert_eq!(mix.build(0, &mut rng).err(), Some(UnsentReason::NotAllowed));
+        assert_eq!(mix.build(1, &mut rng).unwrap().uri().path(), "/ok");
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use loadfleet_proto::bounds::MAX_MESSAGE_BYTES;
+use loadfleet_proto::bounds::{self, BoundsError, MAX_MESSAGE_BYTES};
 use loadfleet_proto::v1::{
     self, agent_message, control_client::ControlClient, coordinator_message,
 };
@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::assignment::{check_targets, plan_workers, AssignmentError, TargetRefused};
+use crate::allow::AllowList;
+use crate::assignment::{plan_workers, vet, AssignmentError, Refusal};
 use crate::exit;
 use crate::sys;
 use crate::worker::{self, WorkerEvent, WorkerPlan};
@@ -40,8 +41,9 @@ pub struct AgentConfig {
     /// Shortest time between two wake-ups of a worker's open-model loop.
     pub wake_quantum: Duration,
     /// Targets this agent may be sent at (`host` or `host:port`); empty
-    /// means any. The agent refuses an assignment aimed elsewhere.
-    pub allow_targets: Vec<String>,
+    /// means any. The agent refuses an assignment aimed elsewhere and
+    /// never sends a rendered request outside it.
+    pub allow_targets: AllowList,
     /// TLS settings for https:// targets.
     pub tls: Arc<rustls::ClientConfig>,
     /// The --ca-cert PEM, also trusted for an https:// coordinator.
@@ -142,10 +144,15 @@ pub enum SessionError {
     /// A second assignment arrived while one was running.
     #[error("the coordinator sent an assignment during a run")]
     AssignmentDuringRun,
-    /// The assignment aims outside `--allow-target`; the refusal was sent to
-    /// the coordinator and nothing was fired.
+    /// The assignment aims outside `--allow-target` or breaks the plan
+    /// bounds; the refusal was sent to the coordinator and nothing was
+    /// fired.
     #[error("refused the assignment")]
-    TargetRefused(#[source] TargetRefused),
+    AssignmentRefused(#[source] Refusal),
+    /// The welcome asks for a dead-man window above the bound; the refusal
+    /// was sent to the coordinator.
+    #[error("refused the coordinator's welcome")]
+    WelcomeRefused(#[source] BoundsError),
     /// The assignment is malformed; nothing was fired.
     #[error("the assignment cannot be carried out")]
     BadAssignment(#[source] AssignmentError),
@@ -172,7 +179,8 @@ impl SessionError {
             | SessionError::Silent(_)
             | SessionError::NotReading(_)
             | SessionError::AssignmentDuringRun => exit::COORDINATOR,
-            SessionError::TargetRefused(_)
+            SessionError::AssignmentRefused(_)
+            | SessionError::WelcomeRefused(_)
             | SessionError::BadAssignment(_)
             | SessionError::Spawn(_) => exit::ASSIGNMENT,
         }
@@ -442,6 +450,10 @@ impl Session<'_> {
         self.last_heard = Instant::now();
         match msg.kind {
             Some(coordinator_message::Kind::Welcome(w)) => {
+                if let Err(e) = bounds::check_welcome(&w) {
+                    self.refuse(e.to_string()).await;
+                    return Err(SessionError::WelcomeRefused(e));
+                }
                 if w.dead_man_secs > 0 {
                     self.dead_man = Duration::from_secs(u64::from(w.dead_man_secs));
                 }
@@ -491,15 +503,9 @@ impl Session<'_> {
             return Err(SessionError::AssignmentDuringRun);
         }
         let cpu = CpuSampler::new();
-        if let Err(refused) = check_targets(&a, &self.config.allow_targets) {
-            let reason = refused.to_string();
-            let _ = self
-                .outbound
-                .send(message(agent_message::Kind::Refusal(v1::Refusal {
-                    reason,
-                })))
-                .await;
-            return Err(SessionError::TargetRefused(refused));
+        if let Err(refused) = vet(&a, &self.config.allow_targets, self.clock.now_ns()) {
+            self.refuse(refused.to_string()).await;
+            return Err(SessionError::AssignmentRefused(refused));
         }
         let start = self.clock.0 + Duration::from_nanos(a.start_at_agent_ns);
         let plans = plan_workers(&a, self.config, start).map_err(SessionError::BadAssignment)?;
@@ -530,6 +536,13 @@ impl Session<'_> {
             start.saturating_duration_since(Instant::now())
         );
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// Tells the coordinator why this agent will not go on; its report
+    /// names the reason.
+    async fn refuse(&self, reason: String) {
+        let refusal = message(agent_message::Kind::Refusal(v1::Refusal { reason }));
+        let _ = self.outbound.send(refusal).await;
     }
 
     async fn on_worker(&mut self, event: WorkerEvent) -> Step {
@@ -652,7 +665,10 @@ impl Session<'_> {
         if let Phase::Running(run) = &phase {
             run.stop.cancel();
         }
-        if matches!(result, Ok(_) | Err(SessionError::TargetRefused(_))) {
+        if matches!(
+            result,
+            Ok(_) | Err(SessionError::AssignmentRefused(_) | SessionError::WelcomeRefused(_))
+        ) {
             drop(outbound);
             let _ = tokio::time::timeout(Duration::from_secs(5), async {
                 while let Ok(Some(_)) = inbound.message().await {}

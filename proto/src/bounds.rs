@@ -1,20 +1,528 @@
 //! Limits on everything that crosses a boundary: plans, assignments and
 //! snapshots. Both sides check them before they allocate or add, so the
 //! numbers live here, once. A coordinator refuses a plan that an agent would
-//! refuse as an assignment, and an agent refuses what no valid plan makes.
+//! refuse as an assignment, and an agent refuses what no valid plan makes:
+//! [`check_assignment`] is the agent's side, and the coordinator's plan
+//! validator tests each field against the same constants (README, "Plan
+//! bounds", lists them for users).
 
 use std::time::Duration;
+
+use crate::partition::MAX_TOTAL_WEIGHT;
+use crate::v1::{self, scenario_assignment};
 
 /// Highest open-model rate, fleet-wide (arrivals per second).
 pub const MAX_RATE: f64 = 10_000_000.0;
 /// Most closed-model clients, fleet-wide.
 pub const MAX_CLIENTS: f64 = 1_000_000.0;
-/// Most arrivals one scenario may hold.
+/// Most arrivals one scenario may hold (every agent walks them all).
 pub const MAX_ARRIVALS: f64 = 2e9;
 /// Longest scenario (warm-up included).
 pub const MAX_SCENARIO: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Latest start of a scenario after the run's start; with
+/// [`MAX_SCENARIO`] this keeps every end instant far from overflow.
+pub const MAX_START: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Most scenarios in one plan.
+pub const MAX_SCENARIOS: usize = 100;
+/// Most stages in one profile (`stages` or the stages `steps` expands to).
+pub const MAX_STAGES: usize = 10_000;
+/// Longest scenario name.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Longest per-request timeout.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Longest wait for in-flight requests after a scenario.
+pub const MAX_DRAIN: Duration = Duration::from_secs(3600);
+/// Longest closed-model think time.
+pub const MAX_THINK: Duration = Duration::from_secs(3600);
+/// Longest allowed lag behind schedule before an arrival is `late`.
+pub const MAX_LAG: Duration = Duration::from_secs(3600);
+/// Shortest snapshot interval: each interval is a set of histograms on the
+/// agent and in the report, so a tiny one would allocate without end.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest snapshot interval (the live view and the dead-man switch need
+/// regular snapshots).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
+/// Longest dead-man window: an agent stops sending on its own after at most
+/// this long without a word from its coordinator, whatever the coordinator
+/// says.
+pub const MAX_DEAD_MAN_SECS: u32 = 30;
+/// Latest common start after the assignment arrives (on the agent's clock):
+/// a start days away would hold the agent's workers idle but armed.
+pub const MAX_START_DELAY: Duration = Duration::from_secs(600);
+/// Most requests in flight per agent.
+pub const MAX_IN_FLIGHT: u32 = 1_000_000;
+/// Most keep-alive connections per agent.
+pub const MAX_CONNECTIONS: u32 = 100_000;
+/// Most agents in a fleet.
+pub const MAX_AGENTS: usize = 10_000;
+/// Most kinds of request in one scenario's mix.
+pub const MAX_REQUESTS: usize = 1_000;
+/// Highest weight of one request in a mix; all of a mix's weights together
+/// stay within [`MAX_TOTAL_WEIGHT`].
+pub const MAX_REQUEST_WEIGHT: u32 = 10_000;
+/// Longest request URL (template), base URL and path joined.
+pub const MAX_URL_BYTES: usize = 8 * 1024;
+/// Longest HTTP method name.
+pub const MAX_METHOD_BYTES: usize = 32;
+/// Most headers on one request.
+pub const MAX_HEADERS: usize = 64;
+/// Longest header (name and value template together).
+pub const MAX_HEADER_BYTES: usize = 8 * 1024;
+/// Most columns in a data file.
+pub const MAX_DATA_COLUMNS: usize = 256;
+/// Most rows in a data file.
+pub const MAX_DATA_ROWS: usize = 1_000_000;
 /// Largest data file or request body shipped to agents.
 pub const MAX_DATA_BYTES: u64 = 16 * 1024 * 1024;
 /// Largest control message either side accepts (an assignment carries the
 /// data files).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A field outside its bound. The agent sends this back as its refusal, so
+/// it names the field exactly as the wire has it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} {problem}")]
+pub struct BoundsError {
+    /// Dotted path of the field, e.g. `scenarios[0].closed.stages[2].to_rps`.
+    pub field: String,
+    /// What is wrong, with the bound.
+    pub problem: String,
+}
+
+/// Checks a welcome: the dead-man window must stay within
+/// [`MAX_DEAD_MAN_SECS`], so no coordinator can switch the switch off.
+pub fn check_welcome(w: &v1::Welcome) -> Result<(), BoundsError> {
+    if w.dead_man_secs > MAX_DEAD_MAN_SECS {
+        return Err(err(
+            "welcome.dead_man_secs",
+            format!(
+                "= {} is above the {MAX_DEAD_MAN_SECS} s limit",
+                w.dead_man_secs
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every number and size in an assignment against the bounds a plan
+/// is held to. `agent_now_ns` is the agent's clock, to bound how far away
+/// the start is. Nothing here allocates in proportion to the assignment.
+pub fn check_assignment(a: &v1::Assignment, agent_now_ns: u64) -> Result<(), BoundsError> {
+    if a.start_at_agent_ns.saturating_sub(agent_now_ns) > nanos(MAX_START_DELAY) {
+        return Err(err(
+            "start_at_agent_ns",
+            format!(
+                "is {} s away, more than the {} s limit",
+                (a.start_at_agent_ns - agent_now_ns) / 1_000_000_000,
+                MAX_START_DELAY.as_secs()
+            ),
+        ));
+    }
+    count("weights", a.weights.len(), 1, MAX_AGENTS)?;
+    let total: u64 = a.weights.iter().map(|&w| u64::from(w)).sum();
+    if let Some(i) = a.weights.iter().position(|&w| w == 0) {
+        return Err(err(
+            format!("weights[{i}]"),
+            "is 0; every agent weighs at least 1",
+        ));
+    }
+    if total > MAX_TOTAL_WEIGHT {
+        return Err(err(
+            "weights",
+            format!("add up to {total}, more than {MAX_TOTAL_WEIGHT}"),
+        ));
+    }
+    if a.agent_index as usize >= a.weights.len() {
+        return Err(err(
+            "agent_index",
+            format!(
+                "= {} but there are {} agents",
+                a.agent_index,
+                a.weights.len()
+            ),
+        ));
+    }
+    within(
+        "max_in_flight",
+        u64::from(a.max_in_flight),
+        1,
+        u64::from(MAX_IN_FLIGHT),
+    )?;
+    within(
+        "connections",
+        u64::from(a.connections),
+        1,
+        u64::from(MAX_CONNECTIONS),
+    )?;
+    duration("max_lag_ns", a.max_lag_ns, Duration::ZERO, MAX_LAG)?;
+    duration(
+        "timeout_ns",
+        a.timeout_ns,
+        Duration::from_nanos(1),
+        MAX_TIMEOUT,
+    )?;
+    duration("drain_ns", a.drain_ns, Duration::ZERO, MAX_DRAIN)?;
+    duration("interval_ns", a.interval_ns, MIN_INTERVAL, MAX_INTERVAL)?;
+    count("scenarios", a.scenarios.len(), 1, MAX_SCENARIOS)?;
+    for (i, sc) in a.scenarios.iter().enumerate() {
+        check_scenario(sc, &format!("scenarios[{i}]"))?;
+    }
+    Ok(())
+}
+
+fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsError> {
+    let f = |name: &str| format!("{at}.{name}");
+    if sc.name.len() > MAX_NAME_BYTES {
+        return Err(err(
+            f("name"),
+            format!("is {} bytes, more than {MAX_NAME_BYTES}", sc.name.len()),
+        ));
+    }
+    duration(
+        &f("start_offset_ns"),
+        sc.start_offset_ns,
+        Duration::ZERO,
+        MAX_START,
+    )?;
+    duration(
+        &f("duration_ns"),
+        sc.duration_ns,
+        Duration::from_nanos(1),
+        MAX_SCENARIO,
+    )?;
+    if sc.warmup_ns >= sc.duration_ns {
+        return Err(err(
+            f("warmup_ns"),
+            "is not shorter than the scenario; nothing would be measured",
+        ));
+    }
+    match &sc.model {
+        Some(scenario_assignment::Model::Open(open)) => {
+            if v1::ArrivalProcess::try_from(open.process)
+                .map_or(true, |p| p == v1::ArrivalProcess::Unspecified)
+            {
+                return Err(err(f("open.process"), "is not uniform or poisson"));
+            }
+            let arrivals = check_stages(&open.stages, &f("open.stages"), MAX_RATE)?;
+            if arrivals > MAX_ARRIVALS {
+                return Err(err(
+                    f("open.stages"),
+                    format!("hold {arrivals:.0} arrivals, more than {MAX_ARRIVALS:.0}"),
+                ));
+            }
+        }
+        Some(scenario_assignment::Model::Closed(closed)) => {
+            check_stages(&closed.stages, &f("closed.stages"), MAX_CLIENTS)?;
+            duration(
+                &f("closed.think_ns"),
+                closed.think_ns,
+                Duration::ZERO,
+                MAX_THINK,
+            )?;
+        }
+        None => return Err(err(f("model"), "is neither open nor closed")),
+    }
+    count(&f("requests"), sc.requests.len(), 1, MAX_REQUESTS)?;
+    let mut total_weight = 0u64;
+    for (k, r) in sc.requests.iter().enumerate() {
+        let f = |name: &str| format!("{at}.requests[{k}].{name}");
+        bytes(&f("method"), r.method.len(), MAX_METHOD_BYTES)?;
+        bytes(&f("url"), r.url.len(), MAX_URL_BYTES)?;
+        count(&f("headers"), r.headers.len(), 0, MAX_HEADERS)?;
+        for (h, header) in r.headers.iter().enumerate() {
+            bytes(
+                &format!("{at}.requests[{k}].headers[{h}]"),
+                header.name.len() + header.value.len(),
+                MAX_HEADER_BYTES,
+            )?;
+        }
+        bytes(&f("body"), r.body.len(), MAX_DATA_BYTES as usize)?;
+        within(
+            &f("weight"),
+            u64::from(r.weight),
+            0,
+            u64::from(MAX_REQUEST_WEIGHT),
+        )?;
+        total_weight += u64::from(r.weight.max(1));
+    }
+    if total_weight > MAX_TOTAL_WEIGHT {
+        return Err(err(
+            f("requests"),
+            format!("weights add up to {total_weight}, more than {MAX_TOTAL_WEIGHT}"),
+        ));
+    }
+    if let Some(data) = &sc.data {
+        count(&f("data.columns"), data.columns.len(), 0, MAX_DATA_COLUMNS)?;
+        count(&f("data.rows"), data.rows.len(), 0, MAX_DATA_ROWS)?;
+        let mut total = data.columns.iter().map(String::len).sum::<usize>();
+        for (r, row) in data.rows.iter().enumerate() {
+            count(
+                &format!("{at}.data.rows[{r}]"),
+                row.values.len(),
+                0,
+                MAX_DATA_COLUMNS,
+            )?;
+            total += row.values.iter().map(String::len).sum::<usize>();
+        }
+        bytes(&f("data"), total, MAX_DATA_BYTES as usize)?;
+    }
+    Ok(())
+}
+
+/// Checks a profile's stages (rates or client counts up to `ceiling`) and
+/// returns the arrivals (or client-seconds) it holds.
+fn check_stages(stages: &[v1::Stage], at: &str, ceiling: f64) -> Result<f64, BoundsError> {
+    count(at, stages.len(), 1, MAX_STAGES)?;
+    let mut total_ns: u128 = 0;
+    let mut mass = 0.0;
+    for (k, s) in stages.iter().enumerate() {
+        for (name, level) in [("from_rps", s.from_rps), ("to_rps", s.to_rps)] {
+            if !(0.0..=ceiling).contains(&level) {
+                return Err(err(
+                    format!("{at}[{k}].{name}"),
+                    format!("= {level} is not a number from 0 to {ceiling}"),
+                ));
+            }
+        }
+        if s.duration_ns == 0 {
+            return Err(err(format!("{at}[{k}].duration_ns"), "is 0"));
+        }
+        total_ns += u128::from(s.duration_ns);
+        mass += (s.from_rps + s.to_rps) * 0.5 * (s.duration_ns as f64 / 1e9);
+    }
+    if total_ns > MAX_SCENARIO.as_nanos() {
+        return Err(err(
+            at,
+            format!("last longer than {} s", MAX_SCENARIO.as_secs()),
+        ));
+    }
+    Ok(mass)
+}
+
+fn err(field: impl Into<String>, problem: impl Into<String>) -> BoundsError {
+    BoundsError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn within(field: &str, v: u64, min: u64, max: u64) -> Result<(), BoundsError> {
+    if v < min || v > max {
+        return Err(err(field, format!("= {v} is not within {min}..={max}")));
+    }
+    Ok(())
+}
+
+fn count(field: &str, n: usize, min: usize, max: usize) -> Result<(), BoundsError> {
+    if n < min || n > max {
+        return Err(err(
+            field,
+            format!("has {n} entries, not within {min}..={max}"),
+        ));
+    }
+    Ok(())
+}
+
+fn bytes(field: &str, n: usize, max: usize) -> Result<(), BoundsError> {
+    if n > max {
+        return Err(err(field, format!("is {n} bytes, more than {max}")));
+    }
+    Ok(())
+}
+
+fn duration(field: &str, ns: u64, min: Duration, max: Duration) -> Result<(), BoundsError> {
+    if ns < nanos(min) || ns > nanos(max) {
+        return Err(err(
+            field,
+            format!(
+                "= {ns} ns is not within {}..={}",
+                fmt_duration(min),
+                fmt_duration(max)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `100ms`, `30s`, `3600s`: short enough for a refusal line.
+fn fmt_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if Duration::from_millis(d.as_millis() as u64) == d {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}ns", d.as_nanos())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An assignment like the coordinator builds from a small valid plan.
+    fn valid() -> v1::Assignment {
+        v1::Assignment {
+            weights: vec![1, 1],
+            agent_index: 1,
+            start_at_agent_ns: 2_000_000_000,
+            max_in_flight: 1000,
+            max_lag_ns: 1_000_000_000,
+            timeout_ns: 10_000_000_000,
+            drain_ns: 5_000_000_000,
+            connections: 64,
+            interval_ns: 1_000_000_000,
+            scenarios: vec![v1::ScenarioAssignment {
+                name: "s".into(),
+                duration_ns: 10_000_000_000,
+                model: Some(scenario_assignment::Model::Open(v1::FleetSchedule {
+                    stages: vec![v1::Stage {
+                        duration_ns: 10_000_000_000,
+                        from_rps: 100.0,
+                        to_rps: 100.0,
+                    }],
+                    process: v1::ArrivalProcess::Uniform as i32,
+                    seed: 1,
+                })),
+                requests: vec![v1::RequestTemplate {
+                    method: "GET".into(),
+                    url: "http://127.0.0.1:8080/".into(),
+                    weight: 1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    /// One change that puts an assignment out of bounds.
+    type Edit = dyn FnOnce(&mut v1::Assignment);
+
+    fn refused(edit: impl FnOnce(&mut v1::Assignment)) -> String {
+        let mut a = valid();
+        edit(&mut a);
+        check_assignment(&a, 0).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_plan_like_assignment_passes() {
+        assert_eq!(check_assignment(&valid(), 0), Ok(()));
+    }
+
+    #[test]
+    fn each_bound_names_its_field() {
+        let closed = |clients: f64| {
+            Some(scenario_assignment::Model::Closed(v1::ClosedModel {
+                stages: vec![v1::Stage {
+                    duration_ns: 1_000_000_000,
+                    from_rps: clients,
+                    to_rps: clients,
+                }],
+                think_ns: 0,
+            }))
+        };
+        let cases: Vec<(&str, Box<Edit>)> = vec![
+            ("interval_ns", Box::new(|a| a.interval_ns = 1)),
+            (
+                "interval_ns",
+                Box::new(|a| a.interval_ns = 3_600_000_000_000),
+            ),
+            ("drain_ns", Box::new(|a| a.drain_ns = u64::MAX)),
+            ("timeout_ns", Box::new(|a| a.timeout_ns = 0)),
+            ("max_lag_ns", Box::new(|a| a.max_lag_ns = u64::MAX)),
+            (
+                "start_at_agent_ns",
+                Box::new(|a| a.start_at_agent_ns = u64::MAX),
+            ),
+            ("connections", Box::new(|a| a.connections = u32::MAX)),
+            ("max_in_flight", Box::new(|a| a.max_in_flight = 0)),
+            ("agent_index", Box::new(|a| a.agent_index = 2)),
+            ("weights[0]", Box::new(|a| a.weights[0] = 0)),
+            ("weights", Box::new(|a| a.weights = vec![u32::MAX, 1])),
+            ("scenarios", Box::new(|a| a.scenarios.clear())),
+            (
+                "scenarios[0].open.stages[0].from_rps",
+                Box::new(|a| {
+                    if let Some(scenario_assignment::Model::Open(o)) = &mut a.scenarios[0].model {
+                        o.stages[0].from_rps = 1e12;
+                    }
+                }),
+            ),
+            (
+                "scenarios[0].open.stages[0].to_rps",
+                Box::new(|a| {
+                    if let Some(scenario_assignment::Model::Open(o)) = &mut a.scenarios[0].model {
+                        o.stages[0].to_rps = f64::NAN;
+                    }
+                }),
+            ),
+            (
+                "scenarios[0].closed.stages[0].from_rps",
+                Box::new(move |a| a.scenarios[0].model = closed(f64::INFINITY)),
+            ),
+            (
+                "scenarios[0].closed.think_ns",
+                Box::new(move |a| {
+                    a.scenarios[0].model = closed(5.0);
+                    if let Some(scenario_assignment::Model::Closed(c)) = &mut a.scenarios[0].model {
+                        c.think_ns = u64::MAX;
+                    }
+                }),
+            ),
+            (
+                "scenarios[0].model",
+                Box::new(|a| a.scenarios[0].model = None),
+            ),
+            (
+                "scenarios[0].start_offset_ns",
+                Box::new(|a| a.scenarios[0].start_offset_ns = u64::MAX),
+            ),
+            (
+                "scenarios[0].warmup_ns",
+                Box::new(|a| a.scenarios[0].warmup_ns = a.scenarios[0].duration_ns),
+            ),
+            (
+                "scenarios[0].requests[0].weight",
+                Box::new(|a| a.scenarios[0].requests[0].weight = u32::MAX),
+            ),
+            (
+                "scenarios[0].requests[0].headers",
+                Box::new(|a| {
+                    a.scenarios[0].requests[0].headers =
+                        vec![v1::Header::default(); MAX_HEADERS + 1]
+                }),
+            ),
+            (
+                "scenarios[0].requests[0].url",
+                Box::new(|a| a.scenarios[0].requests[0].url = "x".repeat(MAX_URL_BYTES + 1)),
+            ),
+            (
+                "scenarios[0].data.rows",
+                Box::new(|a| {
+                    a.scenarios[0].data = Some(v1::DataTable {
+                        rows: vec![v1::DataRow::default(); MAX_DATA_ROWS + 1],
+                        ..Default::default()
+                    })
+                }),
+            ),
+        ];
+        for (field, edit) in cases {
+            let e = refused(edit);
+            assert!(e.starts_with(&format!("{field} ")), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_dead_man_window_is_capped() {
+        let w = |secs| v1::Welcome {
+            agent_index: 0,
+            dead_man_secs: secs,
+        };
+        assert!(check_welcome(&w(MAX_DEAD_MAN_SECS)).is_ok());
+        let e = check_welcome(&w(1_000_000)).unwrap_err().to_string();
+        assert!(e.contains("dead_man_secs") && e.contains("30"), "{e}");
+    }
+}

@@ -138,6 +138,9 @@ vocabulary! {
         Late => "late",
         /// The rendered template did not form a valid request.
         InvalidRequest => "invalid_request",
+        /// The rendered URL's host and port are outside the agent's
+        /// `--allow-target` list; the request never left the agent.
+        NotAllowed => "not_allowed",
     }
 }
 

@@ -377,6 +377,7 @@ mod tests {
             }],
             None,
             0,
+            &crate::allow::AllowList::default(),
         )
         .unwrap();
         mix.build(0, &mut loadfleet_proto::rng::SplitMix64::new(1))

@@ -138,6 +138,10 @@ pub struct Aggregate {
     pub scenarios: Vec<Merged>,
     pub agents: Vec<Merged>,
     pub intervals: BTreeMap<u64, IntervalAgg>,
+    /// Seconds below this were folded by [`Aggregate::fold_settled`].
+    folded_below: u64,
+    /// Folded seconds that stragglers have added latency to since.
+    straggled: std::collections::BTreeSet<u64>,
 }
 
 /// One second of the run, all agents together.
@@ -159,6 +163,51 @@ pub struct IntervalAgg {
     /// Latency per (scenario index, outcome class), for the HdrHistogram
     /// interval log.
     pub latency_by_class: BTreeMap<(u32, String), Histogram<u64>>,
+    /// Set once the second was folded by [`Aggregate::fold_settled`]: its
+    /// histograms were handed to the interval log and dropped, and only
+    /// these figures of its latency are kept, so memory does not grow with
+    /// run length.
+    pub folded: Option<IntervalLatency>,
+}
+
+/// The figures of one second's latency that outlive its histogram
+/// (microseconds); `None` inside when nothing completed in that second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IntervalLatency {
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+}
+
+impl IntervalAgg {
+    /// p50 and p99 of the second, from its histogram while it is held and
+    /// from what was kept of it once folded.
+    pub fn latency_summary(&self) -> IntervalLatency {
+        if let Some(kept) = self.folded {
+            return kept;
+        }
+        let q = |q: f64| {
+            self.latency
+                .as_ref()
+                .filter(|h| !h.is_empty())
+                .map(|h| h.value_at_quantile(q))
+        };
+        IntervalLatency {
+            p50_us: q(0.5),
+            p99_us: q(0.99),
+        }
+    }
+}
+
+/// What [`Aggregate::fold_settled`] hands over of one second.
+#[derive(Debug)]
+pub struct SettledSecond {
+    pub index: u64,
+    /// The second's figures (without histograms) when it is folded for the
+    /// first time; `None` for stragglers: latency of a second folded
+    /// earlier, which arrived after it was folded.
+    pub first: Option<IntervalAgg>,
+    /// Latency per (scenario index, outcome class), taken out of memory.
+    pub latency_by_class: BTreeMap<(u32, String), Histogram<u64>>,
 }
 
 impl Aggregate {
@@ -168,6 +217,8 @@ impl Aggregate {
             scenarios: vec![Merged::default(); scenarios],
             agents: vec![Merged::default(); agents],
             intervals: BTreeMap::new(),
+            folded_below: 0,
+            straggled: Default::default(),
         }
     }
 
@@ -200,8 +251,13 @@ impl Aggregate {
             iv.max_lag_us = iv.max_lag_us.max(one.lag.max());
         }
         let all = one.latency_all();
-        if !all.is_empty() {
+        // A folded second keeps only its summary: stragglers go to the
+        // totals and, through `latency_by_class`, to the interval log.
+        if !all.is_empty() && iv.folded.is_none() {
             add_hist(iv.latency.get_or_insert_with(new_histogram), &all);
+        }
+        if iv.folded.is_some() && !one.latency.is_empty() {
+            self.straggled.insert(s.interval_index);
         }
         for (class, h) in &one.latency {
             add_hist(
@@ -212,6 +268,58 @@ impl Aggregate {
             );
         }
         Ok(())
+    }
+}
+
+impl Aggregate {
+    /// Folds every second below `below`, which will get no more snapshots
+    /// in the normal course: hands over its per-class histograms (for the
+    /// interval log) and its figures (for the CSV), and keeps only its
+    /// counts and [`IntervalLatency`]. Seconds folded before come back only
+    /// when stragglers added latency to them since. In index order.
+    pub fn fold_settled(&mut self, below: u64) -> Vec<SettledSecond> {
+        let mut out = Vec::new();
+        // Only the seconds that can have changed: stragglers, and those not
+        // folded yet, so a call costs nothing in run length.
+        let fresh = self.folded_below.min(below)..below;
+        let straggled = std::mem::take(&mut self.straggled);
+        let indices = straggled.into_iter().chain(
+            self.intervals
+                .range(fresh)
+                .map(|(&i, _)| i)
+                .collect::<Vec<_>>(),
+        );
+        for index in indices {
+            let Some(iv) = self.intervals.get_mut(&index) else {
+                continue;
+            };
+            let latency_by_class = std::mem::take(&mut iv.latency_by_class);
+            let first = if iv.folded.is_none() {
+                iv.folded = Some(iv.latency_summary());
+                iv.latency = None;
+                Some(iv.clone())
+            } else if latency_by_class.is_empty() {
+                continue;
+            } else {
+                None
+            };
+            out.push(SettledSecond {
+                index,
+                first,
+                latency_by_class,
+            });
+        }
+        self.folded_below = self.folded_below.max(below);
+        out
+    }
+
+    /// Histograms held per second (not folded yet): what grows with run
+    /// length when nothing folds.
+    pub fn interval_histograms(&self) -> usize {
+        self.intervals
+            .values()
+            .map(|iv| usize::from(iv.latency.is_some()) + iv.latency_by_class.len())
+            .sum()
     }
 }
 
@@ -279,6 +387,56 @@ mod tests {
         s.service_time = vec![9, 9, 9];
         assert!(a.add(0, &s).is_err());
         assert_eq!(a.totals.intended, 0);
+    }
+
+    /// Folding as seconds settle keeps the per-second state flat in run
+    /// length: after ten minutes of seconds, only the unsettled ones hold
+    /// histograms, every second keeps its counts and p50/p99, and
+    /// stragglers to a folded second reach the log, not its summary.
+    #[test]
+    fn folding_keeps_memory_flat_and_figures_exact() {
+        let mut a = Aggregate::new(2, 1);
+        for i in 0..600u64 {
+            for agent in 0..2 {
+                a.add(agent, &snapshot(i, &[1000 + i, 2000 + i, 3000 + i], 200))
+                    .unwrap();
+            }
+            // Settled: all but the last two seconds.
+            let folded = a.fold_settled(i.saturating_sub(1));
+            assert!(folded.len() <= 1);
+            assert!(a.interval_histograms() <= 4, "at {i}");
+        }
+        assert_eq!(a.intervals.len(), 600);
+        let iv = &a.intervals[&100];
+        assert_eq!(iv.completed, 6);
+        assert!(iv.latency.is_none() && iv.latency_by_class.is_empty());
+        let mut whole = new_histogram();
+        for v in [1100, 2100, 3100, 1100, 2100, 3100] {
+            whole.record(v).unwrap();
+        }
+        let expected = IntervalLatency {
+            p50_us: Some(whole.value_at_quantile(0.5)),
+            p99_us: Some(whole.value_at_quantile(0.99)),
+        };
+        assert_eq!(iv.latency_summary(), expected);
+        // A straggler: counted, handed over once for the log, summary kept.
+        a.add(0, &snapshot(100, &[9_000_000], 200)).unwrap();
+        assert_eq!(a.intervals[&100].completed, 7);
+        let again = a.fold_settled(598);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].index, 100);
+        assert!(again[0].first.is_none());
+        assert_eq!(
+            again[0]
+                .latency_by_class
+                .values()
+                .map(|h| h.len())
+                .sum::<u64>(),
+            1
+        );
+        assert_eq!(a.intervals[&100].latency_summary(), expected);
+        assert!(a.fold_settled(598).is_empty());
+        assert_eq!(a.totals.completed, 600 * 6 + 1);
     }
 
     proptest! {

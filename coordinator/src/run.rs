@@ -366,14 +366,21 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         None => None,
     };
     let drain = spec.drain;
+    // The live outputs: what is measured reaches --out as each second
+    // settles, so it outlives a coordinator that is killed.
+    let (live, live_writer) =
+        report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
     let results = fleet::run(
         spec.clone(),
         events_rx,
         interrupt,
         Box::new(move |p: &Progress| print_progress(p, drain)),
         metrics,
+        Some(Box::new(live)),
     )
     .await;
+    // The fleet is done with the live outputs: let them reach the disk.
+    live_writer.finish();
     if std::io::stderr().is_terminal() {
         eprintln!();
     }
@@ -399,8 +406,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     } else {
         (reports.remove(0), 0)
     };
-    let result = &results[shown];
-    write_outputs(&out_dir, &report, result)?;
+    write_outputs(&out_dir, &report, shown, spec.repeats.max(1))?;
     let summary = (|| {
         let mut stdout = std::io::stdout().lock();
         report::text::write_text(&mut stdout, &report, std::io::stdout().is_terminal())?;
@@ -474,13 +480,18 @@ fn unresolved(url: &str, host: &str, why: &str) -> Error {
     ))
 }
 
+/// The final outputs, next to the live ones (`report::live`): the reports;
+/// `intervals.csv` once more, from the report, so it also counts snapshots
+/// that came in after their second was written; the representative run's
+/// interval log as `latency.hlog` with --repeat. A clean end removes
+/// `report.partial.json`.
 fn write_outputs(
     dir: &Path,
     report: &report::Report,
-    result: &fleet::RunResult,
+    shown: usize,
+    repeats: usize,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("--out: cannot create {}", dir.display()))?;
+    use report::live;
     let write =
         |name: &str, f: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
             let path = dir.join(name);
@@ -493,13 +504,23 @@ fn write_outputs(
                 .with_context(|| format!("cannot write {}", path.display()))
         };
     write("report.json", &|w| report::json::write_json(w, report))?;
-    write("intervals.csv", &|w| report::csv::write_csv(w, report))?;
-    write("report.html", &|w| report::html::write_html(w, report))?;
-    let names: Vec<String> = report.scenarios.iter().map(|s| s.name.clone()).collect();
-    write("latency.hlog", &|w| {
-        report::hlog::write_hlog(w, result, &names)
+    live::replace(&dir.join(live::CSV_NAME), |w| {
+        report::csv::write_csv(w, report)
     })?;
-    Ok(())
+    write("report.html", &|w| report::html::write_html(w, report))?;
+    if repeats > 1 {
+        let (from, _) = live::run_files(dir, shown, repeats);
+        let to = dir.join(live::HLOG_NAME);
+        std::fs::copy(&from, &to)
+            .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+    }
+    let partial = dir.join(live::PARTIAL_NAME);
+    match std::fs::remove_file(&partial) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("cannot remove {}", partial.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -8,39 +8,10 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hlog_summary.py");
-
-/// Fails, pointing at .ci/run, when python3 or its hdrh module is missing:
-/// a check that silently passes without its reader checks nothing.
-fn require_hdrh() {
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", "import hdrh.log, hdrh.histogram"]);
-    let ok = cmd.output().map(|o| o.status.success()).unwrap_or(false);
-    assert!(
-        ok,
-        "python3 with the `hdrh` module (PyPI package `hdrhistogram`) is needed to read \
-         latency.hlog independently; .ci/run installs it (python3 -m pip install hdrhistogram)"
-    );
-}
-
-fn summarize(hlog: &Path) -> Value {
-    let mut cmd = Command::new("python3");
-    cmd.arg(SCRIPT).arg(hlog);
-    let (status, output) = run(cmd, "hlog_summary.py", Duration::from_secs(60));
-    assert!(status.success(), "hlog_summary.py failed:\n{output}");
-    let line = output
-        .lines()
-        .find_map(|l| l.strip_prefix("[stdout] RESULT "))
-        .unwrap_or_else(|| panic!("no RESULT line from hlog_summary.py:\n{output}"));
-    serde_json::from_str(line).expect("RESULT is JSON")
-}
 
 /// Whether `ms` (from report.json) and a bucket (microseconds, from hdrh)
 /// agree: inside the bucket's equivalent range, or within 1%.
@@ -85,7 +56,7 @@ fn hlog_read_by_hdrh_matches_the_report() {
         "no warm-up completions, so their exclusion is not tested:\n{output}"
     );
 
-    let s = summarize(&hlog);
+    let s = hlog_summary(&hlog);
     let ctx = format!("hdrh read {s}\nreport totals {t}");
     assert_eq!(
         u(&s["intervals"]),

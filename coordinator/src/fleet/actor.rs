@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::{AgentTx, AgentView, FleetEvent, Loss, Progress, RunResult, RunSpec};
+use super::{AgentTx, AgentView, FleetEvent, Loss, Progress, RunResult, RunSpec, Settled, Sink};
 use crate::aggregate::Aggregate;
 
 /// An agent that stays silent this long is lost (it heartbeats twice a second).
@@ -140,6 +140,8 @@ pub(super) struct Fleet {
     metrics: Option<watch::Sender<String>>,
     /// Finished runs, in order.
     results: Vec<RunResult>,
+    /// Where settled seconds go while the run goes on (the live outputs).
+    sink: Option<Box<dyn Sink>>,
 }
 
 impl Fleet {
@@ -148,6 +150,7 @@ impl Fleet {
         events: mpsc::Receiver<FleetEvent>,
         progress: Box<dyn FnMut(&Progress) + Send>,
         metrics: Option<watch::Sender<String>>,
+        sink: Option<Box<dyn Sink>>,
     ) -> Self {
         Fleet {
             aggregate: Aggregate::new(0, 0),
@@ -163,6 +166,7 @@ impl Fleet {
             progress,
             metrics,
             results: Vec::new(),
+            sink,
         }
     }
 
@@ -380,6 +384,10 @@ impl Fleet {
     /// Files the current run's result and resets for the next.
     fn close_run(&mut self, failure: Option<String>) {
         let started = self.start.is_some();
+        if started {
+            // The run is over: every second it has is settled.
+            self.settle(u64::MAX);
+        }
         let cut_short = failure.is_some()
             || self
                 .agents
@@ -466,6 +474,9 @@ impl Fleet {
             let _ = a.tx.try_send(Ok(msg(hb)));
         }
         if let Some(start) = self.start {
+            if Instant::now() > start {
+                self.settle(self.settled_below(start));
+            }
             if self.last_progress.elapsed() >= Duration::from_secs(1) && Instant::now() > start {
                 self.last_progress = Instant::now();
                 let p = self.progress_now(start);
@@ -485,20 +496,59 @@ impl Fleet {
         }
     }
 
+    /// The intervals below this index closed at least SETTLE ago: their
+    /// snapshots are taken as all in.
+    fn settled_below(&self, start: Instant) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(start);
+        let settled = elapsed.saturating_sub(SETTLE);
+        (settled.as_nanos() / self.spec.interval.as_nanos().max(1)) as u64
+    }
+
+    /// Hands the settled seconds to the sink (the live outputs), with the
+    /// run so far for a partial report.
+    fn settle(&mut self, below: u64) {
+        let Some(sink) = self.sink.as_mut() else {
+            return;
+        };
+        let Phase::Running(run) = self.phase else {
+            return;
+        };
+        let (agents, start) = (&self.agents, self.start);
+        let (started_at, corrupt_snapshots) = (self.run_started_at, self.corrupt_snapshots);
+        let so_far = |aggregate| RunResult {
+            agents: agents.iter().map(Agent::view).collect(),
+            aggregate,
+            failure: None,
+            // As if cut short here: windows end now, figures are partial.
+            cut_short: true,
+            started: true,
+            started_at,
+            elapsed: start
+                .map(|s| Instant::now().saturating_duration_since(s))
+                .unwrap_or_default(),
+            corrupt_snapshots,
+        };
+        sink.settled(Settled {
+            run,
+            started_at,
+            below,
+            aggregate: &mut self.aggregate,
+            so_far: &so_far,
+        });
+    }
+
     fn progress_now(&self, start: Instant) -> Progress {
         let t = &self.aggregate.totals;
         let elapsed = Instant::now().saturating_duration_since(start);
         // An interval's snapshots reach us a little after it closes; show
         // the last one closed at least SETTLE ago, so the live figures never
         // read a half-merged second as a drop to zero.
-        let settled = elapsed.saturating_sub(SETTLE);
-        let last_complete = (settled.as_nanos() / self.spec.interval.as_nanos().max(1)) as u64;
+        let last_complete = self.settled_below(start);
         let p99_ms = last_complete
             .checked_sub(1)
             .and_then(|i| self.aggregate.intervals.get(&i))
-            .and_then(|iv| iv.latency.as_ref())
-            .filter(|h| !h.is_empty())
-            .map(|h| h.value_at_quantile(0.99) as f64 / 1000.0);
+            .and_then(|iv| iv.latency_summary().p99_us)
+            .map(|us| us as f64 / 1000.0);
         let last = last_complete
             .checked_sub(1)
             .and_then(|i| self.aggregate.intervals.get(&i));

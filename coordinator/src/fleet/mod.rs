@@ -110,6 +110,28 @@ pub struct RunResult {
     pub corrupt_snapshots: u64,
 }
 
+/// Where a run's seconds go as they settle: `report::live` writes them to
+/// disk, so a coordinator that dies leaves what it measured behind.
+pub trait Sink: Send {
+    /// Called on every tick of a run, and once more when it ends.
+    fn settled(&mut self, settled: Settled<'_>);
+}
+
+/// What the fleet hands a [`Sink`].
+pub struct Settled<'a> {
+    /// Which run of the plan (0-based; more than one with --repeat).
+    pub run: usize,
+    pub started_at: SystemTime,
+    /// Seconds below this index get no more snapshots in the normal
+    /// course; `u64::MAX` once the run is over.
+    pub below: u64,
+    /// The merged state: the sink folds the settled seconds out of it.
+    pub aggregate: &'a mut Aggregate,
+    /// The run so far as a result cut short now (for a partial report),
+    /// made around an aggregate taken out of `aggregate` and put back.
+    pub so_far: &'a dyn Fn(Aggregate) -> RunResult,
+}
+
 /// What the live progress line shows.
 pub struct Progress {
     pub elapsed: Duration,
@@ -138,8 +160,9 @@ pub async fn run(
     stop: impl Future<Output = ()>,
     progress: Box<dyn FnMut(&Progress) + Send>,
     metrics: Option<watch::Sender<String>>,
+    sink: Option<Box<dyn Sink>>,
 ) -> Vec<RunResult> {
-    actor::Fleet::new(spec, events, progress, metrics)
+    actor::Fleet::new(spec, events, progress, metrics, sink)
         .run(stop)
         .await
 }

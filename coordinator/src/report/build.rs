@@ -14,7 +14,7 @@ use super::model::{
     Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::verdicts;
-use crate::aggregate::Merged;
+use crate::aggregate::{IntervalAgg, Merged};
 use crate::fleet::RunResult;
 use crate::plan::{Model, Plan};
 use crate::thresholds::{Figures, Latency, Threshold};
@@ -405,43 +405,43 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
 
 /// The per-second series.
 fn interval_reports(result: &RunResult) -> Vec<IntervalReport> {
-    let interval_s = 1.0;
     result
         .aggregate
         .intervals
         .iter()
-        .map(|(&i, iv)| {
-            let q = |q: f64| {
-                iv.latency
-                    .as_ref()
-                    .filter(|h| !h.is_empty())
-                    .map(|h| h.value_at_quantile(q) as f64 / 1000.0)
-            };
-            IntervalReport {
-                t: i as f64 * interval_s,
-                intended: iv.intended,
-                sent: iv.sent,
-                unsent: iv.unsent,
-                unsent_by_reason: iv.unsent_by_reason.clone(),
-                completed: iv.completed,
-                errors: iv.errors,
-                classes: OutcomeClass::ALL
-                    .iter()
-                    .map(|c| {
-                        (
-                            format!("completed_{c}"),
-                            iv.classes.get(c).copied().unwrap_or(0),
-                        )
-                    })
-                    .collect(),
-                p50: q(0.5),
-                p99: q(0.99),
-                in_flight: iv.in_flight,
-                max_in_flight: iv.max_in_flight,
-                max_lag_ms: iv.max_lag_us as f64 / 1000.0,
-            }
-        })
+        .map(|(&i, iv)| interval_report(i, iv))
         .collect()
+}
+
+/// One second of the series, from its merged (or folded) state: what the
+/// final report's `intervals[]` and the live `intervals.csv` both show.
+pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
+    let interval_s = 1.0;
+    let latency = iv.latency_summary();
+    let ms = |us: Option<u64>| us.map(|us| us as f64 / 1000.0);
+    IntervalReport {
+        t: i as f64 * interval_s,
+        intended: iv.intended,
+        sent: iv.sent,
+        unsent: iv.unsent,
+        unsent_by_reason: iv.unsent_by_reason.clone(),
+        completed: iv.completed,
+        errors: iv.errors,
+        classes: OutcomeClass::ALL
+            .iter()
+            .map(|c| {
+                (
+                    format!("completed_{c}"),
+                    iv.classes.get(c).copied().unwrap_or(0),
+                )
+            })
+            .collect(),
+        p50: ms(latency.p50_us),
+        p99: ms(latency.p99_us),
+        in_flight: iv.in_flight,
+        max_in_flight: iv.max_in_flight,
+        max_lag_ms: iv.max_lag_us as f64 / 1000.0,
+    }
 }
 
 /// The figures thresholds read from a set of totals (transport errors and

@@ -1,14 +1,25 @@
 //! `intervals.csv`: the per-second series for spreadsheets and plotting
 //! tools, one column per outcome class and the two named unsent reasons.
+//! The header and each row are written apart, so the live output
+//! (`report::live`) can append a row as each second settles.
 
 use std::io::Write;
 
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
-use super::model::Report;
+use super::model::{IntervalReport, Report};
 
 /// The per-second series as CSV, for spreadsheets and plotting tools.
 pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+    write_header(out)?;
+    for iv in &r.intervals {
+        write_row(out, iv)?;
+    }
+    Ok(())
+}
+
+/// The header line, naming every column [`write_row`] writes.
+pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
     write!(
         out,
         "t,intended,sent,unsent,unsent_{},unsent_{},completed,errors",
@@ -18,41 +29,42 @@ pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     for c in OutcomeClass::ALL {
         write!(out, ",completed_{c}")?;
     }
-    writeln!(out, ",p50_ms,p99_ms,in_flight,max_in_flight,max_lag_ms")?;
+    writeln!(out, ",p50_ms,p99_ms,in_flight,max_in_flight,max_lag_ms")
+}
+
+/// One second's line.
+pub fn write_row(out: &mut impl Write, iv: &IntervalReport) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
-    for iv in &r.intervals {
-        let reason = |k: &str| iv.unsent_by_reason.get(k).copied().unwrap_or(0);
+    let reason = |k: &str| iv.unsent_by_reason.get(k).copied().unwrap_or(0);
+    write!(
+        out,
+        "{},{},{},{},{},{},{},{}",
+        iv.t,
+        iv.intended,
+        iv.sent,
+        iv.unsent,
+        reason(UnsentReason::ConcurrencyLimit.as_str()),
+        reason(UnsentReason::Late.as_str()),
+        iv.completed,
+        iv.errors
+    )?;
+    for c in OutcomeClass::ALL {
         write!(
             out,
-            "{},{},{},{},{},{},{},{}",
-            iv.t,
-            iv.intended,
-            iv.sent,
-            iv.unsent,
-            reason(UnsentReason::ConcurrencyLimit.as_str()),
-            reason(UnsentReason::Late.as_str()),
-            iv.completed,
-            iv.errors
-        )?;
-        for c in OutcomeClass::ALL {
-            write!(
-                out,
-                ",{}",
-                iv.classes
-                    .get(&format!("completed_{c}"))
-                    .copied()
-                    .unwrap_or(0)
-            )?;
-        }
-        writeln!(
-            out,
-            ",{},{},{},{},{:.3}",
-            opt(iv.p50),
-            opt(iv.p99),
-            iv.in_flight,
-            iv.max_in_flight,
-            iv.max_lag_ms
+            ",{}",
+            iv.classes
+                .get(&format!("completed_{c}"))
+                .copied()
+                .unwrap_or(0)
         )?;
     }
-    Ok(())
+    writeln!(
+        out,
+        ",{},{},{},{},{:.3}",
+        opt(iv.p50),
+        opt(iv.p99),
+        iv.in_flight,
+        iv.max_in_flight,
+        iv.max_lag_ms
+    )
 }

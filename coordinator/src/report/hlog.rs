@@ -1,9 +1,18 @@
 //! `latency.hlog`: the HdrHistogram interval log, tagged
 //! `<scenario>.<outcome class>`, for the standard HdrHistogram tools.
+//! Written as the run goes (by `report::live`): the header once, then each
+//! second's entries as that second settles.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::time::{Duration, SystemTime};
 
-use crate::fleet::RunResult;
+use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
+use hdrhistogram::serialization::V2DeflateSerializer;
+use hdrhistogram::Histogram;
+
+/// Values are microseconds; the log's max column shows milliseconds.
+const MAX_VALUE_DIVISOR: f64 = 1000.0;
 
 /// Tags may not hold spaces, commas or other separators of the log format.
 fn hlog_safe(name: &str) -> String {
@@ -18,31 +27,42 @@ fn hlog_safe(name: &str) -> String {
         .collect()
 }
 
-/// The HdrHistogram interval log: one tagged entry per interval and outcome
-/// class, readable by the standard HdrHistogram tools.
-pub fn write_hlog(
+/// The log's header: what it holds, the run's start (entries are seconds
+/// from it) and the divisor of the max column.
+pub fn write_header(out: &mut impl Write, started_at: SystemTime) -> std::io::Result<()> {
+    let mut serializer = V2DeflateSerializer::new();
+    IntervalLogWriterBuilder::new()
+        .add_comment("loadfleet latency from intended send time, microseconds")
+        .with_start_time(started_at)
+        .with_base_time(started_at)
+        .with_max_value_divisor(MAX_VALUE_DIVISOR)
+        .begin_log_with(out, &mut serializer)
+        .map(|_| ())
+}
+
+/// One second's entries, one per (scenario index, outcome class), without a
+/// header. They are formatted in memory and written with one call, so a
+/// process killed meanwhile leaves whole lines or none.
+pub fn write_entries(
     out: &mut impl Write,
-    result: &RunResult,
+    second: u64,
+    latency_by_class: &BTreeMap<(u32, String), Histogram<u64>>,
     scenarios: &[String],
 ) -> std::io::Result<()> {
-    use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
-    use hdrhistogram::serialization::V2DeflateSerializer;
-    let start = result
-        .started_at
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
     let mut serializer = V2DeflateSerializer::new();
     let mut builder = IntervalLogWriterBuilder::new();
+    builder.with_max_value_divisor(MAX_VALUE_DIVISOR);
+    // The crate writes its divisor line on every writer it makes; that line
+    // belongs to the header alone, so what the builder writes by itself is
+    // measured here and cut from the batch below.
+    let mut preamble = Vec::new();
     builder
-        .add_comment("loadfleet latency from intended send time, microseconds")
-        .with_start_time(std::time::UNIX_EPOCH + start)
-        .with_base_time(std::time::UNIX_EPOCH + start)
-        .with_max_value_divisor(1000.0);
-    let mut writer = builder
-        .begin_log_with(&mut *out, &mut serializer)
-        .map_err(std::io::Error::other)?;
-    for (&i, iv) in &result.aggregate.intervals {
-        for ((scenario, class), h) in &iv.latency_by_class {
+        .begin_log_with(&mut preamble, &mut serializer)
+        .map(|_| ())?;
+    let mut batch = Vec::new();
+    {
+        let mut writer = builder.begin_log_with(&mut batch, &mut serializer)?;
+        for ((scenario, class), h) in latency_by_class {
             if h.is_empty() {
                 continue;
             }
@@ -50,16 +70,44 @@ pub fn write_hlog(
                 .get(*scenario as usize)
                 .map_or_else(|| format!("scenario-{scenario}"), |n| hlog_safe(n));
             let tag_text = format!("{name}.{class}");
-            let tag = Tag::new(&tag_text);
             writer
                 .write_histogram(
                     h,
-                    std::time::Duration::from_secs(i),
-                    std::time::Duration::from_secs(1),
-                    tag,
+                    Duration::from_secs(second),
+                    Duration::from_secs(1),
+                    Tag::new(&tag_text),
                 )
                 .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
         }
     }
-    Ok(())
+    out.write_all(batch.get(preamble.len()..).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_carry_no_header_and_the_header_is_written_once() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1500).unwrap();
+        let by_class: BTreeMap<_, _> = [((0u32, "2xx".to_string()), h)].into_iter().collect();
+        let mut log = Vec::new();
+        write_header(
+            &mut log,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_000),
+        )
+        .unwrap();
+        write_entries(&mut log, 0, &by_class, &["a b".into()]).unwrap();
+        write_entries(&mut log, 1, &by_class, &["a b".into()]).unwrap();
+        let text = String::from_utf8(log).unwrap();
+        assert_eq!(text.matches("MaxValueDivisor").count(), 1, "{text}");
+        let entries: Vec<&str> = text.lines().filter(|l| l.starts_with("Tag=")).collect();
+        assert_eq!(entries.len(), 2, "{text}");
+        assert!(
+            entries[0].starts_with("Tag=a_b.2xx,0.000,1.000,1.500,"),
+            "{text}"
+        );
+        assert!(entries[1].starts_with("Tag=a_b.2xx,1.000,1.000,"), "{text}");
+    }
 }

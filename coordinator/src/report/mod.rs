@@ -4,7 +4,8 @@
 //! run is worth and the exit status, [`repeats`] combines several runs, and
 //! one module per renderer writes it ([`text`], [`json`], [`csv`],
 //! [`hlog`], [`html`]), all sharing [`format`]. Renderers write to any
-//! `impl Write`, so tests can read them.
+//! `impl Write`, so tests can read them. [`live`] writes the interval log,
+//! the CSV and a partial report while the run goes on.
 
 pub mod build;
 pub mod csv;
@@ -12,6 +13,7 @@ pub mod format;
 pub mod hlog;
 pub mod html;
 pub mod json;
+pub mod live;
 pub mod model;
 pub mod repeats;
 pub mod text;

@@ -236,3 +236,32 @@ pub fn signal(pid: u32, sig: i32) {
     // A child that already exited is not an error here, as before.
     let _ = nix::sys::signal::kill(pid, signal);
 }
+
+const HLOG_SUMMARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hlog_summary.py");
+
+/// Fails, pointing at .ci/run, when python3 or its hdrh module is missing:
+/// a check that silently passes without its reader checks nothing.
+pub fn require_hdrh() {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", "import hdrh.log, hdrh.histogram"]);
+    let ok = cmd.output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(
+        ok,
+        "python3 with the `hdrh` module (PyPI package `hdrhistogram`) is needed to read \
+         latency.hlog independently; .ci/run installs it (python3 -m pip install hdrhistogram)"
+    );
+}
+
+/// An interval log read by an independent implementation (the `hdrh`
+/// module, through tests/support/hlog_summary.py): its RESULT line.
+pub fn hlog_summary(hlog: &Path) -> serde_json::Value {
+    let mut cmd = Command::new("python3");
+    cmd.arg(HLOG_SUMMARY).arg(hlog);
+    let (status, output) = run(cmd, "hlog_summary.py", Duration::from_secs(60));
+    assert!(status.success(), "hlog_summary.py failed:\n{output}");
+    let line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("[stdout] RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT line from hlog_summary.py:\n{output}"));
+    serde_json::from_str(line).expect("RESULT is JSON")
+}

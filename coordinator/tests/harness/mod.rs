@@ -103,7 +103,14 @@ impl Fleet {
                 )))
                 .serve_with_incoming(ReceiverStream::new(incoming)),
         );
-        let actor = tokio::spawn(fleet::run(spec, events_rx, stop, Box::new(|_| {}), None));
+        let actor = tokio::spawn(fleet::run(
+            spec,
+            events_rx,
+            stop,
+            Box::new(|_| {}),
+            None,
+            None,
+        ));
         Fleet {
             connections,
             server,

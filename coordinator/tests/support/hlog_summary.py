@@ -4,7 +4,8 @@
 
     RESULT {"count": ..., "max": ..., "percentiles": {...}, ...}
 
-Every interval of every tag is added into one histogram. Values are in the
+Every interval of every tag is added into one histogram; `seconds` lists
+the distinct interval starts, in seconds from the log's StartTime. Values are in the
 log's unit (microseconds for loadfleet). For each percentile it gives the
 value under both common rank conventions (hdrh's rounded rank and the ceiling
 rank used by the Rust crate), each with its bucket's lowest and highest
@@ -33,11 +34,13 @@ def main(path):
     reader = HistogramLogReader(path, HdrHistogram(1, 24 * 3600 * 1_000_000, 3))
     tags = {}
     intervals = 0
+    seconds = set()
     while True:
         h = reader.get_next_interval_histogram()
         if h is None:
             break
         intervals += 1
+        seconds.add(round(h.get_start_time_stamp() / 1000.0 - reader.get_start_time_sec(), 3))
         total.add(h)
         tag = h.get_tag() or ""
         tags[tag] = tags.get(tag, 0) + h.get_total_count()
@@ -83,6 +86,7 @@ def main(path):
     print("RESULT " + json.dumps({
         "count": n,
         "intervals": intervals,
+        "seconds": sorted(seconds),
         "interval_lines": len(lines),
         "tags": tags,
         "max": bucket(total.get_max_value()),

@@ -54,7 +54,7 @@ impl Control for RawCoordinator {
             let Ok(Some(_hello)) = inbound.message().await else {
                 return;
             };
-            send(coordinator_message::Kind::Welcome(script.welcome.clone())).await;
+            send(coordinator_message::Kind::Welcome(script.welcome)).await;
             send(coordinator_message::Kind::Assignment(
                 script.assignment.clone(),
             ))

@@ -1,11 +1,12 @@
 //! `loadfleet-coordinator compare A.json B.json [C.json ...]`: the headline
 //! figures of several reports side by side, with ratios to the first.
 //!
-//! Reports are read as plain [`serde_json::Value`]s, not as the structs of
-//! [`crate::report`]: a report written by an older or newer coordinator
-//! (extra keys, a missing one) still loads, and a missing figure shows as
-//! `-` instead of failing the whole comparison. Only the schema name is
-//! checked.
+//! Reports are read into the report's own types ([`crate::report::model`]),
+//! so the schema is written once: a report this coordinator cannot read
+//! (another schema, a key of the wrong type, a key it needs missing) is
+//! refused by name, and a figure a report does not have (no latency, a
+//! status code it never saw) shows as `-`, never as 0. Keys added after a
+//! report was written are optional in the types, so older reports load.
 //!
 //! Rows follow the order of the run report, so intended / sent / unsent
 //! come first (a table without them once made the worse configuration look
@@ -13,23 +14,28 @@
 //!
 //! Significance: one run per condition cannot tell a real difference from
 //! run-to-run noise. A report made with repeats carries
-//! `repeats = { runs: [..], median: {..}, min: {..}, max: {..} }`, each a
-//! totals-like object. When both reports of a ratio have a `[min, max]`
-//! range for a figure and the ranges overlap, the ratio is marked `(ns)`:
-//! the difference is inside the spread. Without repeats ratios are printed
-//! bare and a footnote says that significance needs repeats. With repeats
-//! the columns show the median, as the report does (docs/report.md,
-//! `repeats`).
+//! `repeats = { runs: [..], median: {..}, min: {..}, max: {..} }`. When both
+//! reports of a ratio have a `[min, max]` range for a figure and the ranges
+//! overlap, the ratio is marked `(ns)`: the difference is inside the
+//! spread. Without repeats ratios are printed bare and a footnote says that
+//! significance needs repeats. With repeats the columns show the median, as
+//! the report does (docs/report.md, `repeats`).
+//!
+//! Notes say when the reports did not measure the same thing: a different
+//! duration, a scenario's offered rate, or different scenarios altogether.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::cli::CompareArgs;
 use crate::error::Error;
-use crate::report::SCHEMA;
+use crate::report::model::{Percentiles, RunInfo, Scenario, Totals, Verdict, SCHEMA};
+use crate::report::repeats::{Headline, HeadlinePercentiles, Repeats};
+use loadfleet_proto::vocab::VerdictLevel;
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::CompareInput(msg.into())
@@ -69,12 +75,31 @@ pub struct Input {
     /// Column label: the report's folder name, or the file stem.
     pub label: String,
     pub path: PathBuf,
-    pub report: Value,
+    pub report: Compared,
+}
+
+/// The parts of a `report.json` that `compare` reads, in the report's own
+/// types; other keys are left unread.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Compared {
+    #[serde(default)]
+    pub partial: bool,
+    pub run: RunInfo,
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
+    pub totals: Totals,
+    #[serde(default)]
+    pub scenarios: Vec<Scenario>,
+    #[serde(default)]
+    pub repeats: Option<Repeats>,
+    /// `repeats.runs`, each read as totals.
+    #[serde(skip)]
+    pub runs: Vec<Totals>,
 }
 
 /// Reads a report. A folder stands for the `report.json` inside it. Any
 /// failure is bad input (exit status 2) and names the file.
-pub fn load(path: &Path) -> Result<(PathBuf, Value), Error> {
+pub fn load(path: &Path) -> Result<(PathBuf, Compared), Error> {
     let file = if path.is_dir() {
         path.join("report.json")
     } else {
@@ -83,19 +108,46 @@ pub fn load(path: &Path) -> Result<(PathBuf, Value), Error> {
     let shown = file.display();
     let text = std::fs::read_to_string(&file)
         .map_err(|e| bad(format!("{shown}: cannot read the report: {e}")))?;
-    let report: Value =
+    let value: Value =
         serde_json::from_str(&text).map_err(|e| bad(format!("{shown}: not a JSON report: {e}")))?;
-    match report.get("schema") {
-        Some(Value::String(s)) if s == SCHEMA => Ok((file, report)),
-        Some(Value::String(s)) => Err(bad(format!(
-            "{shown}: schema is {s:?}, this coordinator compares {SCHEMA:?} reports"
-        ))),
-        Some(other) => Err(bad(format!(
-            "{shown}: \"schema\" is {other}, expected {SCHEMA:?}"
-        ))),
-        None => Err(bad(format!(
-            "{shown}: no \"schema\" key; not a loadfleet report (expected {SCHEMA:?})"
-        ))),
+    match value.get("schema") {
+        Some(Value::String(s)) if s == SCHEMA => {}
+        Some(Value::String(s)) => {
+            return Err(bad(format!(
+                "{shown}: schema is {s:?}, this coordinator compares {SCHEMA:?} reports"
+            )))
+        }
+        Some(other) => {
+            return Err(bad(format!(
+                "{shown}: \"schema\" is {other}, expected {SCHEMA:?}"
+            )))
+        }
+        None => {
+            return Err(bad(format!(
+                "{shown}: no \"schema\" key; not a loadfleet report (expected {SCHEMA:?})"
+            )))
+        }
+    }
+    let report = Compared::from_value(value).map_err(|e| {
+        bad(format!(
+            "{shown}: a {SCHEMA} report this coordinator cannot read: {e}"
+        ))
+    })?;
+    Ok((file, report))
+}
+
+impl Compared {
+    /// The report's parts, and each repeat run's totals.
+    pub fn from_value(value: Value) -> Result<Compared, serde_json::Error> {
+        let mut report: Compared = serde_json::from_value(value)?;
+        if let Some(r) = &report.repeats {
+            report.runs = r
+                .runs
+                .iter()
+                .map(Totals::deserialize)
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(report)
     }
 }
 
@@ -141,17 +193,6 @@ pub fn letter(i: usize) -> String {
     String::from_utf8(s).unwrap_or_default()
 }
 
-/// Walks a key path; `None` as soon as a key is missing.
-fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |v, k| v.get(*k))
-}
-
-fn num(v: &Value, path: &[&str]) -> Option<f64> {
-    at(v, path)
-        .and_then(Value::as_f64)
-        .filter(|x| x.is_finite())
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
     Count,
@@ -160,49 +201,53 @@ enum Unit {
     Ms,
 }
 
-type Getter = Box<dyn Fn(&Value) -> Option<f64>>;
+type Getter = Box<dyn Fn(&Totals) -> Option<f64>>;
+type HeadlineGetter = Box<dyn Fn(&Headline) -> Option<f64>>;
 
-/// A headline figure, read from a totals-like object.
+/// A headline figure, read from a report's totals (or a repeat run's).
 struct Figure {
     name: String,
     unit: Unit,
     get: Getter,
-    /// Computed from several keys (a percentage): its median / min / max
-    /// over repeats must come from the runs, never from the `median`,
-    /// `min`, `max` objects (min of a ratio is not the ratio of the mins).
-    derived: bool,
+    /// The same figure in `repeats.median` / `.min` / `.max`; `None` for
+    /// figures those do not hold, and for derived ones (a percentage):
+    /// their median / min / max must come from the runs (min of a ratio is
+    /// not the ratio of the mins).
+    headline: Option<HeadlineGetter>,
 }
 
 impl Figure {
-    fn path(name: &str, unit: Unit, path: &'static [&'static str]) -> Self {
+    fn new(
+        name: &str,
+        unit: Unit,
+        get: impl Fn(&Totals) -> Option<f64> + 'static,
+        headline: impl Fn(&Headline) -> Option<f64> + 'static,
+    ) -> Self {
         Figure {
             name: name.to_string(),
             unit,
-            get: Box::new(move |t| num(t, path)),
-            derived: false,
+            get: Box::new(get),
+            headline: Some(Box::new(headline)),
         }
     }
 
-    /// A count inside a map of counts (`status`, `errors`): absent from a
-    /// map that is there means zero.
-    fn counted(name: String, map: &'static str, key: String) -> Self {
+    /// A count inside a map of counts (`status`, `errors`): a key the
+    /// report lacks is unknown, shown as `-`.
+    fn counted(name: String, map: fn(&Totals) -> &BTreeMap<String, u64>, key: String) -> Self {
         Figure {
             name,
             unit: Unit::Count,
-            get: Box::new(move |t| {
-                let m = t.get(map)?.as_object()?;
-                Some(m.get(&key).and_then(Value::as_f64).unwrap_or(0.0))
-            }),
-            derived: false,
+            get: Box::new(move |t| map(t).get(&key).map(|n| *n as f64)),
+            headline: None,
         }
     }
 
-    fn derived(name: &str, get: impl Fn(&Value) -> Option<f64> + 'static) -> Self {
+    fn derived(name: &str, get: impl Fn(&Totals) -> Option<f64> + 'static) -> Self {
         Figure {
             name: name.to_string(),
             unit: Unit::Percent,
             get: Box::new(get),
-            derived: true,
+            headline: None,
         }
     }
 }
@@ -211,48 +256,28 @@ fn percent(n: f64, of: f64) -> Option<f64> {
     (of > 0.0).then(|| 100.0 * n / of)
 }
 
-fn sum_of(t: &Value, map: &str, keep: impl Fn(&str) -> bool) -> Option<f64> {
-    let m = t.get(map)?.as_object()?;
-    Some(
-        m.iter()
-            .filter(|(k, _)| keep(k))
-            .filter_map(|(_, v)| v.as_f64())
-            // Not `.sum()`: the empty f64 sum is -0.0, shown as "-0.00%".
-            .fold(0.0, |a, b| a + b),
-    )
-}
-
 /// Transport errors and 5xx answers over completed requests, as the
 /// `errors<1%` threshold counts them.
-fn error_percent(t: &Value) -> Option<f64> {
-    let transport = sum_of(t, "errors", |_| true);
-    let server = sum_of(t, "status", |c| c.starts_with('5'));
-    if transport.is_none() && server.is_none() {
-        return None;
-    }
-    let failed = transport.unwrap_or(0.0) + server.unwrap_or(0.0);
-    percent(failed, num(t, &["completed"])?)
+fn error_percent(t: &Totals) -> Option<f64> {
+    let transport: u64 = t.errors.values().sum();
+    let server: u64 = t
+        .status
+        .iter()
+        .filter(|(c, _)| c.starts_with('5'))
+        .map(|(_, n)| n)
+        .sum();
+    percent((transport + server) as f64, t.completed as f64)
 }
 
-fn unsent_percent(t: &Value) -> Option<f64> {
-    percent(num(t, &["unsent", "total"])?, num(t, &["intended"])?)
+fn unsent_percent(t: &Totals) -> Option<f64> {
+    percent(t.unsent.total as f64, t.intended as f64)
 }
 
-/// Keys of the map `name` in any report's totals (or repeat runs).
-fn keys_of(inputs: &[Input], name: &str) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
-    for i in inputs {
-        let mut objects: Vec<&Value> = vec![&i.report["totals"]];
-        if let Some(runs) = at(&i.report, &["repeats", "runs"]).and_then(Value::as_array) {
-            objects.extend(runs);
-        }
-        for o in objects {
-            if let Some(m) = o.get(name).and_then(Value::as_object) {
-                keys.extend(m.keys().cloned());
-            }
-        }
-    }
-    keys
+/// Every report's totals, and its repeat runs'.
+fn all_totals(inputs: &[Input]) -> impl Iterator<Item = &Totals> {
+    inputs
+        .iter()
+        .flat_map(|i| std::iter::once(&i.report.totals).chain(&i.report.runs))
 }
 
 /// Status codes in numeric order where they are numbers ("200" < "1000").
@@ -262,34 +287,97 @@ fn sorted_codes(codes: BTreeSet<String>) -> Vec<String> {
     v
 }
 
+fn count(n: u64) -> Option<f64> {
+    Some(n as f64)
+}
+
+type Pick = fn(&Percentiles) -> f64;
+type HeadlinePick = fn(&HeadlinePercentiles) -> Option<f64>;
+
+/// The percentiles compare shows, in the report's and the headline's form.
+const PERCENTILES: [(&str, Pick, HeadlinePick); 6] = [
+    ("p50", |p| p.p50, |h| h.p50),
+    ("p90", |p| p.p90, |h| h.p90),
+    ("p95", |p| p.p95, |h| h.p95),
+    ("p99", |p| p.p99, |h| h.p99),
+    ("p999", |p| p.p999, |h| h.p999),
+    ("max", |p| p.max, |h| h.max),
+];
+
 fn figures(inputs: &[Input]) -> Vec<Figure> {
     let mut f = vec![
-        Figure::path("intended", Unit::Count, &["intended"]),
-        Figure::path("sent", Unit::Count, &["sent"]),
-        Figure::path("unsent", Unit::Count, &["unsent", "total"]),
+        Figure::new(
+            "intended",
+            Unit::Count,
+            |t| count(t.intended),
+            |h| h.intended,
+        ),
+        Figure::new("sent", Unit::Count, |t| count(t.sent), |h| h.sent),
+        Figure::new(
+            "unsent",
+            Unit::Count,
+            |t| count(t.unsent.total),
+            |h| h.unsent.as_ref()?.total,
+        ),
         Figure::derived("unsent %", unsent_percent),
-        Figure::path("completed", Unit::Count, &["completed"]),
-        Figure::path("completed_in_window", Unit::Count, &["completed_in_window"]),
-        Figure::path("throughput_rps", Unit::Rate, &["throughput_rps"]),
+        Figure::new(
+            "completed",
+            Unit::Count,
+            |t| count(t.completed),
+            |h| h.completed,
+        ),
+        Figure::new(
+            "completed_in_window",
+            Unit::Count,
+            |t| count(t.completed_in_window),
+            |h| h.completed_in_window,
+        ),
+        Figure::new(
+            "throughput_rps",
+            Unit::Rate,
+            |t| Some(t.throughput_rps),
+            |h| h.throughput_rps,
+        ),
         Figure::derived("error %", error_percent),
     ];
-    for code in sorted_codes(keys_of(inputs, "status")) {
-        f.push(Figure::counted(format!("status {code}"), "status", code));
+    let codes: BTreeSet<String> = all_totals(inputs)
+        .flat_map(|t| t.status.keys().cloned())
+        .collect();
+    for code in sorted_codes(codes) {
+        f.push(Figure::counted(
+            format!("status {code}"),
+            |t| &t.status,
+            code,
+        ));
     }
-    for kind in keys_of(inputs, "errors") {
-        f.push(Figure::counted(format!("error {kind}"), "errors", kind));
+    let kinds: BTreeSet<String> = all_totals(inputs)
+        .flat_map(|t| t.errors.keys().cloned())
+        .collect();
+    for kind in kinds {
+        f.push(Figure::counted(
+            format!("error {kind}"),
+            |t| &t.errors,
+            kind,
+        ));
     }
-    for (name, path) in [
-        ("latency_ms p50", &["latency_ms", "p50"]),
-        ("latency_ms p90", &["latency_ms", "p90"]),
-        ("latency_ms p95", &["latency_ms", "p95"]),
-        ("latency_ms p99", &["latency_ms", "p99"]),
-        ("latency_ms p999", &["latency_ms", "p999"]),
-        ("latency_ms max", &["latency_ms", "max"]),
-        ("service_time_ms p50", &["service_time_ms", "p50"]),
-        ("service_time_ms p99", &["service_time_ms", "p99"]),
-    ] {
-        f.push(Figure::path(name, Unit::Ms, path));
+    for (name, pick, headline) in PERCENTILES {
+        f.push(Figure::new(
+            &format!("latency_ms {name}"),
+            Unit::Ms,
+            move |t| t.latency_ms.as_ref().map(pick),
+            move |h| h.latency_ms.as_ref().and_then(headline),
+        ));
+    }
+    for (name, pick, headline) in PERCENTILES
+        .into_iter()
+        .filter(|p| matches!(p.0, "p50" | "p99"))
+    {
+        f.push(Figure::new(
+            &format!("service_time_ms {name}"),
+            Unit::Ms,
+            move |t| t.service_time_ms.as_ref().map(pick),
+            move |h| h.service_time_ms.as_ref().and_then(headline),
+        ));
     }
     f
 }
@@ -315,25 +403,16 @@ struct Reading {
     range: Option<(f64, f64)>,
 }
 
-fn repeat_runs(report: &Value) -> Option<&Vec<Value>> {
-    at(report, &["repeats", "runs"])
-        .and_then(Value::as_array)
-        .filter(|r| !r.is_empty())
-}
-
-fn read(report: &Value, fig: &Figure) -> Reading {
-    let from = |key: &str| {
-        at(report, &["repeats", key])
-            .filter(|_| !fig.derived)
-            .and_then(|o| (fig.get)(o))
+fn read(report: &Compared, fig: &Figure) -> Reading {
+    let from = |pick: fn(&Repeats) -> &Headline| {
+        let headline = fig.headline.as_ref()?;
+        headline(pick(report.repeats.as_ref()?))
     };
-    let per_run: Vec<f64> = repeat_runs(report)
-        .map(|runs| runs.iter().filter_map(|r| (fig.get)(r)).collect())
-        .unwrap_or_default();
-    let value = from("median")
+    let per_run: Vec<f64> = report.runs.iter().filter_map(|r| (fig.get)(r)).collect();
+    let value = from(|r| &r.median)
         .or_else(|| median(per_run.clone()))
-        .or_else(|| (fig.get)(&report["totals"]));
-    let range = match (from("min"), from("max")) {
+        .or_else(|| (fig.get)(&report.totals));
+    let range = match (from(|r| &r.min), from(|r| &r.max)) {
         (Some(lo), Some(hi)) => Some((lo.min(hi), lo.max(hi))),
         _ if per_run.len() >= 2 => {
             let lo = per_run.iter().copied().fold(f64::INFINITY, f64::min);
@@ -346,12 +425,8 @@ fn read(report: &Value, fig: &Figure) -> Reading {
 }
 
 /// Whether a report was made with repeats, and how many runs it holds.
-fn repeats_of(report: &Value) -> Option<usize> {
-    let r = report.get("repeats")?;
-    if !r.is_object() {
-        return None;
-    }
-    Some(repeat_runs(report).map_or(0, Vec::len))
+fn repeats_of(report: &Compared) -> Option<usize> {
+    report.repeats.as_ref().map(|r| r.runs.len())
 }
 
 /// A ratio of one report's figure to the first report's.
@@ -477,15 +552,10 @@ impl Table {
             .iter()
             .map(|r| {
                 r.report
-                    .get("verdicts")
-                    .and_then(Value::as_array)
-                    .map(|vs| {
-                        vs.iter()
-                            .filter_map(|v| v.get("code").and_then(Value::as_str))
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default()
+                    .verdicts
+                    .iter()
+                    .map(|v| v.code.to_string())
+                    .collect()
             })
             .collect();
         let notes = notes(inputs);
@@ -660,90 +730,118 @@ impl Table {
 
 /// Reports that did not measure what the others did: cut short, or with an
 /// error verdict (no experiment, an agent lost, corrupt data). Also loads
-/// that differ, which make counts incomparable.
+/// that differ — the duration, the scenarios, a scenario's offered rate —
+/// which make counts incomparable.
 fn notes(inputs: &[Input]) -> Vec<String> {
     let mut notes = Vec::new();
     for (i, r) in inputs.iter().enumerate() {
         let id = letter(i);
-        let verdicts = r
-            .report
-            .get("verdicts")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
         let mut seen = BTreeSet::new();
-        for v in verdicts {
-            if v.get("level").and_then(Value::as_str) != Some("error") {
+        for v in &r.report.verdicts {
+            if v.level != VerdictLevel::Error || !seen.insert(v.code) {
                 continue;
             }
-            let code = v.get("code").and_then(Value::as_str).unwrap_or("ERROR");
-            if !seen.insert(code) {
-                continue;
-            }
-            let msg = v.get("message").and_then(Value::as_str).unwrap_or("");
-            let mut note = format!("{id}: {code} — comparing it is meaningless");
-            if !msg.is_empty() {
-                note.push_str(&format!(" ({msg})"));
+            let mut note = format!("{id}: {} — comparing it is meaningless", v.code);
+            if !v.message.is_empty() {
+                note.push_str(&format!(" ({})", v.message));
             }
             notes.push(note);
         }
-        if r.report.get("partial").and_then(Value::as_bool) == Some(true) {
+        if r.report.partial {
             notes.push(format!(
                 "{id}: PARTIAL — the run was cut short and its figures cover only part of the schedule; comparing it is meaningless"
             ));
         }
     }
     let base = &inputs[0].report;
-    for (key, what, unit) in [
-        ("rate_rps", "rate", " req/s"),
-        ("duration_s", "duration", "s"),
-    ] {
-        let a = num(base, &["run", key]);
-        for (i, r) in inputs.iter().enumerate().skip(1) {
-            let b = num(&r.report, &["run", key]);
-            if let (Some(a), Some(b)) = (a, b) {
-                if (a - b).abs() > 1e-9 * a.abs().max(1.0) {
-                    notes.push(format!(
-                        "{}: {what} {b}{unit} differs from A's {a}{unit}; counts are not comparable, only rates and latencies",
-                        letter(i)
-                    ));
-                }
+    let differs = |a: f64, b: f64| (a - b).abs() > 1e-6 * a.abs().max(1.0);
+    let names =
+        |r: &Compared| -> Vec<String> { r.scenarios.iter().map(|s| s.name.clone()).collect() };
+    for (i, r) in inputs.iter().enumerate().skip(1) {
+        let id = letter(i);
+        let other = &r.report;
+        let (a, b) = (base.run.duration_s, other.run.duration_s);
+        if differs(a, b) {
+            notes.push(format!(
+                "{id}: duration {}s differs from A's {}s; counts are not comparable, only rates and latencies",
+                fmt_number(b),
+                fmt_number(a)
+            ));
+        }
+        if names(base) != names(other) {
+            notes.push(format!(
+                "{id}: scenarios [{}] differ from A's [{}]; the plans differ, so the totals mix different loads",
+                names(other).join(", "),
+                names(base).join(", ")
+            ));
+            continue;
+        }
+        for (sa, sb) in base.scenarios.iter().zip(&other.scenarios) {
+            let what = if base.scenarios.len() == 1 {
+                "rate".to_string()
+            } else {
+                format!("{} rate", sa.name)
+            };
+            match (sa.offered_rps, sb.offered_rps) {
+                (Some(a), Some(b)) if differs(a, b) => notes.push(format!(
+                    "{id}: {what} {} req/s offered differs from A's {} req/s; counts are not comparable, only latencies (and the ratios of rates to what was offered)",
+                    fmt_number(b),
+                    fmt_number(a)
+                )),
+                _ => {}
+            }
+            if sa.model != sb.model {
+                notes.push(format!(
+                    "{id}: scenario {} is {}, A's is {}; the plans differ",
+                    sa.name, sb.model, sa.model
+                ));
             }
         }
     }
     notes
 }
 
+/// `100`, `12.5`, `0.333`: a figure in a sentence, without noise digits.
+fn fmt_number(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn totals(p50: f64, p99: f64, completed: u64, status: Value) -> Value {
-        json!({
-            "intended": 1000, "sent": 1000, "completed": completed,
-            "completed_in_window": completed, "in_flight_at_end": 0,
-            "unsent": {"total": 0, "concurrency_limit": 0, "late": 0},
-            "status": status, "errors": {}, "throughput_rps": completed as f64 / 10.0,
-            "latency_ms": {"p50": p50, "p90": p50, "p95": p50, "p99": p99, "p999": p99, "max": p99, "mean": p50, "count": completed},
-            "service_time_ms": {"p50": p50, "p90": p50, "p95": p50, "p99": p99, "p999": p99, "max": p99, "mean": p50, "count": completed},
-        })
-    }
-
-    fn report(totals: Value) -> Value {
-        json!({
-            "schema": SCHEMA,
-            "partial": false,
-            "run": {"rate_rps": 100.0, "duration_s": 10.0},
-            "verdicts": [{"level": "warn", "code": "LOCALHOST", "message": "one machine"}],
-            "totals": totals,
-        })
+    /// A real report (tests/fixtures/report.json: 100 req/s for 3 s) with
+    /// its totals' figures replaced.
+    fn report(p50: f64, p99: f64, completed: u64, status: Value) -> Value {
+        let mut r: Value =
+            serde_json::from_str(include_str!("../tests/fixtures/report.json")).unwrap();
+        let t = &mut r["totals"];
+        t["completed"] = json!(completed);
+        t["completed_in_window"] = json!(completed);
+        t["status"] = status;
+        t["throughput_rps"] = json!(completed as f64 / 10.0);
+        for key in ["latency_ms", "service_time_ms"] {
+            for (k, v) in [
+                ("p50", p50),
+                ("p90", p50),
+                ("p95", p50),
+                ("p99", p99),
+                ("p999", p99),
+                ("max", p99),
+            ] {
+                t[key][k] = json!(v);
+            }
+        }
+        r
     }
 
     fn input(label: &str, report: Value) -> Input {
         Input {
             label: label.into(),
             path: PathBuf::from(format!("/x/{label}/report.json")),
-            report,
+            report: Compared::from_value(report).unwrap(),
         }
     }
 
@@ -761,13 +859,10 @@ mod tests {
 
     #[test]
     fn compare_table_has_headline_rows_in_order_with_ratios() {
-        let a = input(
-            "fast",
-            report(totals(10.0, 20.0, 1000, json!({"200": 1000}))),
-        );
+        let a = input("fast", report(10.0, 20.0, 1000, json!({"200": 1000})));
         let b = input(
             "slow",
-            report(totals(20.0, 80.0, 1000, json!({"200": 900, "503": 100}))),
+            report(20.0, 80.0, 1000, json!({"200": 900, "503": 100})),
         );
         let t = Table::build(&[a, b]);
         let names: Vec<&str> = t.rows.iter().map(|r| r.figure.as_str()).collect();
@@ -779,10 +874,11 @@ mod tests {
         assert!(names.contains(&"status 200") && names.contains(&"status 503"));
         assert_eq!(t.row("latency_ms p50").unwrap().ratios[0].value, Some(2.0));
         assert_eq!(t.row("latency_ms p99").unwrap().ratios[0].value, Some(4.0));
-        // A has no 503 at all: zero, so the ratio is infinite, not missing.
+        // A has no 503 key at all: unknown, shown as "-", not 0.
         let s503 = t.row("status 503").unwrap();
-        assert_eq!(s503.value(0), Some(0.0));
-        assert_eq!(s503.ratios[0].value, Some(f64::INFINITY));
+        assert_eq!(s503.value(0), None);
+        assert_eq!(s503.cell(0), "-");
+        assert_eq!(s503.ratios[0].value, None);
         // 100 × 5xx over 1000 completed.
         assert_eq!(t.row("error %").unwrap().value(1), Some(10.0));
         assert_eq!(t.row("error %").unwrap().cell(0), "0.00%");
@@ -793,10 +889,11 @@ mod tests {
             "{s}"
         );
         assert!(line(&s, "latency_ms p50").ends_with("2.00"), "{s}");
-        assert!(line(&s, "status 503").ends_with("inf"), "{s}");
+        assert!(line(&s, "status 503").contains(" - "), "{s}");
         assert!(line(&s, "verdicts").contains("LOCALHOST"), "{s}");
         assert!(s.contains("significance needs repeats"), "{s}");
         assert!(!s.contains("(ns)"), "{s}");
+        assert!(!s.contains("notes:"), "the same load: {s}");
         let ordered: Vec<usize> = ["intended", "sent", "unsent", "completed", "latency_ms p50"]
             .iter()
             .map(|f| s.find(line(&s, f)).unwrap())
@@ -805,23 +902,39 @@ mod tests {
     }
 
     #[test]
-    fn compare_missing_keys_show_as_dash_and_never_panic() {
-        let odd = json!({"schema": SCHEMA, "totals": {"intended": "many", "latency_ms": null}, "verdicts": 3});
-        let bare = json!({"schema": SCHEMA});
-        let full = report(totals(10.0, 20.0, 100, json!({"200": 100})));
-        let t = Table::build(&[input("odd", odd), input("bare", bare), input("full", full)]);
+    fn compare_missing_figures_show_as_dash() {
+        let mut none = report(10.0, 20.0, 0, json!({}));
+        none["totals"]["latency_ms"] = Value::Null;
+        let full = report(10.0, 20.0, 100, json!({"200": 100}));
+        let t = Table::build(&[input("none", none), input("full", full)]);
         let p50 = t.row("latency_ms p50").unwrap();
         assert_eq!(p50.cell(0), "-");
-        assert_eq!(p50.cell(1), "-");
-        assert_eq!(p50.cell(2), "10.00");
-        assert_eq!(fmt_ratio(&p50.ratios[1]), "-");
-        assert_eq!(t.row("intended").unwrap().cell(0), "-");
-        // The status row of a report without a status map is unknown, not 0.
-        assert_eq!(t.row("status 200").unwrap().cell(1), "-");
-        let s = text(&t);
-        assert!(s.contains("C/A"), "{s}");
+        assert_eq!(p50.cell(1), "10.00");
+        assert_eq!(fmt_ratio(&p50.ratios[0]), "-");
+        // The status row of a report without that status is unknown, not 0.
+        assert_eq!(t.row("status 200").unwrap().cell(0), "-");
+        // Nothing completed: no error percentage either.
+        assert_eq!(t.row("error %").unwrap().cell(0), "-");
         let j = t.to_json();
-        assert_eq!(j["reports"][2]["id"], "C");
+        assert_eq!(j["reports"][1]["id"], "B");
+        assert_eq!(j["rows"][0]["figure"], "intended");
+    }
+
+    #[test]
+    fn compare_reads_reports_older_than_the_newest_keys() {
+        // Keys compare does not read may be absent (the report's own
+        // later additions are optional in its types, `#[serde(default)]`).
+        let mut r = report(10.0, 20.0, 100, json!({"200": 100}));
+        r.as_object_mut().unwrap().remove("thresholds");
+        r.as_object_mut().unwrap().remove("agents");
+        r.as_object_mut().unwrap().remove("intervals");
+        let c = Compared::from_value(r).unwrap();
+        assert_eq!(c.totals.completed, 100);
+        // A key of the wrong type is refused, not guessed at.
+        let mut odd = report(10.0, 20.0, 100, json!({"200": 100}));
+        odd["totals"]["intended"] = json!("many");
+        let e = Compared::from_value(odd).unwrap_err().to_string();
+        assert!(e.contains("invalid type"), "{e}");
     }
 
     #[test]
@@ -862,17 +975,21 @@ mod tests {
         assert_eq!(letter(0), "A");
         assert_eq!(letter(25), "Z");
         assert_eq!(letter(26), "AA");
+        assert_eq!(fmt_number(100.0), "100");
+        assert_eq!(fmt_number(12.5), "12.5");
     }
 
     fn with_repeats(p99s: &[f64]) -> Value {
         let runs: Vec<Value> = p99s
             .iter()
-            .map(|p| totals(10.0, *p, 1000, json!({"200": 1000})))
+            .map(|p| report(10.0, *p, 1000, json!({"200": 1000}))["totals"].clone())
             .collect();
         let lo = p99s.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = p99s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let mut r = report(totals(10.0, 999.0, 1000, json!({"200": 1000})));
+        let mut r = report(10.0, 999.0, 1000, json!({"200": 1000}));
         r["repeats"] = json!({
+            "count": p99s.len(),
+            "representative": 0,
             "runs": runs,
             "median": {"latency_ms": {"p99": median(p99s.to_vec()).unwrap()}},
             "min": {"latency_ms": {"p99": lo}},
@@ -918,7 +1035,7 @@ mod tests {
     #[test]
     fn compare_repeats_on_one_side_only_leave_ratios_unmarked() {
         let a = input("a", with_repeats(&[100.0, 110.0]));
-        let b = input("b", report(totals(10.0, 105.0, 1000, json!({"200": 1000}))));
+        let b = input("b", report(10.0, 105.0, 1000, json!({"200": 1000})));
         let t = Table::build(&[a, b]);
         let p99 = t.row("latency_ms p99").unwrap();
         assert_eq!(p99.ratios[0].significant, None);
@@ -929,15 +1046,14 @@ mod tests {
 
     #[test]
     fn compare_flags_no_experiment_and_partial_reports() {
-        let a = input("a", report(totals(10.0, 20.0, 1000, json!({"200": 1000}))));
-        let mut broken = report(totals(0.1, 0.2, 1000, json!({"503": 1000})));
+        let a = input("a", report(10.0, 20.0, 1000, json!({"200": 1000})));
+        let mut broken = report(0.1, 0.2, 1000, json!({"503": 1000}));
         broken["verdicts"] = json!([
             {"level": "error", "code": "NO_EXPERIMENT", "message": "no request succeeded"},
             {"level": "warn", "code": "LOCALHOST", "message": "x"},
         ]);
-        let mut cut = report(totals(10.0, 20.0, 500, json!({"200": 500})));
+        let mut cut = report(10.0, 20.0, 500, json!({"200": 500}));
         cut["partial"] = json!(true);
-        cut["run"]["rate_rps"] = json!(200.0);
         let t = Table::build(&[a, input("broken", broken), input("cut", cut)]);
         let s = text(&t);
         assert!(
@@ -946,15 +1062,41 @@ mod tests {
         );
         assert!(!s.contains("B: LOCALHOST"), "{s}");
         assert!(s.contains("C: PARTIAL"), "{s}");
-        assert!(
-            s.contains("C: rate 200 req/s differs from A's 100 req/s"),
-            "{s}"
-        );
         assert!(!s.contains("A: "), "A is fine: {s}");
         assert!(
             line(&s, "verdicts").contains("NO_EXPERIMENT,LOCALHOST"),
             "{s}"
         );
+    }
+
+    /// Rates, durations and plans that differ are said, from what the
+    /// report has: run.duration_s and each scenario's offered_rps.
+    #[test]
+    fn compare_says_when_the_loads_differ() {
+        let a = input("a", report(10.0, 20.0, 300, json!({"200": 300})));
+        let mut faster = report(10.0, 20.0, 600, json!({"200": 600}));
+        faster["scenarios"][0]["offered_rps"] = json!(200.0);
+        let mut longer = report(10.0, 20.0, 600, json!({"200": 600}));
+        longer["run"]["duration_s"] = json!(6.0);
+        let mut other = report(10.0, 20.0, 300, json!({"200": 300}));
+        other["scenarios"][0]["name"] = json!("checkout");
+        let t = Table::build(&[
+            a,
+            input("faster", faster),
+            input("longer", longer),
+            input("other", other),
+        ]);
+        let s = text(&t);
+        assert!(
+            s.contains("B: rate 200 req/s offered differs from A's 100 req/s"),
+            "{s}"
+        );
+        assert!(s.contains("C: duration 6s differs from A's 3s"), "{s}");
+        assert!(
+            s.contains("D: scenarios [checkout] differ from A's [default]"),
+            "{s}"
+        );
+        assert_eq!(t.notes.len(), 3, "{s}");
     }
 
     fn temp(name: &str) -> PathBuf {
@@ -1002,9 +1144,17 @@ mod tests {
             "{m}"
         );
 
+        let hollow = temp("hollow.json");
+        std::fs::write(&hollow, json!({"schema": SCHEMA}).to_string()).unwrap();
+        let m = bad_message(&hollow);
+        assert!(
+            m.contains("hollow.json") && m.contains("cannot read") && m.contains("missing field"),
+            "{m}"
+        );
+
         // run() refuses before printing half a table.
         let good = temp("good.json");
-        std::fs::write(&good, report(json!({})).to_string()).unwrap();
+        std::fs::write(&good, report(1.0, 2.0, 3, json!({"200": 3})).to_string()).unwrap();
         let mut out = Vec::new();
         let args = CompareArgs {
             reports: vec![good.clone(), missing],

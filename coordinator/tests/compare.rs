@@ -109,3 +109,47 @@ fn compare_two_real_reports_shows_both_columns_and_the_latency_ratio() {
     let (status, output) = run(cmd, "compare one", Duration::from_secs(30));
     assert_eq!(status.code(), Some(2), "{output}");
 }
+
+/// Two real runs at different rates, one of them against a testbed pool too
+/// small for it (503s): `compare` says that the rates differ, and shows `-`
+/// for the 503s of the run that had none (it never saw that status, so 0
+/// would be a claim the report does not make).
+#[test]
+fn compare_says_the_rates_differ_and_dashes_a_status_a_report_lacks() {
+    let dir = temp_dir("compare-rates");
+    let (calm, busy) = (dir.join("rate-50"), dir.join("rate-100-pool-1"));
+    for (out, extra) in [
+        (&calm, &["--rate", "50"][..]),
+        (
+            &busy,
+            &[
+                "--rate",
+                "100",
+                "--testbed-pool",
+                "1",
+                "--testbed-pool-timeout",
+                "1ms",
+            ][..],
+        ),
+    ] {
+        let mut cmd = coordinator();
+        cmd.args(["run", "--local-agents", "1", "--duration", "2s"])
+            .args(extra)
+            .arg("--out")
+            .arg(out);
+        let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+        assert!(matches!(status.code(), Some(0 | 3)), "{output}");
+    }
+    let mut cmd = coordinator();
+    cmd.arg("compare").arg(&calm).arg(&busy);
+    let (status, output) = run(cmd, "compare", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{output}");
+    assert!(
+        output.contains("B: rate 100 req/s offered differs from A's 50 req/s"),
+        "{output}"
+    );
+    let s503 = row(&output, "status 503");
+    assert_eq!(s503[0], "-", "{output}");
+    assert!(s503[1].parse::<u64>().is_ok_and(|n| n > 0), "{output}");
+    assert_eq!(s503[2], "-", "no ratio to a missing figure: {output}");
+}

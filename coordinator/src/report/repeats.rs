@@ -48,9 +48,82 @@ pub struct Repeats {
     pub representative: usize,
     /// Each run's totals, in order, with `errors_total` (transport + 5xx).
     pub runs: Vec<Value>,
-    pub median: Value,
-    pub min: Value,
-    pub max: Value,
+    pub median: Headline,
+    pub min: Headline,
+    pub max: Headline,
+}
+
+/// `repeats.median`, `.min` and `.max`: the [`HEADLINE`] figures, each
+/// absent when no run had it (a run with no completion has no latency).
+/// Absent keys stay absent, never 0, so `compare` can show `-`. Fields are
+/// in key order, as the maps they replace were written, so the JSON is
+/// unchanged; a figure added to [`HEADLINE`] needs its field here (a test
+/// says so).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Headline {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_in_window: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors_total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_at_end: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intended: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<HeadlinePercentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_time_ms: Option<HeadlinePercentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_ok_rps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_rps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsent: Option<HeadlineUnsent>,
+}
+
+/// The latency figures of a [`Headline`], in key order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeadlinePercentiles {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p999: Option<f64>,
+}
+
+/// `unsent.total` of a [`Headline`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeadlineUnsent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+}
+
+impl Headline {
+    /// From the map `combine` builds by key path; every value is a number
+    /// in its place, so nothing is lost (see the test).
+    fn from_map(map: Map<String, Value>) -> Headline {
+        serde_json::from_value(Value::Object(map)).unwrap_or_default()
+    }
+
+    /// The figure at a [`HEADLINE`] key path.
+    pub fn get(&self, path: &str) -> Option<f64> {
+        get(&serde_json::to_value(self).ok()?, path)
+    }
 }
 
 /// How a column of the repeats table is shown.
@@ -77,14 +150,15 @@ impl Repeats {
     /// one value per column of [`COLUMNS`].
     pub fn table(&self) -> Vec<(String, Vec<Option<f64>>)> {
         let row = |v: &Value| COLUMNS.iter().map(|(_, path, _)| get(v, path)).collect();
+        let headline = |h: &Headline| COLUMNS.iter().map(|(_, path, _)| h.get(path)).collect();
         self.runs
             .iter()
             .enumerate()
             .map(|(i, v)| (format!("run {}", i + 1), row(v)))
             .chain([
-                ("median".to_string(), row(&self.median)),
-                ("min".to_string(), row(&self.min)),
-                ("max".to_string(), row(&self.max)),
+                ("median".to_string(), headline(&self.median)),
+                ("min".to_string(), headline(&self.min)),
+                ("max".to_string(), headline(&self.max)),
             ])
             .collect()
     }
@@ -148,7 +222,8 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
         set(&mut lo, path, values[0]);
         set(&mut hi, path, values[values.len() - 1]);
     }
-    let (med, lo, hi) = (Value::Object(med), Value::Object(lo), Value::Object(hi));
+    let med_map = med.clone();
+    let med = Value::Object(med);
 
     // The representative run: p99 closest to the median p99.
     let representative = match get(&med, "latency_ms.p99") {
@@ -192,9 +267,9 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
         count,
         representative,
         runs,
-        median: med,
-        min: lo,
-        max: hi,
+        median: Headline::from_map(med_map),
+        min: Headline::from_map(lo),
+        max: Headline::from_map(hi),
     });
     (main, representative)
 }
@@ -272,6 +347,31 @@ mod tests {
         assert_eq!(get(&v, "latency_ms.p99"), Some(4.0));
         assert_eq!(get(&v, "intended"), Some(10.0));
         assert_eq!(get(&v, "latency_ms.p50"), None);
+    }
+
+    /// Every headline figure has its field in [`Headline`], and the typed
+    /// form writes exactly the map it was read from.
+    #[test]
+    fn every_headline_figure_round_trips_through_the_typed_struct() {
+        let mut m = Map::new();
+        for (i, path) in HEADLINE.iter().enumerate() {
+            set(&mut m, path, i as f64 + 0.5);
+        }
+        let h = Headline::from_map(m.clone());
+        assert_eq!(serde_json::to_value(&h).unwrap(), Value::Object(m.clone()));
+        assert_eq!(
+            serde_json::to_string(&h).unwrap(),
+            serde_json::to_string(&Value::Object(m)).unwrap()
+        );
+        for (i, path) in HEADLINE.iter().enumerate() {
+            assert_eq!(h.get(path), Some(i as f64 + 0.5), "{path}");
+        }
+        // Absent figures stay absent.
+        let mut partial = Map::new();
+        set(&mut partial, "latency_ms.p99", 3.0);
+        let h = Headline::from_map(partial.clone());
+        assert_eq!(h.intended, None);
+        assert_eq!(serde_json::to_value(&h).unwrap(), Value::Object(partial));
     }
 
     #[test]

@@ -13,11 +13,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use loadfleet_proto::bounds::{self, BoundsError, MAX_MESSAGE_BYTES};
+use loadfleet_proto::handover::Handover;
 use loadfleet_proto::v1::{
     self, agent_message, control_client::ControlClient, coordinator_message,
 };
 use loadfleet_proto::PROTOCOL_HEADER;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -144,6 +145,14 @@ pub enum SessionError {
     /// A second assignment arrived while one was running.
     #[error("the coordinator sent an assignment during a run")]
     AssignmentDuringRun,
+    /// A hand-over names agents outside the run; carrying it out could
+    /// send arrivals twice or not at all.
+    #[error("the coordinator sent a hand-over this agent cannot carry out: {0}")]
+    BadTakeover(String),
+    /// The process was frozen (SIGSTOP, a paused VM) long enough that the
+    /// coordinator may have given its share to others: it leaves the run.
+    #[error("this agent was frozen for {0:?} (SIGSTOP? a paused VM?); it fired nothing more and left the run, which counts it lost")]
+    Frozen(Duration),
     /// The assignment aims outside `--allow-target` or breaks the plan
     /// bounds; the refusal was sent to the coordinator and nothing was
     /// fired.
@@ -178,7 +187,9 @@ impl SessionError {
             | SessionError::OutboundClosed
             | SessionError::Silent(_)
             | SessionError::NotReading(_)
-            | SessionError::AssignmentDuringRun => exit::COORDINATOR,
+            | SessionError::AssignmentDuringRun
+            | SessionError::BadTakeover(_)
+            | SessionError::Frozen(_) => exit::COORDINATOR,
             SessionError::AssignmentRefused(_)
             | SessionError::WelcomeRefused(_)
             | SessionError::BadAssignment(_)
@@ -404,6 +415,12 @@ struct Run {
     /// The coordinator stopped this run early.
     cut_short: bool,
     cpu: CpuSampler,
+    /// The assignment's weights and this agent's index in them, to read
+    /// hand-overs with.
+    weights: Vec<u32>,
+    agent_index: usize,
+    /// Hand-overs received so far, shared with the workers.
+    handovers: watch::Sender<Arc<[Handover]>>,
     /// The common start and interval of the snapshot grid, and the next
     /// interval whose CPU use is due.
     start: Instant,
@@ -477,8 +494,46 @@ impl Session<'_> {
                     _ => Ok(ControlFlow::Break(SessionEnd::Stopped)),
                 }
             }
+            Some(coordinator_message::Kind::Takeover(t)) => self.on_takeover(t),
+            Some(coordinator_message::Kind::Standby(s)) => {
+                // Joined after the run began: no share of it. Stay
+                // connected (heartbeats keep the dead-man switch quiet)
+                // until a later run welcomes us or the coordinator ends.
+                tracing::warn!("standing by: {}", s.reason);
+                Ok(ControlFlow::Continue(()))
+            }
             Some(coordinator_message::Kind::Heartbeat(_)) | None => Ok(ControlFlow::Continue(())),
         }
+    }
+
+    /// Another agent was lost: from the stated instant this agent also
+    /// sends its part of the lost agent's arrivals. The workers pick the
+    /// hand-over up from the shared list.
+    fn on_takeover(&mut self, t: v1::Takeover) -> Step {
+        let Phase::Running(run) = &mut self.phase else {
+            // The run is over here: there is nothing left to take over.
+            return Ok(ControlFlow::Continue(()));
+        };
+        let survivors: Vec<usize> = t.survivors.iter().map(|&s| s as usize).collect();
+        let lost = t.lost_agent_index as usize;
+        if lost == run.agent_index || !survivors.contains(&run.agent_index) {
+            return Err(SessionError::BadTakeover(format!(
+                "agent {lost}'s arrivals go to agents {survivors:?}, which leaves out this agent ({})",
+                run.agent_index
+            )));
+        }
+        let handover = Handover::new(lost, t.from_ns_after_start, survivors, &run.weights)
+            .map_err(|e| SessionError::BadTakeover(e.to_string()))?;
+        tracing::warn!(
+            "agent {lost} was lost: taking over part of its arrivals from {:.1}s after the start",
+            t.from_ns_after_start as f64 / 1e9
+        );
+        run.handovers.send_modify(|list| {
+            let mut all = list.to_vec();
+            all.push(handover);
+            *list = all.into();
+        });
+        Ok(ControlFlow::Continue(()))
     }
 
     /// A clock probe: stamp when it arrived and when the answer leaves.
@@ -511,6 +566,7 @@ impl Session<'_> {
         let plans = plan_workers(&a, self.config, start).map_err(SessionError::BadAssignment)?;
         let stop = CancellationToken::new();
         let workers = plans.len();
+        let (handovers, handovers_rx) = watch::channel::<Arc<[Handover]>>(Arc::from(Vec::new()));
         // Running before any worker starts, so a failure to start the rest
         // still stops those already going.
         self.phase = Phase::Running(Run {
@@ -521,12 +577,20 @@ impl Session<'_> {
             in_flight_at_end: 0,
             cut_short: false,
             cpu,
+            weights: a.weights.clone(),
+            agent_index: a.agent_index as usize,
+            handovers,
             start,
             interval: Duration::from_nanos(a.interval_ns),
             next_cpu_interval: 0,
         });
         for plan in plans {
-            let thread = spawn_worker(plan, self.events.clone(), stop.clone())?;
+            let thread = spawn_worker(
+                plan,
+                self.events.clone(),
+                stop.clone(),
+                handovers_rx.clone(),
+            )?;
             if let Phase::Running(run) = &mut self.phase {
                 run.threads.push(thread);
             }
@@ -559,6 +623,7 @@ impl Session<'_> {
                 }
                 Ok(ControlFlow::Continue(()))
             }
+            WorkerEvent::Frozen(gap) => Err(SessionError::Frozen(gap)),
         }
     }
 
@@ -687,6 +752,7 @@ fn spawn_worker(
     plan: WorkerPlan,
     events: mpsc::UnboundedSender<WorkerEvent>,
     stop: CancellationToken,
+    handovers: worker::Handovers,
 ) -> Result<JoinHandle<()>, SessionError> {
     let name = format!("worker-{}", plan.worker_index);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -697,7 +763,7 @@ fn spawn_worker(
         .name(name)
         .spawn(move || {
             crate::timer::tighten_timer_slack();
-            runtime.block_on(worker::run(plan, events, stop))
+            runtime.block_on(worker::run(plan, events, stop, handovers))
         })
         .map_err(SessionError::Spawn)
 }

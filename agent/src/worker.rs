@@ -15,12 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loadfleet_proto::closed::{client_windows, Population};
+use loadfleet_proto::handover::{Handover, Owners};
 use loadfleet_proto::partition::{AgentSlice, Interleave};
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::schedule::{ArrivalSchedule, Stage};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::UnsentReason;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +37,16 @@ const WATCHED_SLEEP: Duration = Duration::from_millis(20);
 /// How early a long coarse sleep ends, leaving the rest to the precise timer:
 /// tokio's wheel has 1 ms slots and its wake-up can come a little later.
 const COARSE_MARGIN: Duration = Duration::from_millis(3);
+/// A worker that wakes this long after it meant to was frozen (SIGSTOP, a
+/// paused VM): by then the coordinator may have declared the agent lost
+/// and handed its arrivals to others, so it must not fire another one.
+/// Shorter than the coordinator's silence limit, so any freeze that can
+/// cost the agent its place stops it first.
+const FROZEN: Duration = Duration::from_millis(1500);
+
+/// The run's hand-overs so far (`--on-agent-loss redistribute`), as the
+/// session received them, in order.
+pub type Handovers = watch::Receiver<Arc<[Handover]>>;
 
 /// What a worker reports to the session.
 pub enum WorkerEvent {
@@ -42,6 +54,9 @@ pub enum WorkerEvent {
     Snapshots(Vec<v1::Snapshot>),
     /// The worker is done; requests it abandoned while draining.
     Done { in_flight_at_end: u64 },
+    /// The worker woke up this long after it should have: the process was
+    /// frozen. It fired nothing more.
+    Frozen(Duration),
 }
 
 /// How a scenario's load is generated.
@@ -122,15 +137,23 @@ impl Shared {
 }
 
 /// Runs a worker to completion on the current (single-threaded) runtime.
-pub async fn run(plan: WorkerPlan, events: UnboundedSender<WorkerEvent>, stop: CancellationToken) {
+pub async fn run(
+    plan: WorkerPlan,
+    events: UnboundedSender<WorkerEvent>,
+    stop: CancellationToken,
+    handovers: Handovers,
+) {
     let local = tokio::task::LocalSet::new();
-    local.run_until(run_scenarios(plan, events, stop)).await;
+    local
+        .run_until(run_scenarios(plan, events, stop, handovers))
+        .await;
 }
 
 async fn run_scenarios(
     mut plan: WorkerPlan,
     events: UnboundedSender<WorkerEvent>,
     stop: CancellationToken,
+    handovers: Handovers,
 ) {
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
     let scenarios = std::mem::take(&mut plan.scenarios);
@@ -164,13 +187,22 @@ async fn run_scenarios(
             events.clone(),
         )));
         states.push(shared.clone());
-        let (plan, stop) = (plan.clone(), stop.clone());
+        let (plan, stop, events) = (plan.clone(), stop.clone(), events.clone());
+        let handovers = handovers.clone();
         tasks.push(tokio::task::spawn_local(async move {
             match &sc.model {
                 Model::Open {
                     schedule,
                     interleave,
-                } => open_loop(&plan, &sc, schedule, interleave, &shared, &stop).await,
+                } => {
+                    let frozen =
+                        open_loop(&plan, &sc, schedule, interleave, handovers, &shared, &stop)
+                            .await;
+                    if let Err(gap) = frozen {
+                        let _ = events.send(WorkerEvent::Frozen(gap));
+                        return;
+                    }
+                }
                 Model::Closed {
                     population,
                     interleave,
@@ -218,44 +250,188 @@ async fn run_scenarios(
     let _ = events.send(WorkerEvent::Done { in_flight_at_end });
 }
 
+/// One worker's arrivals of one open scenario, in time order: its part of
+/// the agent's own slice, and of every hand-over the agent takes part in.
+/// Each source is dealt round-robin over the agent's workers by position.
+struct Sources<'a> {
+    schedule: &'a ArrivalSchedule,
+    interleave: &'a Arc<Interleave>,
+    agent: usize,
+    worker: usize,
+    workers: usize,
+    /// The scenario's offset from the common start, which hand-over
+    /// instants count from.
+    offset_ns: u64,
+    streams: Vec<Stream<'a>>,
+    /// Hand-overs already turned into streams.
+    known: usize,
+}
+
+/// One source of arrivals (fleet index, ns from the scenario start), with
+/// its next one looked at.
+struct Stream<'a> {
+    head: Option<(u64, u64)>,
+    rest: Box<dyn Iterator<Item = (u64, u64)> + 'a>,
+}
+
+impl<'a> Stream<'a> {
+    fn new(mut rest: Box<dyn Iterator<Item = (u64, u64)> + 'a>) -> Self {
+        Self {
+            head: rest.next(),
+            rest,
+        }
+    }
+}
+
+impl<'a> Sources<'a> {
+    /// Adds a stream per hand-over not seen yet. Hand-over `j` brings the
+    /// arrivals that it (and no later one) gave to this agent; the earlier
+    /// streams keep theirs, because only a lost agent loses arrivals and the
+    /// coordinator sends nothing more to a lost agent.
+    fn absorb(&mut self, handovers: &Arc<[Handover]>) {
+        while self.known < handovers.len() {
+            let level = self.known + 1;
+            self.known += 1;
+            if !handovers[level - 1].survivors.contains(&self.agent) {
+                continue;
+            }
+            let mut owners = Owners::new(self.interleave.clone(), handovers[..level].into());
+            let (agent, offset) = (self.agent, self.offset_ns);
+            let (worker, workers) = (self.worker, self.workers);
+            let taken = self
+                .schedule
+                .arrivals()
+                .enumerate()
+                .map(|(k, t)| (k as u64, t))
+                .filter(move |&(k, t)| {
+                    owners.owner_and_level(k, offset.saturating_add(t)) == (agent, level)
+                })
+                .enumerate()
+                .filter(move |(n, _)| n % workers == worker)
+                .map(|(_, a)| a);
+            self.streams.push(Stream::new(Box::new(taken)));
+        }
+    }
+
+    /// The earliest next arrival over all streams, without taking it.
+    fn peek(&self) -> Option<(usize, (u64, u64))> {
+        self.streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.head.map(|a| (i, a)))
+            .min_by_key(|&(_, (_, t))| t)
+    }
+
+    fn take(&mut self, stream: usize) {
+        let s = &mut self.streams[stream];
+        s.head = s.rest.next();
+    }
+}
+
+/// Waits until a new hand-over arrives; never, once the session is gone.
+async fn handover_news(rx: &mut Handovers) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Sends this worker's arrivals of an open scenario. Fails with the gap when
+/// the worker finds it was frozen; it then fires nothing more.
 async fn open_loop(
     plan: &WorkerPlan,
     sc: &ScenarioPlan,
     schedule: &ArrivalSchedule,
-    interleave: &Interleave,
+    interleave: &Arc<Interleave>,
+    mut handovers: Handovers,
     shared: &Shared,
     stop: &CancellationToken,
-) {
+) -> Result<(), Duration> {
     let slice = match AgentSlice::new(schedule, interleave, plan.agent_index) {
         Ok(slice) => slice,
         Err(e) => {
             tracing::error!("cannot take my slice: {e}");
-            return;
+            return Ok(());
         }
     };
-    let mine = slice
+    let own = slice
         .indexed_arrivals()
         .enumerate()
         .filter(|(n, _)| n % plan.workers == plan.worker_index)
         .map(|(_, a)| a);
+    let mut sources = Sources {
+        schedule,
+        interleave,
+        agent: plan.agent_index,
+        worker: plan.worker_index,
+        workers: plan.workers,
+        offset_ns: sc.start.saturating_duration_since(plan.start).as_nanos() as u64,
+        streams: vec![Stream::new(Box::new(own))],
+        known: 0,
+    };
+    // Hand-overs can come until the schedule ends, even after this
+    // worker's own arrivals are done.
+    let end = sc.start + Duration::from_nanos(schedule.duration_ns());
     let timer = PreciseTimer::new()
         .map_err(|e| tracing::warn!("no precise timer ({e}); arrivals may lag up to 1 ms"))
         .ok();
     let mut last_wake = Instant::now();
-    for (seq, offset_ns) in mine {
+    // When the loop should be running again at the latest, had nothing
+    // frozen it.
+    let mut due = Instant::now();
+    loop {
+        let news = handovers.borrow_and_update().clone();
+        sources.absorb(&news);
+        if stop.is_cancelled() {
+            break;
+        }
+        let now = Instant::now();
+        let gap = now.saturating_duration_since(due);
+        if gap > FROZEN {
+            return Err(gap);
+        }
+        let Some((stream, (seq, offset_ns))) = sources.peek() else {
+            if now >= end {
+                break;
+            }
+            due = end;
+            tokio::select! {
+                _ = tokio::time::sleep_until(end) => {}
+                _ = handover_news(&mut handovers) => due = Instant::now(),
+                _ = stop.cancelled() => break,
+            }
+            continue;
+        };
         let intended = sc.start + Duration::from_nanos(offset_ns);
-        if intended > Instant::now() {
+        if intended > now {
             // Coalesce wake-ups: at most one per wake quantum. Each sleep is
             // a context switch (several µs); at high rates they would cost
             // more than the requests. Arrivals then leave up to one quantum
             // late, which the lag histogram and the latency (taken from the
             // intended instant) both show.
             let wake = intended.max(last_wake + plan.wake_quantum);
+            if wake > now + WATCHED_SLEEP {
+                // A long wait listens for hand-overs, whose arrivals may
+                // come first; then the next one is picked afresh.
+                let coarse = wake - COARSE_MARGIN;
+                due = coarse;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(coarse) => {}
+                    _ = handover_news(&mut handovers) => due = Instant::now(),
+                    _ = stop.cancelled() => break,
+                }
+                continue;
+            }
             if !wait_until(timer.as_ref(), wake, stop).await {
                 break;
             }
             last_wake = Instant::now();
+            let gap = last_wake.saturating_duration_since(wake);
+            if gap > FROZEN {
+                return Err(gap);
+            }
         }
+        sources.take(stream);
+        due = Instant::now();
         if stop.is_cancelled() {
             break;
         }
@@ -284,6 +460,7 @@ async fn open_loop(
             one_request(&task_shared, request, intended).await;
         });
     }
+    Ok(())
 }
 
 /// Closed model: each owned client runs its loop inside its active windows.

@@ -10,7 +10,11 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::OutcomeClass;
+use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
+
+/// Intervals tracked per agent for the plan check: the longest scenario
+/// allowed, in seconds (the snapshot interval is a second).
+const MAX_TRACKED_INTERVALS: usize = loadfleet_proto::bounds::MAX_SCENARIO.as_secs() as usize;
 
 /// Counts and histograms summed over any set of snapshots.
 #[derive(Debug, Clone)]
@@ -142,6 +146,10 @@ pub struct Aggregate {
     folded_below: u64,
     /// Folded seconds that stragglers have added latency to since.
     straggled: std::collections::BTreeSet<u64>,
+    /// Arrivals each agent reported intended, per scenario and interval
+    /// (`[agent][scenario][interval]`), to set against the plan when an
+    /// agent is lost.
+    pub reported: Vec<Vec<Vec<u64>>>,
 }
 
 /// One second of the run, all agents together.
@@ -219,7 +227,50 @@ impl Aggregate {
             intervals: BTreeMap::new(),
             folded_below: 0,
             straggled: Default::default(),
+            reported: vec![vec![Vec::new(); scenarios]; agents],
         }
+    }
+
+    /// What `agent` reported intended in `scenario`, interval by interval.
+    pub fn reported(&self, agent: usize, scenario: usize) -> &[u64] {
+        self.reported
+            .get(agent)
+            .and_then(|a| a.get(scenario))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Books `n` arrivals the plan intended and nobody sent as unsent for
+    /// `reason`, in the totals, the scenario, the agent and the interval, so
+    /// that `intended == sent + unsent` keeps holding everywhere.
+    pub fn book_unsent(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        n: u64,
+        reason: UnsentReason,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let mut one = Merged {
+            intended: n,
+            ..Merged::default()
+        };
+        one.unsent.insert(reason.as_str().to_string(), n);
+        merge(&mut self.totals, &one);
+        if let Some(a) = self.agents.get_mut(agent) {
+            merge(a, &one);
+        }
+        if let Some(sc) = self.scenarios.get_mut(scenario) {
+            merge(sc, &one);
+        }
+        let iv = self.intervals.entry(interval).or_default();
+        iv.intended += n;
+        iv.unsent += n;
+        *iv.unsent_by_reason
+            .entry(reason.as_str().to_string())
+            .or_default() += n;
     }
 
     /// Adds one agent's snapshot to the totals, its agent and its interval.
@@ -232,6 +283,23 @@ impl Aggregate {
         }
         if let Some(sc) = self.scenarios.get_mut(s.scenario as usize) {
             merge(sc, &one);
+        }
+        if one.intended > 0 {
+            if let Some(row) = self
+                .reported
+                .get_mut(agent)
+                .and_then(|a| a.get_mut(s.scenario as usize))
+            {
+                // An index far past the run is a broken agent: it still
+                // counts in the totals, but must not grow this table.
+                let i = s.interval_index as usize;
+                if i < MAX_TRACKED_INTERVALS {
+                    if row.len() <= i {
+                        row.resize(i + 1, 0);
+                    }
+                    row[i] += one.intended;
+                }
+            }
         }
         let iv = self.intervals.entry(s.interval_index).or_default();
         iv.intended += one.intended;

@@ -8,6 +8,7 @@ mod harness;
 use std::time::Duration;
 
 use harness::{spec, Fleet, OnAssignment, Script};
+use loadfleet_coordinator::fleet;
 use loadfleet_proto::vocab::AgentStatus;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -54,7 +55,9 @@ async fn weighted_agents_get_their_weight_and_index() {
         .agents
         .iter()
         .all(|a| a.status() == AgentStatus::Finished));
-    assert_eq!(run.aggregate.totals.intended, 6);
+    // 10 req/s for 2 s, whoever sends it.
+    assert_eq!(run.aggregate.totals.intended, 20);
+    assert_eq!(run.aggregate.totals.sent, 20);
 }
 
 #[tokio::test(start_paused = true)]
@@ -111,15 +114,24 @@ async fn an_agent_that_leaves_mid_run_is_lost_and_the_others_finish() {
     };
     assert_eq!(run.failure, None);
     assert!(
-        run.started && run.cut_short,
-        "a lost agent cuts the run short"
+        run.started && !run.cut_short,
+        "a lost agent does not cut the run short: the other ran to the end"
     );
     assert_eq!(run.agents[0].status(), AgentStatus::Finished);
     assert_eq!(run.agents[1].status(), AgentStatus::Lost);
     let reason = run.agents[1].lost.as_deref().unwrap_or_default();
     assert!(reason.starts_with("stream "), "{reason}");
-    // What it sent before leaving still counts.
-    assert_eq!(run.aggregate.totals.sent, 2);
+    // What it sent before leaving still counts (its first second: 5 of
+    // the 10 arrivals); the rest of its share is booked from the plan.
+    let t = &run.aggregate.totals;
+    assert_eq!(t.sent, 10 + 5);
+    assert_eq!(t.intended, 20, "intended follows the plan");
+    assert_eq!(t.unsent.get("agent_lost"), Some(&5));
+    assert_eq!(run.agents[1].lost_arrivals, 5);
+    assert_eq!(run.aggregate.agents[1].intended, 10);
+    // Per second too: the second second's 10 are 5 sent and 5 agent_lost.
+    let second = &run.aggregate.intervals[&1];
+    assert_eq!((second.intended, second.sent, second.unsent), (10, 5, 5));
 }
 
 #[tokio::test(start_paused = true)]
@@ -170,7 +182,7 @@ async fn repeats_run_on_the_same_session() {
             .agents
             .iter()
             .all(|a| a.status() == AgentStatus::Finished));
-        assert_eq!(run.aggregate.totals.intended, 2);
+        assert_eq!(run.aggregate.totals.intended, 20);
     }
     for log in [&a, &b] {
         let runs = log.assignments();
@@ -185,4 +197,142 @@ async fn repeats_run_on_the_same_session() {
             "one session for both runs"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_frozen_agent_is_lost_within_3_s_and_its_share_is_booked() {
+    let mut spec = spec(2);
+    spec.duration = Duration::from_secs(8);
+    spec.scenarios[0].duration_ns = 8_000_000_000;
+    if let Some(loadfleet_proto::v1::scenario_assignment::Model::Open(p)) =
+        &mut spec.scenarios[0].model
+    {
+        p.stages[0].duration_ns = 8_000_000_000;
+    }
+    let mut fleet = Fleet::start(spec, never());
+    let _honest = fleet.join(Script::new("honest")).await;
+    let _frozen = fleet
+        .join(Script {
+            on_assignment: OnAssignment::FreezeAfter(Duration::from_secs(2)),
+            ..Script::new("frozen")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    let lost = &run.agents[1];
+    assert_eq!(lost.status(), AgentStatus::Lost);
+    assert!(
+        lost.lost.as_deref().unwrap_or_default().contains("silent"),
+        "{lost:?}"
+    );
+    let at = lost.lost_at.expect("noticed during the run");
+    assert!(
+        at > Duration::from_secs(2) && at <= Duration::from_secs(5),
+        "frozen at 2 s, noticed at {at:?}"
+    );
+    assert!(!run.cut_short);
+    let t = &run.aggregate.totals;
+    // 10 req/s for 8 s: the plan's 80, the frozen agent's unreported 35
+    // (it reported only its first second) booked agent_lost.
+    assert_eq!(t.intended, 80);
+    assert_eq!(t.sent, 40 + 5);
+    assert_eq!(t.unsent.get("agent_lost"), Some(&35));
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_stops_the_fleet_and_books_what_was_left() {
+    let mut spec = spec(2);
+    spec.on_agent_loss = fleet::OnAgentLoss::Abort;
+    let mut fleet = Fleet::start(spec, never());
+    let stays = fleet.join(Script::new("stays")).await;
+    let _leaves = fleet
+        .join(Script {
+            on_assignment: OnAssignment::Leave,
+            ..Script::new("leaves")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    assert!(run.cut_short, "an abort cuts the run short");
+    assert_eq!(run.aborted.as_deref(), Some("fake-leaves"));
+    // The scripted survivor reports its whole slice at once, so it had
+    // finished before the loss: nothing was left to stop.
+    assert_eq!(stays.assignments().len(), 1);
+    let t = &run.aggregate.totals;
+    assert_eq!(t.intended, 20);
+    assert_eq!(t.intended, t.sent + t.unsent.values().sum::<u64>());
+}
+
+/// An agent that neither reads nor says anything after its hello is lost
+/// on its own; the others run on time, and their heartbeats never stop.
+#[tokio::test(start_paused = true)]
+async fn a_deaf_agent_is_lost_not_a_brake() {
+    let mut fleet = Fleet::start(spec(2), never());
+    let honest = fleet.join(Script::new("honest")).await;
+    let _deaf = fleet
+        .join(Script {
+            on_assignment: OnAssignment::FreezeAfter(Duration::ZERO),
+            ..Script::new("deaf")
+        })
+        .await;
+    let began = Instant::now();
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    assert_eq!(run.agents[0].status(), AgentStatus::Finished);
+    assert_eq!(run.agents[1].status(), AgentStatus::Lost);
+    // The run ends once the honest one finished and the deaf one is lost:
+    // within the schedule plus the silence limit, not at a deadline.
+    assert!(
+        began.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        began.elapsed()
+    );
+    let beats = honest.get().heartbeats.clone();
+    let gap = beats
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    assert!(gap <= Duration::from_millis(300), "heartbeat gap {gap:?}");
+}
+
+/// A flood of snapshots from one agent (real time, not paused: decoding
+/// takes real time) does not hold up the heartbeats to another.
+#[tokio::test]
+async fn a_snapshot_flood_does_not_delay_heartbeats() {
+    let mut spec = spec(2);
+    spec.duration = Duration::from_secs(3);
+    spec.scenarios[0].duration_ns = 3_000_000_000;
+    let mut fleet = Fleet::start(spec, never());
+    let honest = fleet.join(Script::new("honest")).await;
+    let _flood = fleet
+        .join(Script {
+            on_assignment: OnAssignment::Flood(50_000),
+            ..Script::new("flood")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    assert!(
+        run.agents
+            .iter()
+            .all(|a| a.status() == AgentStatus::Finished),
+        "nobody is lost under the flood"
+    );
+    let beats = honest.get().heartbeats.clone();
+    assert!(beats.len() >= 8, "{} heartbeats", beats.len());
+    let gap = beats
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    assert!(gap < Duration::from_secs(1), "heartbeat gap {gap:?}");
 }

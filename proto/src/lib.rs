@@ -9,6 +9,7 @@
 
 pub mod bounds;
 pub mod closed;
+pub mod handover;
 pub mod histogram;
 pub mod partition;
 pub mod rng;

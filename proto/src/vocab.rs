@@ -141,6 +141,10 @@ vocabulary! {
         /// The rendered URL's host and port are outside the agent's
         /// `--allow-target` list; the request never left the agent.
         NotAllowed => "not_allowed",
+        /// The agent that owned the arrival was lost before it reported
+        /// sending it (booked by the coordinator from the plan), or the run
+        /// was aborted because an agent was lost.
+        AgentLost => "agent_lost",
     }
 }
 

@@ -219,7 +219,12 @@ async fn session(
                     Some(coordinator_message::Kind::Stop(_)) if out.finished.is_none() => {
                         finish(&tx, out, true).await?;
                     }
-                    Some(coordinator_message::Kind::Stop(_)) | None => {}
+                    // A swarm agent is never lost mid-run nor late, so
+                    // hand-overs and standby do not concern it.
+                    Some(coordinator_message::Kind::Stop(_))
+                    | Some(coordinator_message::Kind::Takeover(_))
+                    | Some(coordinator_message::Kind::Standby(_))
+                    | None => {}
                 }
             }
             _ = heartbeat.tick() => {

@@ -3,21 +3,38 @@
 //! [`Phase::Probing`] their clocks, then [`Phase::Running`] the plan once
 //! per repeat — and a stop from the user ends whichever phase it falls in.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use loadfleet_proto::handover::Handover;
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
+use loadfleet_proto::vocab::UnsentReason;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
-use super::{AgentTx, AgentView, FleetEvent, Loss, Progress, RunResult, RunSpec, Settled, Sink};
+use super::{
+    intended, AgentTx, AgentView, FleetEvent, LastSeen, Loss, OnAgentLoss, Progress, RunResult,
+    RunSpec, Settled, Sink,
+};
 use crate::aggregate::Aggregate;
 
-/// An agent that stays silent this long is lost (it heartbeats twice a second).
-const AGENT_SILENCE: Duration = Duration::from_secs(5);
+/// An agent that stays silent this long is lost. It heartbeats twice a
+/// second, so a frozen agent or a cut link is noticed within 3 s of its
+/// last message (this plus one tick).
+const AGENT_SILENCE: Duration = Duration::from_millis(2500);
+/// The fleet's own timer: heartbeats out, silence checks, progress. It is
+/// served before any queued message, so a flood of snapshots cannot delay it.
+const TICK: Duration = Duration::from_millis(250);
+/// With `redistribute`, the survivors take over this long (rounded up to
+/// the next interval) after the loss is noticed: time for the hand-over to
+/// reach them, and for a lost agent that can still hear us to stop.
+const HANDOVER_AFTER: Duration = Duration::from_secs(1);
 /// Agents stop on their own after this long without hearing from us.
 const DEAD_MAN_SECS: u32 = 3;
 /// Clock-offset probes per agent; the one with the smallest round trip wins.
@@ -79,12 +96,23 @@ struct Agent {
     hello: v1::Hello,
     peer: Option<SocketAddr>,
     tx: AgentTx,
-    last_seen: Instant,
+    /// When its last message arrived, stamped by its stream's reader.
+    seen: Arc<LastSeen>,
     /// Best clock sample: (round trip, agent clock minus coordinator clock).
     clock: Option<(u64, i64)>,
     finished: Option<v1::Finished>,
     link: Link,
     share: f64,
+    /// Its index in the current run's interleave, when it was dealt a share.
+    slot: Option<usize>,
+    /// When its loss was noticed in the current run, from the common start.
+    lost_at: Option<Duration>,
+    /// Arrivals of its share booked unsent `agent_lost` in the current run.
+    lost_arrivals: u64,
+    /// With `redistribute`: when the survivors took over its arrivals.
+    handed_over_at: Option<Duration>,
+    /// Messages after its loss, ignored: it came back.
+    messages_after_loss: u64,
 }
 
 impl Agent {
@@ -99,6 +127,17 @@ impl Agent {
     fn lose(&mut self, loss: Loss) {
         tracing::warn!("agent {} lost: {loss}", self.hello.agent_id);
         self.link = Link::Lost(loss);
+    }
+
+    /// Queues a message without waiting: a full queue means the agent
+    /// stopped reading, and the caller must give up on it rather than let
+    /// one agent hold up the fleet. A closed queue is fine: its stream's
+    /// end reaches the actor as its own event.
+    fn offer(&self, kind: coordinator_message::Kind) -> Result<(), Loss> {
+        match self.tx.try_send(Ok(msg(kind))) {
+            Ok(()) | Err(TrySendError::Closed(_)) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Loss::NotReading),
+        }
     }
 
     /// Ends its stream: the fleet has nothing more to say to it.
@@ -118,6 +157,10 @@ impl Agent {
                 Link::Up | Link::Left => None,
             },
             share: self.share,
+            lost_at: self.lost_at,
+            lost_arrivals: self.lost_arrivals,
+            handed_over_at: self.handed_over_at,
+            messages_after_loss: self.messages_after_loss,
         }
     }
 }
@@ -133,6 +176,12 @@ pub(super) struct Fleet {
     corrupt_snapshots: u64,
     /// The current run's common start instant, once assigned.
     start: Option<Instant>,
+    /// The current run's weights, by slot (as in every assignment).
+    weights: Vec<u32>,
+    /// The current run's hand-overs, in the order they were sent.
+    handovers: Vec<Handover>,
+    /// Set when the current run is being aborted for a lost agent.
+    aborted: Option<String>,
     run_started_at: SystemTime,
     last_progress: Instant,
     progress: Box<dyn FnMut(&Progress) + Send>,
@@ -161,6 +210,9 @@ impl Fleet {
             agents: Vec::new(),
             corrupt_snapshots: 0,
             start: None,
+            weights: Vec::new(),
+            handovers: Vec::new(),
+            aborted: None,
             run_started_at: SystemTime::now(),
             last_progress: Instant::now(),
             progress,
@@ -258,13 +310,17 @@ impl Fleet {
     ) -> Result<(), Halt> {
         for seq in 0..PINGS {
             let now = self.now_ns();
-            for a in self.agents.iter().filter(|a| a.alive()) {
+            let mut deaf = Vec::new();
+            for (i, a) in self.agents.iter().enumerate().filter(|(_, a)| a.alive()) {
                 let ping = coordinator_message::Kind::Ping(v1::Ping {
                     seq,
                     coordinator_send_ns: now,
                 });
-                let _ = a.tx.send(Ok(msg(ping))).await;
+                if let Err(loss) = a.offer(ping) {
+                    deaf.push((i, loss));
+                }
             }
+            self.declare_lost(deaf);
             if let PumpEnd::Stopped = self.pump(Instant::now() + PING_GAP, stop, |_| false).await {
                 return Err(Halt::Stopped);
             }
@@ -273,13 +329,14 @@ impl Fleet {
         if let PumpEnd::Stopped = self.pump(Instant::now() + PONG_WAIT, stop, answered).await {
             return Err(Halt::Stopped);
         }
-        for a in self
+        let mute: Vec<(usize, Loss)> = self
             .agents
-            .iter_mut()
-            .filter(|a| a.clock.is_none() && !a.is_lost())
-        {
-            a.lose(Loss::NoClockAnswer);
-        }
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.clock.is_none() && !a.is_lost())
+            .map(|(i, _)| (i, Loss::NoClockAnswer))
+            .collect();
+        self.declare_lost(mute);
         let expect = self.spec.expect_agents;
         if self.alive() < expect {
             return Err(Halt::Failed(format!(
@@ -299,11 +356,10 @@ impl Fleet {
         stop: &mut Stop<'_, impl Future<Output = ()>>,
     ) -> (Option<String>, bool) {
         self.run_started_at = SystemTime::now();
-        let start_ns = match self.assign().await {
+        let start_ns = match self.assign() {
             Ok(start_ns) => start_ns,
             Err(why) => return (Some(why), false),
         };
-        self.start = Some(self.epoch + Duration::from_nanos(start_ns));
 
         let end = self.epoch
             + Duration::from_nanos(start_ns)
@@ -311,26 +367,94 @@ impl Fleet {
             + self.spec.drain
             + Duration::from_secs(10);
         let all_done = |f: &Fleet| f.agents.iter().all(|a| a.finished.is_some() || !a.alive());
-        match self.pump(end, stop, all_done).await {
+        let ended = match self.pump(end, stop, all_done).await {
             PumpEnd::Done => (None, false),
             PumpEnd::Deadline => {
-                self.stop_all("the run overran its deadline").await;
+                self.stop_all("the run overran its deadline");
                 self.pump(Instant::now() + STOP_GRACE, stop, all_done).await;
                 (Some("agents did not finish in time".into()), false)
             }
             PumpEnd::Stopped => {
                 eprintln!("\ninterrupted: stopping agents and collecting what they measured…");
-                self.stop_all("interrupted by the user").await;
+                self.stop_all("interrupted by the user");
                 self.pump(Instant::now() + STOP_GRACE, stop, all_done).await;
                 (None, true)
             }
+        };
+        self.book_lost_arrivals().await;
+        ended
+    }
+
+    /// Sets what lost agents never reported against the plan: every
+    /// arrival their share held (hand-overs applied) that they did not
+    /// report is booked unsent `agent_lost`, per scenario and interval. After
+    /// an abort, the same holds for every agent's share. The counting walks
+    /// the schedule off the control loop.
+    async fn book_lost_arrivals(&mut self) {
+        let aborted = self.aborted.is_some();
+        let booked: Vec<(usize, usize)> = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| aborted || a.is_lost())
+            .filter_map(|(i, a)| a.slot.map(|slot| (i, slot)))
+            .collect();
+        if booked.is_empty() {
+            return;
+        }
+        let (scenarios, weights, handovers, interval) = (
+            self.spec.scenarios.clone(),
+            self.weights.clone(),
+            self.handovers.clone(),
+            self.spec.interval.as_nanos() as u64,
+        );
+        let planned = tokio::task::spawn_blocking(move || {
+            intended::planned(&scenarios, &weights, &handovers, interval)
+        })
+        .await;
+        let planned = match planned {
+            Ok(Ok(planned)) => planned,
+            Ok(Err(e)) => {
+                tracing::error!("cannot count the plan's arrivals: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::error!("counting the plan's arrivals failed: {e}");
+                return;
+            }
+        };
+        for (i, slot) in booked {
+            let mut missing_total = 0;
+            for (sc, counts) in planned.iter().enumerate() {
+                let Some(row) = counts.as_ref().and_then(|c| c.get(slot)) else {
+                    continue;
+                };
+                for (interval, &planned) in row.iter().enumerate() {
+                    let reported = self
+                        .aggregate
+                        .reported(i, sc)
+                        .get(interval)
+                        .copied()
+                        .unwrap_or(0);
+                    let missing = planned.saturating_sub(reported);
+                    self.aggregate.book_unsent(
+                        i,
+                        sc,
+                        interval as u64,
+                        missing,
+                        UnsentReason::AgentLost,
+                    );
+                    missing_total += missing;
+                }
+            }
+            self.agents[i].lost_arrivals = missing_total;
         }
     }
 
     /// Deals the plan to the live agents by weight, with one common start
     /// instant far enough ahead for every assignment to arrive; returns
     /// that instant on the fleet's clock.
-    async fn assign(&mut self) -> Result<u64, String> {
+    fn assign(&mut self) -> Result<u64, String> {
         let max_rtt = self
             .agents
             .iter()
@@ -352,14 +476,23 @@ impl Fleet {
             return Err(format!("the agents' shares cannot be dealt: {e}"));
         }
         let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+        self.weights = weights.clone();
+        self.handovers.clear();
+        self.aborted = None;
+        // Set before the assignments go out: an agent lost from here on
+        // held a share, whose arrivals must be accounted for.
+        self.start = Some(self.epoch + Duration::from_nanos(start_ns));
         let mut slot = 0usize;
-        for a in self.agents.iter_mut() {
+        let mut deaf = Vec::new();
+        for (i, a) in self.agents.iter_mut().enumerate() {
             if !a.alive() {
                 a.share = 0.0;
+                a.slot = None;
                 continue;
             }
             let index = slot;
             slot += 1;
+            a.slot = Some(index);
             a.share = f64::from(weights[index]) / total.max(1) as f64;
             let offset = a.clock.map_or(0, |c| c.1);
             let assignment = v1::Assignment {
@@ -374,10 +507,11 @@ impl Fleet {
                 interval_ns: self.spec.interval.as_nanos() as u64,
                 scenarios: self.spec.scenarios.clone(),
             };
-            let _ =
-                a.tx.send(Ok(msg(coordinator_message::Kind::Assignment(assignment))))
-                    .await;
+            if let Err(loss) = a.offer(coordinator_message::Kind::Assignment(assignment)) {
+                deaf.push((i, loss));
+            }
         }
+        self.declare_lost(deaf);
         Ok(start_ns)
     }
 
@@ -388,11 +522,15 @@ impl Fleet {
             // The run is over: every second it has is settled.
             self.settle(u64::MAX);
         }
+        // A lost agent does not cut the run short: the others ran the
+        // schedule to its end, and its share is accounted for. Only a stop
+        // (by the user, an overrun or an abort) does.
         let cut_short = failure.is_some()
+            || self.aborted.is_some()
             || self
                 .agents
                 .iter()
-                .any(|a| !a.alive() || a.finished.as_ref().is_some_and(|f| f.cut_short));
+                .any(|a| !a.is_lost() && a.finished.as_ref().is_some_and(|f| f.cut_short));
         let elapsed = self
             .start
             .map(|s| Instant::now().saturating_duration_since(s))
@@ -410,24 +548,151 @@ impl Fleet {
             started_at: self.run_started_at,
             elapsed,
             corrupt_snapshots: std::mem::take(&mut self.corrupt_snapshots),
+            on_agent_loss: self.spec.on_agent_loss,
+            aborted: self.aborted.take(),
         });
         for a in &mut self.agents {
             a.finished = None;
+            a.slot = None;
+            a.lost_at = None;
+            a.lost_arrivals = 0;
+            a.handed_over_at = None;
+            a.messages_after_loss = 0;
         }
         self.start = None;
+        self.handovers.clear();
     }
 
-    async fn stop_all(&mut self, reason: &str) {
-        for a in self
+    fn stop_all(&mut self, reason: &str) {
+        let deaf = self.stop_running(reason);
+        self.declare_lost(deaf);
+    }
+
+    /// Tells every agent still running to stop; returns those whose queue
+    /// was full.
+    fn stop_running(&self, reason: &str) -> Vec<(usize, Loss)> {
+        let mut deaf = Vec::new();
+        for (i, a) in self
             .agents
             .iter()
-            .filter(|a| a.alive() && a.finished.is_none())
+            .enumerate()
+            .filter(|(_, a)| a.alive() && a.finished.is_none())
         {
             let stop = coordinator_message::Kind::Stop(v1::Stop {
                 reason: reason.to_string(),
             });
-            let _ = a.tx.send(Ok(msg(stop))).await;
+            if let Err(loss) = a.offer(stop) {
+                deaf.push((i, loss));
+            }
         }
+        deaf
+    }
+
+    /// Gives up on agents: each is told why (if it can still hear), its
+    /// stream is ended, and it takes no further part in the run — later
+    /// messages from it are ignored. During a run, the fleet then carries
+    /// out `--on-agent-loss`. Losses caused on the way (a survivor that
+    /// cannot take a hand-over) are handled in turn.
+    fn declare_lost(&mut self, losses: Vec<(usize, Loss)>) {
+        let mut queue: VecDeque<(usize, Loss)> = losses.into();
+        while let Some((i, loss)) = queue.pop_front() {
+            let since_start = self
+                .start
+                .map(|s| Instant::now().saturating_duration_since(s));
+            let Some(a) = self.agents.get_mut(i) else {
+                continue;
+            };
+            if !a.alive() {
+                continue;
+            }
+            let stop = coordinator_message::Kind::Stop(v1::Stop {
+                reason: format!(
+                    "the coordinator declared this agent lost ({loss}); the run goes on without it"
+                ),
+            });
+            let _ = a.offer(stop);
+            let in_run = since_start.is_some() && a.slot.is_some() && a.finished.is_none();
+            if let (true, Some(at)) = (in_run, since_start) {
+                eprintln!(
+                    "\nagent {} lost {:.1}s into the run: {loss}",
+                    a.hello.agent_id,
+                    at.as_secs_f64()
+                );
+                a.lost_at = Some(at);
+            }
+            let id = a.hello.agent_id.clone();
+            a.lose(loss);
+            a.hang_up();
+            let (true, Some(at)) = (in_run, since_start) else {
+                continue;
+            };
+            match self.spec.on_agent_loss {
+                OnAgentLoss::Continue => {}
+                OnAgentLoss::Abort => {
+                    if self.aborted.is_none() {
+                        self.aborted = Some(id.clone());
+                        eprintln!("aborting the run: --on-agent-loss abort");
+                        let reason = format!("agent {id} was lost and --on-agent-loss is abort");
+                        queue.extend(self.stop_running(&reason));
+                    }
+                }
+                OnAgentLoss::Redistribute => queue.extend(self.hand_over(i, at)),
+            }
+        }
+    }
+
+    /// `redistribute`: from the first interval boundary at least
+    /// [`HANDOVER_AFTER`] after the loss was noticed, the running survivors
+    /// share agent `i`'s arrivals. Returns survivors that could not be told.
+    fn hand_over(&mut self, i: usize, noticed: Duration) -> Vec<(usize, Loss)> {
+        let Some(lost) = self.agents[i].slot else {
+            return Vec::new();
+        };
+        let interval = self.spec.interval.as_nanos().max(1) as u64;
+        let earliest = (noticed + HANDOVER_AFTER).as_nanos() as u64;
+        let from_ns = earliest.div_ceil(interval) * interval;
+        if from_ns >= self.spec.duration.as_nanos() as u64 {
+            // The schedule ends before the hand-over: nothing to take over.
+            return Vec::new();
+        }
+        let survivors: Vec<(usize, usize)> = self
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.alive() && a.finished.is_none())
+            .filter_map(|(j, a)| a.slot.map(|slot| (j, slot)))
+            .collect();
+        if survivors.is_empty() {
+            return Vec::new();
+        }
+        let slots: Vec<usize> = survivors.iter().map(|&(_, s)| s).collect();
+        let handover = match Handover::new(lost, from_ns, slots.clone(), &self.weights) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!("cannot hand over agent {lost}'s share: {e}");
+                return Vec::new();
+            }
+        };
+        self.handovers.push(handover);
+        let from = Duration::from_nanos(from_ns);
+        self.agents[i].handed_over_at = Some(from);
+        eprintln!(
+            "the {} surviving agent(s) take over its arrivals from {:.1}s (--on-agent-loss redistribute)",
+            survivors.len(),
+            from.as_secs_f64()
+        );
+        let mut deaf = Vec::new();
+        for (j, _) in survivors {
+            let takeover = coordinator_message::Kind::Takeover(v1::Takeover {
+                lost_agent_index: lost as u32,
+                from_ns_after_start: from_ns,
+                survivors: slots.iter().map(|&s| s as u32).collect(),
+            });
+            if let Err(loss) = self.agents[j].offer(takeover) {
+                deaf.push((j, loss));
+            }
+        }
+        deaf
     }
 
     /// Handles events, heartbeats and liveness until `done`, the deadline or
@@ -438,19 +703,18 @@ impl Fleet {
         stop: &mut Stop<'_, impl Future<Output = ()>>,
         done: impl Fn(&Fleet) -> bool,
     ) -> PumpEnd {
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if done(self) {
                 return PumpEnd::Done;
             }
+            // The timer, the user's stop and the deadline come before any
+            // queued message: however many snapshots wait, heartbeats leave
+            // on time and silence is judged on time.
             tokio::select! {
                 biased;
-                ev = self.events.recv() => match ev {
-                    Some(ev) => self.handle(ev),
-                    // The service is gone: nothing more can arrive.
-                    None => return PumpEnd::Deadline,
-                },
-                _ = tick.tick() => self.on_tick().await,
+                _ = tick.tick() => self.on_tick(),
                 _ = stop.as_mut() => return PumpEnd::Stopped,
                 _ = tokio::time::sleep_until(deadline) => {
                     // Let already queued events in before giving up.
@@ -459,20 +723,29 @@ impl Fleet {
                     }
                     return if done(self) { PumpEnd::Done } else { PumpEnd::Deadline };
                 }
+                ev = self.events.recv() => match ev {
+                    Some(ev) => self.handle(ev),
+                    // The service is gone: nothing more can arrive.
+                    None => return PumpEnd::Deadline,
+                },
             }
         }
     }
 
-    async fn on_tick(&mut self) {
+    fn on_tick(&mut self) {
         let now = self.now_ns();
-        for a in self.agents.iter_mut().filter(|a| a.alive()) {
-            if a.finished.is_none() && a.last_seen.elapsed() > AGENT_SILENCE {
-                a.lose(Loss::Silent(AGENT_SILENCE));
+        let mut lost = Vec::new();
+        for (i, a) in self.agents.iter().enumerate().filter(|(_, a)| a.alive()) {
+            if a.finished.is_none() && a.seen.silence() > AGENT_SILENCE {
+                lost.push((i, Loss::Silent(AGENT_SILENCE)));
                 continue;
             }
             let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns: now });
-            let _ = a.tx.try_send(Ok(msg(hb)));
+            if let Err(loss) = a.offer(hb) {
+                lost.push((i, loss));
+            }
         }
+        self.declare_lost(lost);
         if let Some(start) = self.start {
             if Instant::now() > start {
                 self.settle(self.settled_below(start));
@@ -515,6 +788,7 @@ impl Fleet {
         };
         let (agents, start) = (&self.agents, self.start);
         let (started_at, corrupt_snapshots) = (self.run_started_at, self.corrupt_snapshots);
+        let (on_agent_loss, aborted) = (self.spec.on_agent_loss, self.aborted.clone());
         let so_far = |aggregate| RunResult {
             agents: agents.iter().map(Agent::view).collect(),
             aggregate,
@@ -527,6 +801,8 @@ impl Fleet {
                 .map(|s| Instant::now().saturating_duration_since(s))
                 .unwrap_or_default(),
             corrupt_snapshots,
+            on_agent_loss,
+            aborted: aborted.clone(),
         };
         sink.settled(Settled {
             run,
@@ -575,20 +851,22 @@ impl Fleet {
                 hello,
                 peer,
                 tx,
+                seen,
                 reply,
-            } => self.join(hello, peer, tx, reply),
+            } => self.join(hello, peer, tx, seen, reply),
             FleetEvent::Message {
                 agent,
                 msg,
                 received,
             } => self.on_message(agent, msg, received),
             FleetEvent::Gone { agent, loss } => {
-                if let Some(a) = self.agents.get_mut(agent as usize) {
-                    if a.finished.is_some() {
-                        a.link = Link::Left;
-                    } else if !a.is_lost() {
-                        a.lose(loss);
-                    }
+                let Some(a) = self.agents.get_mut(agent as usize) else {
+                    return;
+                };
+                if a.alive() && a.finished.is_some() {
+                    a.link = Link::Left;
+                } else {
+                    self.declare_lost(vec![(agent as usize, loss)]);
                 }
             }
         }
@@ -601,6 +879,7 @@ impl Fleet {
         hello: v1::Hello,
         peer: Option<SocketAddr>,
         tx: AgentTx,
+        seen: Arc<LastSeen>,
         reply: tokio::sync::oneshot::Sender<Result<u32, Status>>,
     ) {
         if self.phase != Phase::Gathering || self.alive() >= self.spec.expect_agents {
@@ -627,11 +906,16 @@ impl Fleet {
             hello,
             peer,
             tx,
-            last_seen: Instant::now(),
+            seen,
             clock: None,
             finished: None,
             link: Link::Up,
             share: 0.0,
+            slot: None,
+            lost_at: None,
+            lost_arrivals: 0,
+            handed_over_at: None,
+            messages_after_loss: 0,
         });
     }
 
@@ -640,7 +924,19 @@ impl Fleet {
         let Some(a) = self.agents.get_mut(agent as usize) else {
             return;
         };
-        a.last_seen = Instant::now();
+        if a.is_lost() {
+            // Lost stays lost for the run: whatever it says now (it was
+            // frozen, or its link came back) is ignored, and the report
+            // says it came back.
+            if a.messages_after_loss == 0 {
+                eprintln!(
+                    "\nagent {} came back after being declared lost; it takes no further part in this run",
+                    a.hello.agent_id
+                );
+            }
+            a.messages_after_loss += 1;
+            return;
+        }
         match msg.kind {
             Some(agent_message::Kind::Pong(p)) => {
                 let (t1, t2, t3, t4) = (
@@ -666,8 +962,7 @@ impl Fleet {
             }
             Some(agent_message::Kind::Finished(f)) => a.finished = Some(f),
             Some(agent_message::Kind::Refusal(r)) => {
-                a.lose(Loss::Refused(r.reason));
-                a.hang_up();
+                self.declare_lost(vec![(agent as usize, Loss::Refused(r.reason))]);
             }
             Some(agent_message::Kind::Heartbeat(_))
             | Some(agent_message::Kind::Hello(_))

@@ -5,6 +5,7 @@
 //! per run for the report.
 
 mod actor;
+pub mod intended;
 mod service;
 
 use std::fmt;
@@ -19,7 +20,7 @@ use tokio::sync::{mpsc, watch};
 use crate::aggregate::Aggregate;
 use crate::plan::Shares;
 
-pub use service::{AgentTx, ControlService, FleetEvent};
+pub use service::{AgentTx, ControlService, FleetEvent, LastSeen};
 
 /// Everything the fleet needs to carry out one run.
 #[derive(Debug, Clone)]
@@ -38,6 +39,53 @@ pub struct RunSpec {
     pub agent_timeout: Duration,
     /// Runs of the plan, one after another, by the same fleet.
     pub repeats: usize,
+    /// What the fleet does with a lost agent's share.
+    pub on_agent_loss: OnAgentLoss,
+}
+
+/// What becomes of a lost agent's share of the schedule
+/// (`--on-agent-loss`, `[run] on_agent_loss`). In every mode the arrivals
+/// nobody sent are counted unsent `agent_lost`, so `intended` is the plan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAgentLoss {
+    /// The survivors keep their own shares; the lost share goes unsent.
+    #[default]
+    Continue,
+    /// From a hand-over instant after the loss, the survivors also send the
+    /// lost agent's remaining arrivals.
+    Redistribute,
+    /// The whole fleet stops at once: the run is cut short.
+    Abort,
+}
+
+impl OnAgentLoss {
+    /// Every mode, in the order the help lists them.
+    pub const ALL: [OnAgentLoss; 3] = [Self::Continue, Self::Redistribute, Self::Abort];
+
+    /// The word used by the flag, the plan and the report.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Redistribute => "redistribute",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+impl fmt::Display for OnAgentLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for OnAgentLoss {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not one of continue, redistribute, abort"))
+    }
 }
 
 /// Why an agent was given up on. Its text is what the report shows as the
@@ -46,6 +94,9 @@ pub struct RunSpec {
 pub enum Loss {
     /// No message for longer than the fleet tolerates.
     Silent(Duration),
+    /// Its queue of messages from us stayed full: it stopped reading, and
+    /// waiting for it would hold up the whole fleet.
+    NotReading,
     /// It never answered a clock probe, so it cannot share a start instant.
     NoClockAnswer,
     /// It refused its assignment (e.g. the target is outside its allow-list).
@@ -60,6 +111,7 @@ impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Loss::Silent(d) => write!(f, "silent for more than {d:?}"),
+            Loss::NotReading => f.write_str("stopped reading the coordinator's messages"),
             Loss::NoClockAnswer => f.write_str("did not answer clock probes"),
             Loss::Refused(reason) => write!(f, "refused the assignment: {reason}"),
             Loss::StreamClosed => f.write_str("stream closed"),
@@ -79,6 +131,16 @@ pub struct AgentView {
     /// Why the agent was lost, in the words the report shows.
     pub lost: Option<String>,
     pub share: f64,
+    /// When the loss was noticed, from the common start (zero when before it).
+    pub lost_at: Option<Duration>,
+    /// Arrivals of its share that nobody sent because it was lost (booked
+    /// unsent `agent_lost`).
+    pub lost_arrivals: u64,
+    /// With `redistribute`: from when (after the common start) the survivors
+    /// sent its arrivals.
+    pub handed_over_at: Option<Duration>,
+    /// Messages it sent after being declared lost (ignored): it came back.
+    pub messages_after_loss: u64,
 }
 
 impl AgentView {
@@ -100,8 +162,14 @@ pub struct RunResult {
     pub aggregate: Aggregate,
     /// Set when the run could not be carried out (too few agents, ...).
     pub failure: Option<String>,
-    /// Stopped before the schedule ended (interrupt or lost agents).
+    /// Stopped before the schedule ended: the user stopped it, it overran,
+    /// or an agent was lost with `--on-agent-loss abort`. A lost agent alone
+    /// does not cut the run short: the others run the schedule to its end.
     pub cut_short: bool,
+    /// What the fleet did with lost agents' shares.
+    pub on_agent_loss: OnAgentLoss,
+    /// Set when the run was aborted because an agent was lost; says which.
+    pub aborted: Option<String>,
     /// Whether load was ever scheduled.
     pub started: bool,
     pub started_at: SystemTime,

@@ -3,6 +3,8 @@
 //! only translates between gRPC and the actor's events.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use loadfleet_proto::v1::{self, agent_message, control_server::Control};
@@ -16,6 +18,36 @@ use super::Loss;
 /// Messages to one agent; a `Status` ends its stream with that error.
 pub type AgentTx = mpsc::Sender<Result<v1::CoordinatorMessage, Status>>;
 
+/// When an agent's last message arrived, stamped by the task reading its
+/// stream the moment it reads one, so the fleet judges silence by arrival,
+/// never by when the actor got round to the message.
+#[derive(Debug)]
+pub struct LastSeen {
+    epoch: tokio::time::Instant,
+    ns: AtomicU64,
+}
+
+impl LastSeen {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            epoch: tokio::time::Instant::now(),
+            ns: AtomicU64::new(0),
+        })
+    }
+
+    /// A message arrived now.
+    pub fn stamp(&self) {
+        let ns = self.epoch.elapsed().as_nanos() as u64;
+        self.ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Time since the last message (or since the hello, before any).
+    pub fn silence(&self) -> Duration {
+        let last = Duration::from_nanos(self.ns.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+}
+
 /// What the service tells the fleet actor.
 pub enum FleetEvent {
     /// An authenticated agent said hello and wants a place in the fleet.
@@ -23,6 +55,8 @@ pub enum FleetEvent {
         hello: v1::Hello,
         peer: Option<SocketAddr>,
         tx: AgentTx,
+        /// Stamped by the stream's reader on every message.
+        seen: Arc<LastSeen>,
         reply: oneshot::Sender<Result<u32, Status>>,
     },
     /// A message from a joined agent, stamped on arrival so clock probes
@@ -124,11 +158,13 @@ impl Control for ControlService {
         }
         let (tx, rx) = mpsc::channel(1024);
         let (reply, joined) = oneshot::channel();
+        let seen = LastSeen::new();
         self.events
             .send(FleetEvent::Join {
                 hello,
                 peer,
                 tx,
+                seen: seen.clone(),
                 reply,
             })
             .await
@@ -141,6 +177,13 @@ impl Control for ControlService {
             let loss = loop {
                 match inbound.message().await {
                     Ok(Some(msg)) => {
+                        seen.stamp();
+                        // A heartbeat only says the agent is there, which
+                        // the stamp just recorded: it never waits in the
+                        // actor's queue behind snapshots.
+                        if matches!(msg.kind, Some(agent_message::Kind::Heartbeat(_))) {
+                            continue;
+                        }
                         let received = tokio::time::Instant::now();
                         let ev = FleetEvent::Message {
                             agent,

@@ -9,7 +9,7 @@ use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCod
 
 use super::build::{Placement, PlanInfo};
 use super::model::{AgentReport, Report, Totals, Verdict};
-use crate::fleet::RunResult;
+use crate::fleet::{OnAgentLoss, RunResult};
 
 /// All verdicts of one run, errors first.
 pub fn all(
@@ -183,15 +183,15 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
             format!("the run could not be carried out: {f}"),
         );
     }
-    for a in agents.iter().filter(|a| a.status == AgentStatus::Lost) {
+    for (a, view) in agents
+        .iter()
+        .zip(&result.agents)
+        .filter(|(a, _)| a.status == AgentStatus::Lost)
+    {
         say(
             VerdictLevel::Error,
             VerdictCode::AgentLost,
-            format!(
-                "agent {} was lost ({}); its share of the load was not (fully) sent and the figures are partial",
-                a.id,
-                a.lost_reason.as_deref().unwrap_or("unknown")
-            ),
+            agent_lost_message(a, view, result),
         );
     }
     let served: u64 = t
@@ -248,8 +248,16 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
             VerdictLevel::Warn,
             VerdictCode::Unsent,
             format!(
-                "{} of {} intended requests ({share:.1}%) were never sent ({} concurrency_limit, {} late); latency figures describe only what was sent",
-                t.unsent.total, t.intended, t.unsent.concurrency_limit, t.unsent.late
+                "{} of {} intended requests ({share:.1}%) were never sent ({} concurrency_limit, {} late{}); latency figures describe only what was sent",
+                t.unsent.total,
+                t.intended,
+                t.unsent.concurrency_limit,
+                t.unsent.late,
+                t.unsent
+                    .other
+                    .iter()
+                    .map(|(reason, n)| format!(", {n} {reason}"))
+                    .collect::<String>()
             ),
         );
     }
@@ -257,7 +265,10 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
         say(
             VerdictLevel::Warn,
             VerdictCode::Partial,
-            "the run was cut short; the figures cover what was measured until then".into(),
+            match &result.aborted {
+                Some(id) => format!("the run was aborted when agent {id} was lost (--on-agent-loss abort); the figures cover what was measured until then, and the arrivals left are counted unsent agent_lost"),
+                None => "the run was cut short; the figures cover what was measured until then".into(),
+            },
         );
     }
     if result.corrupt_snapshots > 0 {
@@ -271,6 +282,49 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
         );
     }
     v
+}
+
+/// When the loss was noticed, what it cost, and what the fleet did about
+/// it, in one sentence.
+fn agent_lost_message(
+    a: &AgentReport,
+    view: &crate::fleet::AgentView,
+    result: &RunResult,
+) -> String {
+    let reason = a.lost_reason.as_deref().unwrap_or("unknown");
+    let mut text = match view.lost_at {
+        Some(at) => format!(
+            "agent {} was lost {:.1}s into the run ({reason}); {} of its intended arrivals were never reported sent and are counted unsent agent_lost",
+            a.id,
+            at.as_secs_f64(),
+            view.lost_arrivals
+        ),
+        None => format!("agent {} was lost before this run ({reason}) and had no share in it", a.id),
+    };
+    if view.lost_at.is_some() {
+        match (result.on_agent_loss, view.handed_over_at) {
+            (OnAgentLoss::Redistribute, Some(from)) => text.push_str(&format!(
+                "; the other agents sent its arrivals from {:.1}s on (--on-agent-loss redistribute)",
+                from.as_secs_f64()
+            )),
+            (OnAgentLoss::Redistribute, None) => {
+                text.push_str("; no agent was left to take over its arrivals before the schedule ended")
+            }
+            (OnAgentLoss::Abort, _) => {
+                text.push_str("; the run was aborted (--on-agent-loss abort)")
+            }
+            (OnAgentLoss::Continue, _) => text.push_str(
+                "; the others kept to their own shares (--on-agent-loss continue)",
+            ),
+        }
+    }
+    if view.messages_after_loss > 0 {
+        text.push_str(&format!(
+            "; it came back afterwards ({} message(s)), which were ignored",
+            view.messages_after_loss
+        ));
+    }
+    text
 }
 
 /// Exit status of `run` (the table is in docs/report.md): 3 the run was not
@@ -336,6 +390,10 @@ mod tests {
                 finished: Some(v1::Finished::default()),
                 lost: None,
                 share: 1.0,
+                lost_at: None,
+                lost_arrivals: 0,
+                handed_over_at: None,
+                messages_after_loss: 0,
             }],
             aggregate,
             failure: None,
@@ -344,6 +402,8 @@ mod tests {
             started_at: std::time::SystemTime::now(),
             elapsed: Duration::from_secs(10),
             corrupt_snapshots: 0,
+            on_agent_loss: OnAgentLoss::Continue,
+            aborted: None,
         }
     }
 

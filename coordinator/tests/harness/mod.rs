@@ -77,6 +77,7 @@ pub fn spec(expect_agents: usize) -> RunSpec {
         expect_agents,
         agent_timeout: Duration::from_secs(5),
         repeats: 1,
+        on_agent_loss: fleet::OnAgentLoss::Continue,
     }
 }
 
@@ -196,10 +197,17 @@ pub struct Script {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnAssignment {
-    /// Sends one snapshot with its share of the arrivals, then finishes.
+    /// Reports its whole slice, every arrival sent, one snapshot per
+    /// interval, then finishes.
     Finish,
-    /// Sends one snapshot, lets it arrive, then drops its stream.
+    /// Reports its first interval, lets it arrive, then drops its stream.
     Leave,
+    /// Reports its first interval, then goes silent (a frozen process)
+    /// this long after the common start, keeping its stream open.
+    FreezeAfter(Duration),
+    /// Like `Finish`, but first sends this many extra empty snapshots as
+    /// fast as it can.
+    Flood(usize),
 }
 
 impl Script {
@@ -224,6 +232,8 @@ pub struct Seen {
     pub pings: usize,
     pub assignments: Vec<v1::Assignment>,
     pub stops: Vec<String>,
+    /// When each heartbeat from the coordinator arrived.
+    pub heartbeats: Vec<Instant>,
     /// How the session ended, if the service refused it.
     pub refused: Option<tonic::Status>,
 }
@@ -239,6 +249,40 @@ impl Log {
 
 fn send(kind: agent_message::Kind) -> v1::AgentMessage {
     v1::AgentMessage { kind: Some(kind) }
+}
+
+/// What an honest agent reports intended (and sent) for its slice of the
+/// assignment, per scenario and interval: the same walk the real agent's
+/// workers make.
+pub fn honest_counts(a: &v1::Assignment) -> Vec<(u32, u64, u64)> {
+    use loadfleet_proto::partition::{AgentSlice, Interleave};
+    use loadfleet_proto::schedule::ArrivalSchedule;
+    let interleave = Interleave::new(&a.weights).expect("weights");
+    let mut out = Vec::new();
+    for (i, sc) in a.scenarios.iter().enumerate() {
+        let Some(v1::scenario_assignment::Model::Open(p)) = &sc.model else {
+            continue;
+        };
+        let schedule = ArrivalSchedule::from_proto(p).expect("schedule");
+        let slice = AgentSlice::new(&schedule, &interleave, a.agent_index as usize).expect("slice");
+        let mut per: std::collections::BTreeMap<u64, u64> = Default::default();
+        for t in slice.arrivals() {
+            *per.entry((sc.start_offset_ns + t) / a.interval_ns)
+                .or_default() += 1;
+        }
+        out.extend(per.into_iter().map(|(iv, n)| (i as u32, iv, n)));
+    }
+    out
+}
+
+fn snapshot(scenario: u32, interval: u64, n: u64) -> v1::Snapshot {
+    v1::Snapshot {
+        scenario,
+        interval_index: interval,
+        intended: n,
+        sent: n,
+        ..Default::default()
+    }
 }
 
 /// A scripted agent: the real session protocol, its answers chosen by the
@@ -284,7 +328,15 @@ async fn agent(
         }
     };
     let mut welcomed = Some(welcomed);
+    // Silent from this instant on (FreezeAfter), on the coordinator's clock.
+    let mut frozen_from: Option<Instant> = None;
     while let Ok(Some(m)) = inbound.message().await {
+        if frozen_from.is_some_and(|f| Instant::now() >= f) {
+            // Frozen: it says nothing more and ignores what comes, until
+            // the coordinator ends the stream.
+            while let Ok(Some(_)) = inbound.message().await {}
+            return;
+        }
         let reply = match m.kind {
             Some(coordinator_message::Kind::Welcome(w)) => {
                 log.get().welcome = Some(w);
@@ -306,6 +358,7 @@ async fn agent(
                 })
             }
             Some(coordinator_message::Kind::Heartbeat(_)) => {
+                log.get().heartbeats.push(Instant::now());
                 Some(agent_message::Kind::Heartbeat(v1::Heartbeat {
                     now_ns: clock(),
                 }))
@@ -318,33 +371,58 @@ async fn agent(
                 }))
             }
             Some(coordinator_message::Kind::Assignment(a)) => {
-                let share = a.weights.get(a.agent_index as usize).copied().unwrap_or(0);
+                let counts = honest_counts(&a);
+                // Its clock runs 1 s ahead of the coordinator's.
+                let start =
+                    epoch + Duration::from_nanos(a.start_at_agent_ns.saturating_sub(1_000_000_000));
                 log.get().assignments.push(a);
-                let snapshot = v1::Snapshot {
-                    interval_index: 0,
-                    intended: u64::from(share),
-                    sent: u64::from(share),
-                    ..Default::default()
+                let first: Vec<_> = counts.iter().filter(|c| c.1 == 0).collect();
+                let to_send: Vec<_> = match script.on_assignment {
+                    OnAssignment::Finish | OnAssignment::Flood(_) => counts.iter().collect(),
+                    _ => first,
                 };
-                if out
-                    .send(send(agent_message::Kind::Snapshot(snapshot)))
-                    .await
-                    .is_err()
-                {
-                    return;
+                if let OnAssignment::Flood(n) = script.on_assignment {
+                    for _ in 0..n {
+                        let s = snapshot(0, 0, 0);
+                        if out
+                            .send(send(agent_message::Kind::Snapshot(s)))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+                for &&(sc, iv, n) in &to_send {
+                    let s = snapshot(sc, iv, n);
+                    if out
+                        .send(send(agent_message::Kind::Snapshot(s)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                 }
                 match script.on_assignment {
                     OnAssignment::Leave => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         return;
                     }
-                    OnAssignment::Finish => Some(agent_message::Kind::Finished(v1::Finished {
-                        snapshots: 1,
-                        ..Default::default()
-                    })),
+                    OnAssignment::FreezeAfter(d) => {
+                        frozen_from = Some(start + d);
+                        None
+                    }
+                    OnAssignment::Finish | OnAssignment::Flood(_) => {
+                        Some(agent_message::Kind::Finished(v1::Finished {
+                            snapshots: to_send.len() as u64,
+                            ..Default::default()
+                        }))
+                    }
                 }
             }
-            None => None,
+            Some(coordinator_message::Kind::Takeover(_))
+            | Some(coordinator_message::Kind::Standby(_))
+            | None => None,
         };
         if let Some(kind) = reply {
             if out.send(send(kind)).await.is_err() {

@@ -60,7 +60,7 @@ pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
             })?;
             dir.to_path_buf()
         }
-        None => fresh_out_dir(Path::new("."), std::time::SystemTime::now()).map_err(|e| {
+        None => fresh_out_dir(Path::new(""), std::time::SystemTime::now()).map_err(|e| {
             error::flags(format!(
                 "cannot create an output folder in the working folder ({e}); give --out with a folder you can write to"
             ))

@@ -23,6 +23,8 @@ struct Interval {
     unsent: Vec<(UnsentReason, u64)>,
     completed: u64,
     completed_in_window: u64,
+    /// 2xx responses inside the window: the successful throughput.
+    completed_ok_in_window: u64,
     status: Vec<(u16, u64)>,
     errors: Vec<(ErrorKind, u64)>,
     latency: [Histogram<u64>; CLASSES],
@@ -30,6 +32,8 @@ struct Interval {
     warmup_latency: Histogram<u64>,
     lag: Histogram<u64>,
     max_in_flight: u64,
+    /// Waits for a connection of the worker's pool, by requests that had to.
+    pool_wait: Histogram<u64>,
 }
 
 /// Adds one to the count for `key` in a short list (a handful of distinct
@@ -49,6 +53,7 @@ impl Interval {
             unsent: Vec::new(),
             completed: 0,
             completed_in_window: 0,
+            completed_ok_in_window: 0,
             status: Vec::new(),
             errors: Vec::new(),
             latency: std::array::from_fn(|_| new_histogram()),
@@ -56,10 +61,11 @@ impl Interval {
             warmup_latency: new_histogram(),
             lag: new_histogram(),
             max_in_flight: 0,
+            pool_wait: new_histogram(),
         }
     }
 
-    fn to_snapshot(&self, scenario: u32, index: u64, in_flight: u64) -> v1::Snapshot {
+    fn to_snapshot(&self, scenario: u32, index: u64, gauge: Gauge) -> v1::Snapshot {
         let mut latency = std::collections::HashMap::new();
         for (class, h) in OutcomeClass::ALL.iter().zip(&self.latency) {
             if !h.is_empty() {
@@ -77,6 +83,7 @@ impl Interval {
                 .collect(),
             completed: self.completed,
             completed_in_window: self.completed_in_window,
+            completed_ok_in_window: self.completed_ok_in_window,
             status: self
                 .status
                 .iter()
@@ -91,11 +98,16 @@ impl Interval {
             service_time: encode_or_empty(&self.service_time),
             warmup_latency: encode_or_empty(&self.warmup_latency),
             lag: encode_or_empty(&self.lag),
-            in_flight,
+            in_flight: gauge.in_flight,
             cpu_seconds: 0.0,
             host_cpu: 0.0,
             scenario,
-            max_in_flight: self.max_in_flight,
+            // Sends raise the peak; the gauge at either edge of the interval
+            // bounds it from below too, so an interval with no sends (all
+            // unsent, or the drain) still shows what was in flight.
+            max_in_flight: self.max_in_flight.max(gauge.in_flight).max(gauge.at_start),
+            pool_saturated_ns: gauge.pool_saturated.as_nanos() as u64,
+            pool_wait: encode_or_empty(&self.pool_wait),
         }
     }
 }
@@ -117,11 +129,53 @@ fn record(h: &mut Histogram<u64>, micros: u64) {
     }
 }
 
+/// Gauges read at a flush, attached to the newest interval it closes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauge {
+    /// Requests of this scenario in flight at the flush.
+    pub in_flight: u64,
+    /// Time the worker's pool held requests waiting since the last flush,
+    /// divided by the agent's workers, so that the agent's snapshots add
+    /// up to the mean over its pools (given to one scenario's recorder
+    /// only: the pool is the worker's).
+    pub pool_saturated: std::time::Duration,
+    /// In flight at the previous flush: at the start of the interval.
+    at_start: u64,
+}
+
+impl Gauge {
+    pub fn new(in_flight: u64, pool_saturated: std::time::Duration) -> Self {
+        Self {
+            in_flight,
+            pool_saturated,
+            at_start: 0,
+        }
+    }
+}
+
+/// One finished request, as the recorder needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub outcome: Outcome,
+    /// From the intended send time.
+    pub latency_micros: u64,
+    /// From when it went onto a connection.
+    pub service_micros: u64,
+    /// How long it waited for one of the pool's connections, if it had to.
+    pub pool_wait_micros: Option<u64>,
+    /// Intended during the warm-up: its latency is kept apart.
+    pub warmup: bool,
+    /// Completed inside the measurement window.
+    pub in_window: bool,
+}
+
 /// The recorder of one worker for one scenario.
 pub struct Recorder {
     scenario: u32,
     /// Index of the first interval still open (not yet flushed).
     base: u64,
+    /// In flight at the last flush, the floor of the next interval's peak.
+    last_in_flight: u64,
     open: VecDeque<Interval>,
     /// Recycled intervals, so flushing does not reallocate histograms.
     spare: Vec<Interval>,
@@ -132,6 +186,7 @@ impl Recorder {
         Self {
             scenario,
             base: 0,
+            last_in_flight: 0,
             open: VecDeque::new(),
             spare: Vec::new(),
         }
@@ -165,20 +220,23 @@ impl Recorder {
         bump(&mut i.unsent, reason);
     }
 
-    /// A finished request: a response with `status`, or a transport error.
-    pub fn completed(
-        &mut self,
-        interval: u64,
-        outcome: Outcome,
-        latency_micros: u64,
-        service_micros: u64,
-        warmup: bool,
-        in_window: bool,
-    ) {
+    /// A finished request: a response with a status, or a transport error.
+    pub fn completed(&mut self, interval: u64, c: Completion) {
+        let Completion {
+            outcome,
+            latency_micros,
+            service_micros,
+            pool_wait_micros,
+            warmup,
+            in_window,
+        } = c;
         let i = self.at(interval);
         i.completed += 1;
         if in_window {
             i.completed_in_window += 1;
+        }
+        if let Some(wait) = pool_wait_micros {
+            record(&mut i.pool_wait, wait);
         }
         let class = match outcome {
             Outcome::Status(code) => {
@@ -190,6 +248,9 @@ impl Recorder {
                 OutcomeClass::Error
             }
         };
+        if in_window && class == OutcomeClass::Success {
+            i.completed_ok_in_window += 1;
+        }
         if warmup {
             record(&mut i.warmup_latency, latency_micros);
         } else {
@@ -199,20 +260,36 @@ impl Recorder {
     }
 
     /// Closes every interval before `up_to` and returns their snapshots.
-    /// `in_flight` is the gauge at the moment of the flush; it is attached to
-    /// the newest closed interval only.
-    pub fn flush(&mut self, up_to: u64, in_flight: u64) -> Vec<v1::Snapshot> {
+    /// The gauge is read at the moment of the flush; it is attached to the
+    /// newest closed interval only.
+    pub fn flush(&mut self, up_to: u64, gauge: Gauge) -> Vec<v1::Snapshot> {
         let mut out = Vec::new();
         while self.base < up_to {
             let interval = self.open.pop_front().unwrap_or_else(Interval::new);
             let last = self.base + 1 == up_to;
+            // Only the first interval closed here starts at the last gauge.
+            let at_start = if out.is_empty() {
+                self.last_in_flight
+            } else {
+                0
+            };
             out.push(interval.to_snapshot(
                 self.scenario,
                 self.base,
-                if last { in_flight } else { 0 },
+                if last {
+                    Gauge { at_start, ..gauge }
+                } else {
+                    Gauge {
+                        at_start,
+                        ..Gauge::default()
+                    }
+                },
             ));
             self.spare.push(reset(interval));
             self.base += 1;
+        }
+        if !out.is_empty() {
+            self.last_in_flight = gauge.in_flight;
         }
         out
     }
@@ -225,6 +302,7 @@ fn reset(mut i: Interval) -> Interval {
     i.max_in_flight = 0;
     i.completed = 0;
     i.completed_in_window = 0;
+    i.completed_ok_in_window = 0;
     i.status.clear();
     i.errors.clear();
     for h in i.latency.iter_mut() {
@@ -233,6 +311,7 @@ fn reset(mut i: Interval) -> Interval {
     i.service_time.reset();
     i.warmup_latency.reset();
     i.lag.reset();
+    i.pool_wait.reset();
     i
 }
 
@@ -249,29 +328,27 @@ pub enum Outcome {
 mod tests {
     use super::*;
     use loadfleet_proto::histogram::decode;
+    use std::time::Duration;
 
     #[test]
     fn events_land_in_their_intervals_and_flush_in_order() {
         let mut r = Recorder::new(2);
         r.arrival_sent(0, 10, 4);
         r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
-        r.completed(1, Outcome::Status(200), 1500, 900, false, true);
-        r.completed(1, Outcome::Status(503), 2500, 2000, false, true);
+        r.completed(1, done(Outcome::Status(200), 1500, 900, None, true));
+        r.completed(1, done(Outcome::Status(503), 2500, 2000, Some(700), true));
         r.completed(
             1,
-            Outcome::Error(ErrorKind::Refused),
-            100,
-            100,
-            false,
-            false,
+            done(Outcome::Error(ErrorKind::Refused), 100, 100, None, false),
         );
-        let snaps = r.flush(2, 3);
+        let snaps = r.flush(2, Gauge::new(3, Duration::from_millis(5)));
         assert_eq!(snaps.len(), 2);
         assert_eq!((snaps[0].intended, snaps[0].sent), (1, 1));
         assert_eq!((snaps[0].scenario, snaps[0].max_in_flight), (2, 4));
         assert_eq!(snaps[1].unsent[UnsentReason::ConcurrencyLimit.as_str()], 1);
         assert_eq!(snaps[1].completed, 3);
         assert_eq!(snaps[1].completed_in_window, 2);
+        assert_eq!(snaps[1].completed_ok_in_window, 1);
         assert_eq!(snaps[1].status[&200], 1);
         assert_eq!(snaps[1].status[&503], 1);
         assert_eq!(snaps[1].errors[ErrorKind::Refused.as_str()], 1);
@@ -283,14 +360,53 @@ mod tests {
         );
         assert_eq!(decode(&snaps[1].service_time).unwrap().len(), 3);
         assert_eq!((snaps[0].in_flight, snaps[1].in_flight), (0, 3));
+        // The pool's figures: one wait, and its saturated time on the
+        // newest interval.
+        assert_eq!(decode(&snaps[1].pool_wait).unwrap().len(), 1);
+        assert!(snaps[0].pool_wait.is_empty());
+        assert_eq!(
+            (snaps[0].pool_saturated_ns, snaps[1].pool_saturated_ns),
+            (0, 5_000_000)
+        );
+    }
+
+    fn done(
+        outcome: Outcome,
+        latency_micros: u64,
+        service_micros: u64,
+        pool_wait_micros: Option<u64>,
+        in_window: bool,
+    ) -> Completion {
+        Completion {
+            outcome,
+            latency_micros,
+            service_micros,
+            pool_wait_micros,
+            warmup: false,
+            in_window,
+        }
+    }
+
+    /// An interval with no sends at all (every arrival unsent, or the
+    /// drain) still has requests in flight: its peak is never below the
+    /// gauge at either of its edges.
+    #[test]
+    fn peak_in_flight_is_never_below_the_gauges() {
+        let mut r = Recorder::new(0);
+        r.arrival_sent(0, 10, 5);
+        let first = r.flush(1, Gauge::new(912, Duration::ZERO));
+        assert_eq!((first[0].in_flight, first[0].max_in_flight), (912, 912));
+        r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
+        let second = r.flush(2, Gauge::new(400, Duration::ZERO));
+        assert_eq!((second[0].in_flight, second[0].max_in_flight), (400, 912));
     }
 
     #[test]
     fn late_event_for_flushed_interval_is_kept() {
         let mut r = Recorder::new(0);
-        r.flush(3, 0);
+        r.flush(3, Gauge::default());
         r.arrival_unsent(1, UnsentReason::Late);
-        let snaps = r.flush(4, 0);
+        let snaps = r.flush(4, Gauge::default());
         assert_eq!(snaps.len(), 1);
         assert_eq!(snaps[0].interval_index, 3);
         assert_eq!(snaps[0].unsent[UnsentReason::Late.as_str()], 1);
@@ -299,9 +415,16 @@ mod tests {
     #[test]
     fn recycled_intervals_start_empty() {
         let mut r = Recorder::new(0);
-        r.completed(0, Outcome::Status(200), 5, 5, true, false);
-        r.flush(1, 0);
-        let snaps = r.flush(2, 0);
+        r.completed(
+            0,
+            Completion {
+                warmup: true,
+                ..done(Outcome::Status(200), 5, 5, Some(3), false)
+            },
+        );
+        r.flush(1, Gauge::default());
+        let snaps = r.flush(2, Gauge::default());
+        assert!(snaps[0].pool_wait.is_empty());
         assert_eq!(snaps[0].completed, 0);
         assert!(snaps[0].warmup_latency.is_empty());
     }

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ClientConfig, HttpClient};
-use crate::recorder::Recorder;
+use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
 use crate::timer::PreciseTimer;
 
@@ -179,9 +179,13 @@ async fn run_scenarios(
             warmup: sc.warmup,
             duration: sc.duration,
         };
+        // The pool is the worker's: its saturated time goes with the first
+        // scenario's snapshots only, so adding snapshots up counts it once.
+        let pool = states.is_empty().then(|| (client.clone(), plan.workers));
         flushers.push(tokio::task::spawn_local(flush_loop(
             shared.recorder.clone(),
             shared.in_flight.clone(),
+            pool,
             plan.start,
             plan.interval,
             events.clone(),
@@ -242,8 +246,10 @@ async fn run_scenarios(
     let elapsed = Instant::now().saturating_duration_since(plan.start);
     let up_to = elapsed.as_nanos() as u64 / interval_ns + 1;
     let mut in_flight_at_end = 0;
+    let mut pool_saturated = client.take_saturated(Instant::now()) / plan.workers.max(1) as u32;
     for s in &states {
-        let snaps = s.recorder.borrow_mut().flush(up_to, s.in_flight.get());
+        let gauge = Gauge::new(s.in_flight.get(), std::mem::take(&mut pool_saturated));
+        let snaps = s.recorder.borrow_mut().flush(up_to, gauge);
         let _ = events.send(WorkerEvent::Snapshots(snaps));
         in_flight_at_end += s.in_flight.get();
     }
@@ -594,21 +600,26 @@ async fn one_request(
     intended: Instant,
 ) {
     let sent_at = Instant::now();
-    let (outcome, on_wire) = shared.client.send(request).await;
+    let exchanged = shared.client.send(request).await;
     let done = Instant::now();
     let in_scenario = done.saturating_duration_since(shared.scenario_start);
     let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;
     let warmup = intended.saturating_duration_since(shared.scenario_start) < shared.warmup;
     shared.recorder.borrow_mut().completed(
         interval_of(shared, done),
-        outcome,
-        done.saturating_duration_since(intended).as_micros() as u64,
-        // Service time runs from when the request went onto a connection:
-        // a wait for one of the agent's own connections is not the target's.
-        done.saturating_duration_since(on_wire.unwrap_or(sent_at))
-            .as_micros() as u64,
-        warmup,
-        in_window,
+        Completion {
+            outcome: exchanged.outcome,
+            latency_micros: done.saturating_duration_since(intended).as_micros() as u64,
+            // Service time runs from when the request went onto a
+            // connection: a wait for one of the agent's own connections is
+            // not the target's.
+            service_micros: done
+                .saturating_duration_since(exchanged.on_wire.unwrap_or(sent_at))
+                .as_micros() as u64,
+            pool_wait_micros: exchanged.pool_wait.map(|w| w.as_micros() as u64),
+            warmup,
+            in_window,
+        },
     );
     shared.in_flight.set(shared.in_flight.get() - 1);
     shared
@@ -617,10 +628,12 @@ async fn one_request(
 }
 
 /// Closes each interval at its boundary on the common clock and hands its
-/// snapshots to the session.
+/// snapshots to the session; with the worker's `pool` (and the agent's
+/// number of workers), also the time it held requests waiting.
 async fn flush_loop(
     recorder: Rc<RefCell<Recorder>>,
     in_flight: Rc<Cell<u64>>,
+    pool: Option<(HttpClient, usize)>,
     start: Instant,
     interval: Duration,
     events: UnboundedSender<WorkerEvent>,
@@ -630,7 +643,12 @@ async fn flush_loop(
         closed += 1;
         let boundary = start + interval * closed as u32;
         tokio::time::sleep_until(boundary).await;
-        let snaps = recorder.borrow_mut().flush(closed, in_flight.get());
+        let saturated = pool.as_ref().map_or(Duration::ZERO, |(p, workers)| {
+            p.take_saturated(Instant::now()) / (*workers).max(1) as u32
+        });
+        let snaps = recorder
+            .borrow_mut()
+            .flush(closed, Gauge::new(in_flight.get(), saturated));
         if events.send(WorkerEvent::Snapshots(snaps)).is_err() {
             return;
         }

@@ -33,6 +33,13 @@ pub struct Merged {
     pub cpu_seconds: f64,
     /// Sum and number of host-CPU samples, to report the mean.
     pub host_cpu: (f64, u64),
+    /// 2xx responses inside the measurement window.
+    pub completed_ok_in_window: u64,
+    /// Time requests waited for a connection in the agents' own pools
+    /// (each agent's workers' time divided by their number), nanoseconds.
+    pub pool_saturated_ns: u64,
+    /// How long requests that found every connection busy waited (µs).
+    pub pool_wait: Histogram<u64>,
 }
 
 impl Default for Merged {
@@ -51,6 +58,9 @@ impl Default for Merged {
             lag: new_histogram(),
             cpu_seconds: 0.0,
             host_cpu: (0.0, 0),
+            completed_ok_in_window: 0,
+            pool_saturated_ns: 0,
+            pool_wait: new_histogram(),
         }
     }
 }
@@ -86,6 +96,9 @@ impl Merged {
             } else {
                 (0.0, 0)
             },
+            completed_ok_in_window: s.completed_ok_in_window,
+            pool_saturated_ns: s.pool_saturated_ns,
+            pool_wait: decode(&s.pool_wait)?,
         })
     }
 
@@ -418,6 +431,9 @@ fn merge(into: &mut Merged, from: &Merged) {
     into.cpu_seconds += from.cpu_seconds;
     into.host_cpu.0 += from.host_cpu.0;
     into.host_cpu.1 += from.host_cpu.1;
+    into.completed_ok_in_window += from.completed_ok_in_window;
+    into.pool_saturated_ns += from.pool_saturated_ns;
+    add_hist(&mut into.pool_wait, &from.pool_wait);
 }
 
 #[cfg(test)]

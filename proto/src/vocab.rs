@@ -157,8 +157,9 @@ vocabulary! {
         Reset => "reset",
         /// The request ran past its timeout.
         Timeout => "timeout",
-        /// The request timed out waiting for one of the agent's own
-        /// connections: the generator was the limit, not the target.
+        /// The request ran out of time and spent at least half of it
+        /// waiting for one of the agent's own connections: the generator
+        /// was the limit, not the target.
         PoolTimeout => "pool_timeout",
         /// The TLS handshake failed.
         Tls => "tls",
@@ -212,6 +213,13 @@ vocabulary! {
         Partial => "PARTIAL",
         /// Snapshots that could not be decoded are missing from the totals.
         CorruptSnapshot => "CORRUPT_SNAPSHOT",
+        /// The agents' own connections were all busy and requests waited
+        /// for one: the target saw at most that many concurrent requests,
+        /// and the run was partly a closed model.
+        GeneratorPool => "GENERATOR_POOL",
+        /// Requests were still in flight when the drain ended: they have no
+        /// outcome, and the latency figures leave them out.
+        Incomplete => "INCOMPLETE",
     }
 }
 

@@ -55,6 +55,14 @@ struct ClientInner {
     waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
     /// Slots in use: connections open, being opened, or leased.
     open: Cell<usize>,
+    /// Requests waiting for a slot right now (live ones only: a request
+    /// that gave up is no longer counted, even while its stale entry still
+    /// sits in `waiters`).
+    waiting: Cell<usize>,
+    /// Since when requests have been waiting, while some are.
+    saturated_since: Cell<Option<Instant>>,
+    /// Time with requests waiting, not yet taken by [`HttpClient::take_saturated`].
+    saturated: Cell<Duration>,
     max_open: usize,
     timeout: Duration,
     source: Option<IpAddr>,
@@ -104,6 +112,50 @@ enum Phase {
     OnWire,
 }
 
+/// One request's way through the client, kept outside its future so that
+/// a timeout, which drops the future, can still read where it got to.
+struct Progress {
+    phase: Cell<Phase>,
+    /// When the request went onto a connection.
+    on_wire: Cell<Option<Instant>>,
+    /// When it first found every connection busy and joined the queue.
+    queued_at: Cell<Option<Instant>>,
+    /// How long it waited in that queue, once it left it.
+    waited: Cell<Option<Duration>>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            phase: Cell::new(Phase::Queued),
+            on_wire: Cell::new(None),
+            queued_at: Cell::new(None),
+            waited: Cell::new(None),
+        }
+    }
+
+    /// Time spent waiting for one of the pool's connections, up to `now`
+    /// for a request still waiting; `None` when it never had to wait.
+    fn pool_wait(&self, now: Instant) -> Option<Duration> {
+        self.waited.get().or_else(|| {
+            self.queued_at
+                .get()
+                .map(|at| now.saturating_duration_since(at))
+        })
+    }
+}
+
+/// What became of one request in the client.
+#[derive(Debug, Clone, Copy)]
+pub struct Exchanged {
+    pub outcome: Outcome,
+    /// When the request went onto a connection (the start of its service
+    /// time), if it did.
+    pub on_wire: Option<Instant>,
+    /// How long it waited for one of the pool's connections, if it had to.
+    pub pool_wait: Option<Duration>,
+}
+
 impl HttpClient {
     pub fn new(config: ClientConfig) -> Self {
         Self {
@@ -111,6 +163,9 @@ impl HttpClient {
                 idle: RefCell::new(Vec::new()),
                 waiters: RefCell::new(VecDeque::new()),
                 open: Cell::new(0),
+                waiting: Cell::new(0),
+                saturated_since: Cell::new(None),
+                saturated: Cell::new(Duration::ZERO),
                 max_open: config.connections.max(1),
                 timeout: config.timeout,
                 source: config.source,
@@ -121,39 +176,67 @@ impl HttpClient {
     }
 
     /// Sends one request and reads the whole response body; the body is part
-    /// of the latency because a user waits for it too. Also returns when the
-    /// request went onto a connection (for the service time), if it did.
-    pub async fn send(&self, request: Request<Full<Bytes>>) -> (Outcome, Option<Instant>) {
-        let phase = Cell::new(Phase::Queued);
-        let on_wire = Cell::new(None);
-        let outcome = match tokio::time::timeout(
-            self.inner.timeout,
-            self.exchange(request, &phase, &on_wire),
-        )
-        .await
-        {
+    /// of the latency because a user waits for it too. Also says when the
+    /// request went onto a connection (for the service time) and how long
+    /// it waited for one.
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Exchanged {
+        let progress = Progress::new();
+        let result =
+            tokio::time::timeout(self.inner.timeout, self.exchange(request, &progress)).await;
+        let pool_wait = progress.pool_wait(Instant::now());
+        let outcome = match result {
             Ok(Ok(status)) => Outcome::Status(status),
             Ok(Err(e)) => Outcome::Error(e.kind()),
-            // Time spent queued for the agent's own connections is the
-            // generator's limit, not the target's: say so.
-            Err(_) if phase.get() == Phase::Queued => Outcome::Error(ErrorKind::PoolTimeout),
-            Err(_) => Outcome::Error(ErrorKind::Timeout),
+            Err(_) => Outcome::Error(timeout_kind(
+                progress.phase.get(),
+                pool_wait,
+                self.inner.timeout,
+            )),
         };
-        (outcome, on_wire.get())
+        Exchanged {
+            outcome,
+            on_wire: progress.on_wire.get(),
+            pool_wait,
+        }
+    }
+
+    /// Time during which requests waited for a connection since the last
+    /// call, up to `now`: every connection was busy and load was held back.
+    pub fn take_saturated(&self, now: Instant) -> Duration {
+        let mut total = self.inner.saturated.replace(Duration::ZERO);
+        if let Some(since) = self.inner.saturated_since.get() {
+            total += now.saturating_duration_since(since);
+            self.inner.saturated_since.set(Some(now));
+        }
+        total
+    }
+
+    /// One more or one fewer request waiting for a connection; keeps the
+    /// time with any waiting.
+    fn waiting_changed(&self, waiting: usize) {
+        let inner = &self.inner;
+        inner.waiting.set(waiting);
+        match (waiting > 0, inner.saturated_since.get()) {
+            (true, None) => inner.saturated_since.set(Some(Instant::now())),
+            (false, Some(since)) => {
+                inner.saturated_since.set(None);
+                inner.saturated.set(inner.saturated.get() + since.elapsed());
+            }
+            _ => {}
+        }
     }
 
     async fn exchange(
         &self,
         mut request: Request<Full<Bytes>>,
-        phase: &Cell<Phase>,
-        on_wire: &Cell<Option<Instant>>,
+        progress: &Progress,
     ) -> Result<u16, ClientFailure> {
         let uri = request.uri().clone();
         let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
-        let mut lease = self.acquire(key, &uri, phase).await?;
-        phase.set(Phase::OnWire);
-        on_wire.set(Some(Instant::now()));
+        let mut lease = self.acquire(key, &uri, progress).await?;
+        progress.phase.set(Phase::OnWire);
+        progress.on_wire.set(Some(Instant::now()));
         // HTTP/1.1 origin form: the path in the request line, the host in
         // its header.
         if !request.headers().contains_key(http::header::HOST) {
@@ -304,6 +387,19 @@ impl HttpClient {
     }
 }
 
+/// The error kind of a request whose time ran out. One that spent at least
+/// half its time waiting for the agent's own connections is `pool_timeout`,
+/// even when the rest ran out on the wire: under overload a freed
+/// connection goes to the oldest waiter, which then has almost no time
+/// left, so nearly every request would otherwise reach the wire just before
+/// its deadline and be blamed on the target.
+fn timeout_kind(phase: Phase, pool_wait: Option<Duration>, timeout: Duration) -> ErrorKind {
+    match pool_wait {
+        Some(wait) if phase == Phase::Queued || wait * 2 >= timeout => ErrorKind::PoolTimeout,
+        _ => ErrorKind::Timeout,
+    }
+}
+
 /// Lets `bind(ip, 0)` leave the port to `connect()`. Otherwise the kernel
 /// must pick a port unique for the source address alone, scanning every
 /// socket (TIME_WAIT ones too) bound to it: slow, and exhausted after ~28k
@@ -325,7 +421,7 @@ mod tests {
         drop(listener);
         let c = client(1, Duration::from_secs(2));
         assert_eq!(
-            c.send(get(port)).await.0,
+            c.send(get(port)).await.outcome,
             Outcome::Error(ErrorKind::Refused)
         );
     }
@@ -401,10 +497,12 @@ mod tests {
         let (port, accepted) = slow_server(Duration::from_millis(20)).await;
         let c = client(1, Duration::from_secs(5));
         let results = futures::future::join_all((0..5).map(|_| c.send(get(port)))).await;
-        for (outcome, on_wire) in &results {
-            assert_eq!(*outcome, Outcome::Status(200));
-            assert!(on_wire.is_some());
+        for r in &results {
+            assert_eq!(r.outcome, Outcome::Status(200));
+            assert!(r.on_wire.is_some());
         }
+        // Four of them found the connection busy and waited for it.
+        assert_eq!(results.iter().filter(|r| r.pool_wait.is_some()).count(), 4);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(c.inner.open.get(), 1);
         assert!(c.inner.waiters.borrow().is_empty());
@@ -420,19 +518,47 @@ mod tests {
         let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
         let key = uri.authority().unwrap().as_str().to_string();
         // Hold the only slot, as a long request would.
-        let held = c
-            .acquire(&key, &uri, &Cell::new(Phase::Queued))
-            .await
-            .unwrap();
-        let (outcome, on_wire) = c.send(get(port)).await;
-        assert_eq!(outcome, Outcome::Error(ErrorKind::PoolTimeout));
-        assert!(on_wire.is_none(), "never reached a connection");
+        let held = c.acquire(&key, &uri, &Progress::new()).await.unwrap();
+        let r = c.send(get(port)).await;
+        assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
+        assert!(r.on_wire.is_none(), "never reached a connection");
+        assert!(r.pool_wait.is_some_and(|w| w >= Duration::from_millis(100)));
+        assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(100));
+        assert_eq!(
+            c.inner.waiting.get(),
+            0,
+            "the one that gave up is not waiting"
+        );
         assert_eq!(c.inner.open.get(), 1);
         drop(held); // unfinished: its connection closes, the slot frees
         assert_eq!(c.inner.open.get(), 0);
-        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
-        assert_eq!(c.send(get(port)).await.0, Outcome::Status(200));
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
         assert_eq!(c.inner.open.get(), 1, "one connection, reused");
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// The overload the issue saw: one connection, a 100 ms service and a
+    /// 300 ms timeout, with far more requests than the connection can
+    /// carry. A freed connection goes to the oldest waiter, which reaches
+    /// the wire with almost no time left: such requests are `pool_timeout`
+    /// (most of their time went to the agent's own queue), never `timeout`.
+    #[tokio::test]
+    async fn requests_that_mostly_waited_for_the_pool_are_pool_timeouts() {
+        let (port, _) = slow_server(Duration::from_millis(100)).await;
+        let c = client(1, Duration::from_millis(300));
+        let results = futures::future::join_all((0..12).map(|i| {
+            let c = c.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20 * i)).await;
+                c.send(get(port)).await
+            }
+        }))
+        .await;
+        let count = |kind: Outcome| results.iter().filter(|r| r.outcome == kind).count();
+        assert_eq!(count(Outcome::Error(ErrorKind::Timeout)), 0);
+        assert!(count(Outcome::Error(ErrorKind::PoolTimeout)) >= 6);
+        assert!(count(Outcome::Status(200)) >= 1);
+        assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(300));
     }
 }

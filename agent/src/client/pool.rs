@@ -2,14 +2,14 @@
 //! [`Lease`] that gives itself back when dropped, and a queue of requests
 //! waiting for one, oldest first.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 
 use http::Uri;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::failure::ClientFailure;
-use super::{HttpClient, Phase, Sender};
+use super::{HttpClient, Phase, Progress, Sender};
 
 /// One slot of the pool, with the connection in it once there is one.
 ///
@@ -67,6 +67,27 @@ impl Lease {
     }
 }
 
+/// A request counted as waiting for a connection while it lives: dropped
+/// when it gets one or when its time runs out, so the count (and the time
+/// with requests waiting) never includes one that gave up.
+struct Waiting<'a> {
+    client: &'a HttpClient,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(client: &'a HttpClient) -> Self {
+        client.waiting_changed(client.inner.waiting.get() + 1);
+        Self { client }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let waiting = self.client.inner.waiting.get().saturating_sub(1);
+        self.client.waiting_changed(waiting);
+    }
+}
+
 impl HttpClient {
     /// A ready connection to `key`: an idle one, a new one while under the
     /// limit, or the next one (or slot) freed, oldest waiter first.
@@ -74,7 +95,7 @@ impl HttpClient {
         &self,
         key: &str,
         uri: &Uri,
-        phase: &Cell<Phase>,
+        progress: &Progress,
     ) -> Result<Lease, ClientFailure> {
         loop {
             if let Some(s) = self.take_idle(key) {
@@ -93,13 +114,25 @@ impl HttpClient {
                     .waiters
                     .borrow_mut()
                     .push_back((key.to_string(), tx));
-                match rx.await {
+                // The first time in the queue counts from here; a request
+                // that queues again (its handed-over connection had died)
+                // keeps waiting from the first time.
+                let queued_at = progress.queued_at.get().unwrap_or_else(|| {
+                    let now = Instant::now();
+                    progress.queued_at.set(Some(now));
+                    now
+                });
+                let waiting = Waiting::new(self);
+                let handed = rx.await;
+                drop(waiting);
+                progress.waited.set(Some(queued_at.elapsed()));
+                match handed {
                     Ok(lease) => lease,
                     Err(_) => continue,
                 }
             };
             if lease.sender.is_none() {
-                phase.set(Phase::Connecting);
+                progress.phase.set(Phase::Connecting);
                 lease.sender = Some(self.connect(uri).await?);
                 return Ok(lease);
             }

@@ -110,6 +110,23 @@ impl Merged {
         self.errors.values().sum()
     }
 
+    /// Requests that did not succeed: transport errors and 4xx/5xx answers
+    /// (1xx and 3xx are neither; see docs/report.md).
+    pub fn failures(&self) -> u64 {
+        self.errors_total()
+            + self
+                .status
+                .iter()
+                .filter(|(&code, _)| {
+                    matches!(
+                        class_of(code),
+                        OutcomeClass::ClientError | OutcomeClass::ServerError
+                    )
+                })
+                .map(|(_, n)| n)
+                .sum::<u64>()
+    }
+
     /// Latency over every outcome class.
     pub fn latency_all(&self) -> Histogram<u64> {
         let mut all = new_histogram();

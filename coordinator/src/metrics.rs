@@ -131,6 +131,20 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     );
     family(
         &mut out,
+        "loadfleet_failures_total",
+        "counter",
+        "Requests that did not succeed: transport errors, 4xx and 5xx answers.",
+        &one(t.failures() as f64),
+    );
+    family(
+        &mut out,
+        "loadfleet_pool_saturated_seconds_total",
+        "counter",
+        "Time every connection of an agent's own pool was busy with requests waiting (mean over each agent's pools, summed over agents).",
+        &one(t.pool_saturated_ns as f64 / 1e9),
+    );
+    family(
+        &mut out,
         "loadfleet_in_flight",
         "gauge",
         "Requests in flight at the end of the last second.",
@@ -187,6 +201,8 @@ mod tests {
         agg.totals.intended = 10;
         agg.totals.unsent.insert("late".into(), 2);
         agg.totals.errors.insert(r#"re"set"#.into(), 1);
+        agg.totals.status.insert(503, 4);
+        agg.totals.status.insert(200, 5);
         let text = render(&agg, 3, 1, 1.5);
         assert!(text.contains("# TYPE loadfleet_requests_intended_total counter"));
         assert!(text.contains("loadfleet_requests_intended_total 10"));
@@ -196,5 +212,6 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("loadfleet_in_flight 3"));
+        assert!(text.contains("loadfleet_failures_total 5"), "{text}");
     }
 }

@@ -1,5 +1,7 @@
 //! Pass/fail rules checked against the final report (`p99<500ms`,
-//! `unsent==0`, `errors<1%`, `rps>=900`).
+//! `unsent==0`, `failures<1%`, `incomplete==0`, `ok_rps>=900`). Each metric
+//! is named as in the report (errors, failures and successful throughput
+//! are defined in docs/report.md).
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,9 +13,30 @@ use serde::{Deserialize, Serialize};
 enum Metric {
     /// A latency figure (ms), from the intended send time.
     Latency(&'static str),
+    /// Arrivals never sent (`%` of intended).
     Unsent,
+    /// Transport errors, no HTTP status (`%` of completed).
     Errors,
+    /// Transport errors + 4xx + 5xx (`%` of completed).
+    Failures,
+    /// Sent and without an outcome when the drain ended (`%` of sent).
+    Incomplete,
+    /// Completions in the window per second.
     Throughput,
+    /// 2xx completions in the window per second.
+    ThroughputOk,
+}
+
+impl Metric {
+    /// The unit `actual` is in, as shown after it.
+    fn unit(self, percent: bool) -> &'static str {
+        match self {
+            _ if percent => "%",
+            Metric::Latency(_) => "ms",
+            Metric::Throughput | Metric::ThroughputOk => "req/s",
+            Metric::Unsent | Metric::Errors | Metric::Failures | Metric::Incomplete => "",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,7 +57,8 @@ pub struct Threshold {
     metric: Metric,
     op: Op,
     value: f64,
-    /// The value was a percentage of intended (unsent) or completed (errors).
+    /// The value was a percentage of intended (unsent), completed (errors,
+    /// failures) or sent (incomplete).
     percent: bool,
 }
 
@@ -73,10 +97,13 @@ impl FromStr for Threshold {
             }),
             "unsent" => Metric::Unsent,
             "errors" => Metric::Errors,
+            "failures" => Metric::Failures,
+            "incomplete" => Metric::Incomplete,
             "rps" | "throughput" => Metric::Throughput,
+            "ok_rps" | "throughput_ok" => Metric::ThroughputOk,
             other => {
                 return Err(format!(
-                    "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors or rps"
+                    "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps or ok_rps"
                 ))
             }
         };
@@ -96,9 +123,14 @@ impl FromStr for Threshold {
         let value: f64 = number
             .parse()
             .map_err(|_| format!("{s:?}: {value:?} is not a number (e.g. 500ms, 1%, 0)"))?;
-        if percent && matches!(metric, Metric::Latency(_) | Metric::Throughput) {
+        if percent
+            && matches!(
+                metric,
+                Metric::Latency(_) | Metric::Throughput | Metric::ThroughputOk
+            )
+        {
             return Err(format!(
-                "{s:?}: a percentage only applies to unsent and errors"
+                "{s:?}: a percentage only applies to unsent, errors, failures and incomplete"
             ));
         }
         if !matches!(metric, Metric::Latency(_)) && unit.is_some() {
@@ -156,9 +188,16 @@ pub struct Figures {
     pub latency: Option<Latency>,
     pub intended: u64,
     pub unsent: u64,
+    pub sent: u64,
     pub completed: u64,
+    /// Transport errors (no HTTP status).
     pub errors: u64,
+    /// Transport errors + 4xx + 5xx.
+    pub failures: u64,
+    /// Sent and without an outcome at the end.
+    pub incomplete: u64,
     pub throughput_rps: f64,
+    pub throughput_ok_rps: f64,
 }
 
 /// One checked threshold, as it appears in the report.
@@ -166,13 +205,22 @@ pub struct Figures {
 pub struct Checked {
     pub threshold: String,
     pub actual: Option<f64>,
+    /// The unit of `actual`: `ms`, `%`, `req/s`, or empty for a count.
+    #[serde(default)]
+    pub unit: String,
     pub passed: bool,
 }
+
 
 impl Threshold {
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {
         self.scenario.as_deref()
+    }
+
+    /// The unit its figure is in (see [`Checked::unit`]).
+    pub fn unit(&self) -> &'static str {
+        self.metric.unit(self.percent)
     }
 
     pub fn check(&self, f: &Figures) -> Checked {
@@ -182,11 +230,14 @@ impl Threshold {
             Metric::Latency(q) => f.latency.and_then(|p| p.get(q)),
             Metric::Unsent if self.percent => ratio(f.unsent, f.intended),
             Metric::Unsent => Some(f.unsent as f64),
-            // Errors include transport errors and 5xx answers alike: both
-            // are requests the user did not get served.
             Metric::Errors if self.percent => ratio(f.errors, f.completed),
             Metric::Errors => Some(f.errors as f64),
+            Metric::Failures if self.percent => ratio(f.failures, f.completed),
+            Metric::Failures => Some(f.failures as f64),
+            Metric::Incomplete if self.percent => ratio(f.incomplete, f.sent),
+            Metric::Incomplete => Some(f.incomplete as f64),
             Metric::Throughput => Some(f.throughput_rps),
+            Metric::ThroughputOk => Some(f.throughput_ok_rps),
         };
         // A latency threshold with no latency at all fails: nothing was
         // measured, so nothing was shown to be fast enough.
@@ -200,6 +251,7 @@ impl Threshold {
         Checked {
             threshold: self.text.clone(),
             actual,
+            unit: self.unit().to_string(),
             passed,
         }
     }
@@ -223,9 +275,13 @@ mod tests {
             latency: Some(lat),
             intended: 1000,
             unsent: 10,
-            completed: 990,
+            sent: 990,
+            completed: 980,
             errors: 5,
+            failures: 200,
+            incomplete: 10,
             throughput_rps: 99.0,
+            throughput_ok_rps: 78.0,
         })
     }
 
@@ -238,11 +294,29 @@ mod tests {
             ("unsent<=1%", true),
             ("errors<1%", true),
             ("errors==5", true),
+            ("failures<1%", false),
+            ("failures<=200", true),
+            ("incomplete==0", false),
+            ("incomplete<1.1%", true),
             ("rps>=100", false),
+            ("ok_rps>=78", true),
+            ("throughput_ok>80", false),
         ] {
             let t: Threshold = text.parse().unwrap();
             assert_eq!(figures(&t).passed, pass, "{text}");
         }
+    }
+
+    /// What a threshold was checked against says its unit, so a report
+    /// can show "19.7%", never a bare "19.667".
+    #[test]
+    fn actual_figures_carry_their_unit() {
+        let checked = |t: &str| figures(&t.parse().unwrap());
+        let c = checked("failures<1%");
+        assert_eq!((c.unit.as_str(), c.actual.map(|a| a.round())), ("%", Some(20.0)));
+        assert_eq!(checked("p99<1s").unit, "ms");
+        assert_eq!(checked("ok_rps>1").unit, "req/s");
+        assert_eq!(checked("incomplete==0").unit, "");
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct PlanInfo {
     pub duration: Duration,
     pub drain: Duration,
     pub max_in_flight: u32,
+    /// Keep-alive connections per agent: the most requests it can have on
+    /// the target at once.
+    pub connections: u32,
     pub thresholds: Vec<Threshold>,
     /// Arrivals later than this were dropped as `late`.
     pub max_lag: Duration,
@@ -99,6 +102,7 @@ impl PlanInfo {
             duration: plan.duration(),
             drain: plan.run.drain,
             max_in_flight: plan.target.max_in_flight,
+            connections: plan.target.connections,
             thresholds: plan.thresholds.clone(),
             max_lag: plan.target.max_lag,
             latency_floor,
@@ -194,11 +198,18 @@ fn union_length(windows: &[Window]) -> f64 {
     total
 }
 
-fn totals_for(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
-    totals(m, window_s, warmup_s, 0)
-}
-
-fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> Totals {
+fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
+    // Every request sent either completed (with a status or an error) or
+    // has no outcome: that is what is left in flight, the same way for the
+    // totals, each scenario and each agent, so they add up.
+    let in_flight_at_end = m.sent.saturating_sub(m.completed);
+    let per_window = |n: u64| {
+        if window_s > 0.0 {
+            n as f64 / window_s
+        } else {
+            0.0
+        }
+    };
     let mut other = m.unsent.clone();
     let concurrency_limit = other
         .remove(UnsentReason::ConcurrencyLimit.as_str())
@@ -210,6 +221,7 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
         sent: m.sent,
         completed: m.completed,
         completed_in_window: m.completed_in_window,
+        completed_ok_in_window: m.completed_ok_in_window,
         in_flight_at_end,
         unsent: Unsent {
             total: m.unsent_total(),
@@ -219,11 +231,11 @@ fn totals(m: &Merged, window_s: f64, warmup_s: f64, in_flight_at_end: u64) -> To
         },
         status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         errors: m.errors.clone(),
-        throughput_rps: if window_s > 0.0 {
-            m.completed_in_window as f64 / window_s
-        } else {
-            0.0
-        },
+        failures: m.failures(),
+        throughput_rps: per_window(m.completed_in_window),
+        throughput_ok_rps: per_window(m.completed_ok_in_window),
+        latency_lower_bound: in_flight_at_end > 0,
+        pool_wait_ms: percentiles(&m.pool_wait),
         latency_ms: percentiles(&all),
         latency_curve_ms: curve(&all),
         service_time_ms: percentiles(&m.service_time),
@@ -257,19 +269,9 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     };
     let windows: Vec<Window> = ctx.scenarios.iter().map(|s| clip(s.window())).collect();
     let window_s = union_length(&windows);
-    let in_flight_at_end: u64 = result
-        .agents
-        .iter()
-        .filter_map(|a| a.finished.as_ref().map(|f| f.in_flight_at_end))
-        .sum();
     let elapsed_s = result.elapsed.as_secs_f64();
     let warmup_total: f64 = ctx.scenarios.iter().map(|s| s.warmup.as_secs_f64()).sum();
-    let totals = totals(
-        &result.aggregate.totals,
-        window_s,
-        warmup_total,
-        in_flight_at_end,
-    );
+    let totals = totals_of(&result.aggregate.totals, window_s, warmup_total);
     let scenarios: Vec<Scenario> = ctx
         .scenarios
         .iter()
@@ -291,8 +293,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 window: w,
                 process: info.process.clone(),
                 offered_rps: info.offered_rps,
-                // In-flight at the end is known per agent, not per scenario.
-                totals: totals_for(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
+                totals: totals_of(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
             }
         })
         .collect();
@@ -314,6 +315,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 None => Checked {
                     threshold: th.to_string(),
                     actual: None,
+                    unit: th.unit().to_string(),
                     passed: false,
                 },
             }
@@ -329,6 +331,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
             window_s,
             drain_s: ctx.drain.as_secs_f64(),
             max_in_flight_per_agent: ctx.max_in_flight,
+            connections_per_agent: ctx.connections,
             agents: result.agents.len(),
             local: matches!(ctx.placement, Placement::Local { .. }),
             started_at_unix: result
@@ -388,6 +391,13 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                 }),
                 clock_offset_ms: a.clock.map(|c| c.1 as f64 / 1e6),
                 clock_rtt_ms: a.clock.map(|c| c.0 as f64 / 1e6),
+                clock_uncertainty_ms: a.clock.map(|c| c.0 as f64 / 2e6),
+                in_flight_at_end: a.finished.as_ref().map(|f| f.in_flight_at_end),
+                pool_saturated_share: if elapsed_s > 0.0 {
+                    (m.pool_saturated_ns as f64 / 1e9 / elapsed_s).min(1.0)
+                } else {
+                    0.0
+                },
                 status: if a.lost.is_some() {
                     AgentStatus::Lost
                 } else if a.finished.as_ref().is_some_and(|f| f.cut_short) {
@@ -444,15 +454,9 @@ pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
     }
 }
 
-/// The figures thresholds read from a set of totals (transport errors and
-/// 5xx answers both count as errors: neither served the user).
+/// The figures thresholds read from a set of totals, each under the name
+/// the report gives it.
 pub(crate) fn figures(t: &Totals) -> Figures {
-    let errors = t.errors.values().sum::<u64>()
-        + t.status
-            .iter()
-            .filter(|(code, _)| code.starts_with('5'))
-            .map(|(_, n)| n)
-            .sum::<u64>();
     Figures {
         latency: t.latency_ms.as_ref().map(|p| Latency {
             p50: p.p50,
@@ -465,8 +469,12 @@ pub(crate) fn figures(t: &Totals) -> Figures {
         }),
         intended: t.intended,
         unsent: t.unsent.total,
+        sent: t.sent,
         completed: t.completed,
-        errors,
+        errors: t.errors.values().sum(),
+        failures: t.failures,
+        incomplete: t.in_flight_at_end,
         throughput_rps: t.throughput_rps,
+        throughput_ok_rps: t.throughput_ok_rps,
     }
 }

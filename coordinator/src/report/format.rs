@@ -15,6 +15,18 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// A threshold's `actual` in its own unit, as the text report and the
+/// page show it: "19.67%", "420.0ms", "78.0 req/s", "10".
+pub fn threshold_actual(c: &crate::thresholds::Checked) -> String {
+    match (c.actual, c.unit.as_str()) {
+        (None, _) => "n/a".into(),
+        (Some(a), "ms") => ms(a),
+        (Some(a), "%") => format!("{a:.2}%"),
+        (Some(a), "req/s") => format!("{a:.1} req/s"),
+        (Some(a), unit) => format!("{a}{unit}"),
+    }
+}
+
 /// A finite number or 0: what goes into SVG attributes.
 pub fn fin(v: f64) -> f64 {
     if v.is_finite() {

@@ -34,19 +34,42 @@ pub struct Unsent {
     pub other: BTreeMap<String, u64>,
 }
 
-/// The headline figures, for the totals and for each scenario.
+/// The headline figures, for the totals and for each scenario. The words
+/// (errors, failures, successful throughput) are defined once, in
+/// docs/report.md, and each figure keeps its one name in every format.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Totals {
     pub intended: u64,
     pub sent: u64,
     pub completed: u64,
     pub completed_in_window: u64,
+    /// Of those, the 2xx responses.
+    #[serde(default)]
+    pub completed_ok_in_window: u64,
+    /// Sent and without an outcome: still in flight when the drain ended
+    /// (or on an agent lost before it reported them); `sent - completed`.
     pub in_flight_at_end: u64,
     pub unsent: Unsent,
     pub status: BTreeMap<String, u64>,
+    /// Transport errors (no HTTP status) by kind.
     pub errors: BTreeMap<String, u64>,
+    /// Requests that did not succeed: transport errors + 4xx + 5xx.
+    #[serde(default)]
+    pub failures: u64,
     /// Completions inside the measurement window / window length.
     pub throughput_rps: f64,
+    /// 2xx completions inside the measurement window / window length.
+    #[serde(default)]
+    pub throughput_ok_rps: f64,
+    /// True when requests had no outcome at the end (`in_flight_at_end >
+    /// 0`): they waited at least as long as the drain, so every latency
+    /// figure, which leaves them out, is optimistic.
+    #[serde(default)]
+    pub latency_lower_bound: bool,
+    /// How long requests that found all of their agent's connections busy
+    /// waited for one; null when none had to.
+    #[serde(default)]
+    pub pool_wait_ms: Option<Percentiles>,
     /// From the intended send time; null when nothing completed.
     pub latency_ms: Option<Percentiles>,
     /// From the actual send time.
@@ -129,8 +152,23 @@ pub struct AgentReport {
     pub host_cpu: f64,
     /// Schedule lag: actual minus intended send time.
     pub lag_ms: Option<Lag>,
+    /// Offset between the agent's and the coordinator's monotonic clocks:
+    /// an arbitrary number (each clock counts from its own boot or start),
+    /// used only to place the common start on the agent's clock.
     pub clock_offset_ms: Option<f64>,
     pub clock_rtt_ms: Option<f64>,
+    /// How far the common start may be misplaced on this agent: half the
+    /// best probe round trip. The figure a reader should look at.
+    #[serde(default)]
+    pub clock_uncertainty_ms: Option<f64>,
+    /// Requests the agent itself counted as still in flight when it
+    /// stopped draining; null when it never said it finished.
+    #[serde(default)]
+    pub in_flight_at_end: Option<u64>,
+    /// Share of the run (0..1, mean over the agent's pools) during which
+    /// every connection was busy and requests waited for one.
+    #[serde(default)]
+    pub pool_saturated_share: f64,
     pub status: AgentStatus,
     pub lost_reason: Option<String>,
 }
@@ -172,6 +210,10 @@ pub struct RunInfo {
     pub window_s: f64,
     pub drain_s: f64,
     pub max_in_flight_per_agent: u32,
+    /// Keep-alive connections each agent may open: the most concurrent
+    /// requests it can put on the target.
+    #[serde(default)]
+    pub connections_per_agent: u32,
     pub agents: usize,
     pub local: bool,
     pub started_at_unix: f64,

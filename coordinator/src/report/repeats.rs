@@ -21,8 +21,11 @@ const HEADLINE: &[&str] = &[
     "unsent.total",
     "completed",
     "completed_in_window",
+    "in_flight_at_end",
     "errors_total",
+    "failures",
     "throughput_rps",
+    "throughput_ok_rps",
     "latency_ms.p50",
     "latency_ms.p90",
     "latency_ms.p95",
@@ -46,7 +49,8 @@ pub struct Repeats {
     /// Index (0-based) of the run shown as the report's totals: the one
     /// whose latency p99 is the median.
     pub representative: usize,
-    /// Each run's totals, in order, with `errors_total` (transport + 5xx).
+    /// Each run's totals, in order, with `errors_total` (transport errors,
+    /// every kind together).
     pub runs: Vec<Value>,
     pub median: Headline,
     pub min: Headline,
@@ -191,16 +195,11 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
-/// A run's totals as JSON, with the error count thresholds and compare use.
+/// A run's totals as JSON, with the transport errors' total, which
+/// thresholds and compare read as `errors`.
 fn run_value(r: &Report) -> Value {
     let mut v = serde_json::to_value(&r.totals).unwrap_or(Value::Null);
-    let t = &r.totals;
-    let errors: u64 = t.errors.values().sum::<u64>()
-        + t.status
-            .iter()
-            .filter(|(code, _)| code.starts_with('5'))
-            .map(|(_, n)| n)
-            .sum::<u64>();
+    let errors: u64 = r.totals.errors.values().sum();
     if let Value::Object(map) = &mut v {
         map.insert("errors_total".into(), Value::from(errors));
     }
@@ -296,9 +295,13 @@ fn median_figures(med: &Value) -> Figures {
         latency: median_latency(med),
         intended: n("intended"),
         unsent: n("unsent.total"),
+        sent: n("sent"),
         completed: n("completed"),
         errors: n("errors_total"),
+        failures: n("failures"),
+        incomplete: n("in_flight_at_end"),
         throughput_rps: get(med, "throughput_rps").unwrap_or(0.0),
+        throughput_ok_rps: get(med, "throughput_ok_rps").unwrap_or(0.0),
     }
 }
 

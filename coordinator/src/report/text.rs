@@ -7,7 +7,7 @@ use std::io::Write;
 
 use loadfleet_proto::vocab::{UnsentReason, VerdictLevel};
 
-use super::format::ms;
+use super::format::{ms, threshold_actual};
 use super::model::{Percentiles, Report};
 use super::repeats::{Repeats, Unit, COLUMNS};
 
@@ -99,8 +99,13 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     )?;
     writeln!(
         out,
-        "  completed {}   in window {}   in flight at end {}   throughput {:.1} req/s over the {:.1}s window",
-        t.completed, t.completed_in_window, t.in_flight_at_end, t.throughput_rps, r.run.window_s
+        "  completed {}   in window {}   in flight at end {}   throughput {:.1} req/s ({:.1} req/s ok) over the {:.1}s window",
+        t.completed,
+        t.completed_in_window,
+        t.in_flight_at_end,
+        t.throughput_rps,
+        t.throughput_ok_rps,
+        r.run.window_s
     )?;
     let status: Vec<String> = t.status.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     writeln!(
@@ -122,13 +127,30 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             errors.join("  ")
         }
     )?;
+    writeln!(
+        out,
+        "  failures  {} ({:.2}% of completed: errors, 4xx and 5xx)",
+        t.failures,
+        100.0 * t.failures as f64 / t.completed.max(1) as f64
+    )?;
     writeln!(out)?;
-    writeln!(out, "  latency from the intended send time:")?;
+    if t.latency_lower_bound {
+        writeln!(
+            out,
+            "  latency from the intended send time — LOWER BOUNDS: {} requests without an outcome are left out:",
+            t.in_flight_at_end
+        )?;
+    } else {
+        writeln!(out, "  latency from the intended send time:")?;
+    }
     percentile_row(out, "all", &t.latency_ms)?;
     for (class, p) in &t.latency_by_class_ms {
         percentile_row(out, class, &Some(p.clone()))?;
     }
     percentile_row(out, "service time", &t.service_time_ms)?;
+    if t.pool_wait_ms.is_some() {
+        percentile_row(out, "pool wait", &t.pool_wait_ms)?;
+    }
     if t.warmup.seconds > 0.0 {
         percentile_row(out, "warm-up", &t.warmup.latency_ms)?;
     }
@@ -139,8 +161,17 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             let t = &s.totals;
             writeln!(
                 out,
-                "  {:<16} {:<6} intended {} sent {} unsent {} completed {} throughput {:.1} req/s",
-                s.name, s.model, t.intended, t.sent, t.unsent.total, t.completed, t.throughput_rps
+                "  {:<16} {:<6} intended {} sent {} unsent {} completed {} in flight at end {} failures {} throughput {:.1} req/s ({:.1} ok)",
+                s.name,
+                s.model,
+                t.intended,
+                t.sent,
+                t.unsent.total,
+                t.completed,
+                t.in_flight_at_end,
+                t.failures,
+                t.throughput_rps,
+                t.throughput_ok_rps
             )?;
             percentile_row(out, "", &t.latency_ms)?;
         }
@@ -170,7 +201,7 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         writeln!(out)?;
         writeln!(out, "  thresholds:")?;
         for c in &r.thresholds {
-            let actual = c.actual.map_or("n/a".into(), |a| format!("{a:.3}"));
+            let actual = threshold_actual(c);
             let mark = if c.passed {
                 paint(VerdictLevel::Info, "pass")
             } else {

@@ -5,7 +5,9 @@
 
 use std::net::IpAddr;
 
-use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel};
+use loadfleet_proto::vocab::{
+    AgentStatus, ErrorKind, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
+};
 
 use super::build::{Placement, PlanInfo};
 use super::model::{AgentReport, Report, Totals, Verdict};
@@ -19,6 +21,8 @@ pub fn all(
     info: &PlanInfo,
 ) -> Vec<Verdict> {
     let mut v = run_verdicts(result, t, agents);
+    v.extend(completeness_verdicts(t, agents));
+    v.extend(pool_verdict(t, agents, info));
     v.extend(health_verdicts(result, t, agents, info));
     v.extend(localhost_verdicts(result, info));
     sort(&mut v);
@@ -242,25 +246,6 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
             );
         }
     }
-    if t.unsent.total > 0 {
-        let share = 100.0 * t.unsent.total as f64 / t.intended.max(1) as f64;
-        say(
-            VerdictLevel::Warn,
-            VerdictCode::Unsent,
-            format!(
-                "{} of {} intended requests ({share:.1}%) were never sent ({} concurrency_limit, {} late{}); latency figures describe only what was sent",
-                t.unsent.total,
-                t.intended,
-                t.unsent.concurrency_limit,
-                t.unsent.late,
-                t.unsent
-                    .other
-                    .iter()
-                    .map(|(reason, n)| format!(", {n} {reason}"))
-                    .collect::<String>()
-            ),
-        );
-    }
     if result.cut_short {
         say(
             VerdictLevel::Warn,
@@ -325,6 +310,126 @@ fn agent_lost_message(
         ));
     }
     text
+}
+
+/// Unsent arrivals above this share of the intended ones make the run
+/// degraded: the load offered was not the load planned.
+pub const UNSENT_ERROR_SHARE: f64 = 0.05;
+/// Requests without an outcome above this share of those sent make the run
+/// degraded: the latency figures leave out the slowest of them.
+pub const INCOMPLETE_ERROR_SHARE: f64 = 0.01;
+/// An agent whose connections were all busy, with requests waiting, for
+/// at least this share of the run held the load back: the run was partly
+/// a closed model.
+pub const POOL_ERROR_SHARE: f64 = 0.05;
+
+fn level_above(share: f64, limit: f64) -> VerdictLevel {
+    if share > limit {
+        VerdictLevel::Error
+    } else {
+        VerdictLevel::Warn
+    }
+}
+
+/// Whether the load planned went out (UNSENT) and every request sent has
+/// an outcome (INCOMPLETE).
+fn completeness_verdicts(t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
+    let mut v = Vec::new();
+    if t.unsent.total > 0 {
+        let share = t.unsent.total as f64 / t.intended.max(1) as f64;
+        v.push(Verdict {
+            level: level_above(share, UNSENT_ERROR_SHARE),
+            code: VerdictCode::Unsent,
+            message: format!(
+                "{} of {} intended requests ({:.1}%, limit {:.0}%) were never sent ({} {}, {} {}{}); the load offered was not the load planned, and latency figures describe only what was sent",
+                t.unsent.total,
+                t.intended,
+                share * 100.0,
+                UNSENT_ERROR_SHARE * 100.0,
+                t.unsent.concurrency_limit,
+                UnsentReason::ConcurrencyLimit,
+                t.unsent.late,
+                UnsentReason::Late,
+                t.unsent
+                    .other
+                    .iter()
+                    .map(|(reason, n)| format!(", {n} {reason}"))
+                    .collect::<String>()
+            ),
+        });
+    }
+    if t.in_flight_at_end > 0 {
+        let share = t.in_flight_at_end as f64 / t.sent.max(1) as f64;
+        let lost = agents.iter().any(|a| a.status == AgentStatus::Lost);
+        v.push(Verdict {
+            level: level_above(share, INCOMPLETE_ERROR_SHARE),
+            code: VerdictCode::Incomplete,
+            message: format!(
+                "{} of {} requests sent ({:.1}%, limit {:.0}%) were still in flight when the drain ended{} and have no outcome; each took at least as long as the drain, so every latency figure, which leaves them out, is a lower bound — lengthen --drain or lower the load",
+                t.in_flight_at_end,
+                t.sent,
+                share * 100.0,
+                INCOMPLETE_ERROR_SHARE * 100.0,
+                if lost {
+                    " (or were on a lost agent, whose outcomes never arrived)"
+                } else {
+                    ""
+                },
+            ),
+        });
+    }
+    v
+}
+
+/// The agents' own connection pools held load back: requests waited for a
+/// connection, so the target never saw more than the pools' size in
+/// concurrent requests, whatever the schedule asked for.
+fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) -> Option<Verdict> {
+    let waits = t.pool_wait_ms.as_ref()?;
+    let worst = agents
+        .iter()
+        .map(|a| a.pool_saturated_share)
+        .fold(0.0, f64::max);
+    let busy: Vec<String> = agents
+        .iter()
+        .filter(|a| a.pool_saturated_share > 0.0)
+        .map(|a| format!("{} {:.0}%", a.id, a.pool_saturated_share * 100.0))
+        .collect();
+    let pool_timeouts = t
+        .errors
+        .get(ErrorKind::PoolTimeout.as_str())
+        .copied()
+        .unwrap_or(0);
+    let fleet = u64::from(info.connections) * agents.len() as u64;
+    let mut message = format!(
+        "the agents' connections ({} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} of {} completed requests ({:.1}%) waited for a connection (p50 {}, p99 {})",
+        info.connections,
+        worst * 100.0,
+        if busy.is_empty() { "-".to_string() } else { busy.join(", ") },
+        waits.count,
+        t.completed,
+        100.0 * waits.count as f64 / t.completed.max(1) as f64,
+        super::format::ms(waits.p50),
+        super::format::ms(waits.p99),
+    );
+    if pool_timeouts > 0 {
+        message.push_str(&format!(
+            " and {pool_timeouts} ran out of time waiting ({})",
+            ErrorKind::PoolTimeout
+        ));
+    }
+    message.push_str(&format!(
+        ": the target saw at most {fleet} concurrent requests, so the run was partly a closed model and its latency includes the generator's own queue — raise --connections (or lower the rate)"
+    ));
+    Some(Verdict {
+        level: if worst >= POOL_ERROR_SHARE || pool_timeouts > 0 {
+            VerdictLevel::Error
+        } else {
+            VerdictLevel::Warn
+        },
+        code: VerdictCode::GeneratorPool,
+        message,
+    })
 }
 
 /// Exit status of `run` (the table is in docs/report.md): 3 the run was not
@@ -422,6 +527,7 @@ mod tests {
             duration: Duration::from_secs(10),
             drain: Duration::from_secs(1),
             max_in_flight: 100,
+            connections: 64,
             thresholds: Vec::new(),
             max_lag: Duration::from_secs(1),
             latency_floor: floor,

@@ -43,6 +43,7 @@ th,td{border:1px solid #dcdcdc;padding:4px 8px;text-align:right;font-variant-num
 th{background:#f5f5f7;font-weight:600}\
 th.l,td.l{text-align:left}\
 td.unsent{color:#b3261e;font-weight:700}\
+p.lowerbound{color:#b3261e}\
 .sub{display:block;font-size:11px;color:#666;font-weight:400}\
 .none{color:#888;font-style:italic}\
 .nodata{color:#888;font-style:italic;border:1px dashed #ccc;padding:12px;margin:4px 0;max-width:760px}\
@@ -159,7 +160,7 @@ fn verdicts(h: &mut String, r: &Report) -> fmt::Result {
                 h,
                 "<tr><td class=\"l\"><code>{}</code></td><td>{}</td><td>{}</td></tr>",
                 esc(&c.threshold),
-                c.actual.map_or("n/a".into(), |a| num(a, 3)),
+                esc(&crate::report::format::threshold_actual(c)),
                 if c.passed {
                     "<span class=\"pass\">pass</span>"
                 } else {
@@ -178,7 +179,7 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
     writeln!(
         h,
         "<table class=\"headline\"><tr><th>intended</th><th>sent</th><th>unsent</th><th>completed</th>\
-         <th>completed in window</th><th>in flight at end</th><th>throughput</th></tr>"
+         <th>completed in window</th><th>in flight at end</th><th>failures</th><th>throughput</th></tr>"
     )?;
     let unsent_class = if t.unsent.total > 0 {
         " class=\"unsent\""
@@ -188,7 +189,8 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
     writeln!(
         h,
         "<tr><td>{}</td><td>{}</td><td{unsent_class}>{} ({}%)<span class=\"sub\">{}</span></td>\
-         <td>{}</td><td>{}</td><td>{}</td><td>{} req/s<span class=\"sub\">over the {} s window</span></td></tr></table>",
+         <td>{}</td><td>{}</td><td{}>{} ({}% of sent)</td><td>{} ({}%)<span class=\"sub\">errors, 4xx and 5xx</span></td>\
+         <td>{} req/s<span class=\"sub\">{} req/s ok (2xx), over the {} s window</span></td></tr></table>",
         count(t.intended),
         count(t.sent),
         count(t.unsent.total),
@@ -196,15 +198,36 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
         unsent_reasons(t),
         count(t.completed),
         count(t.completed_in_window),
+        if t.in_flight_at_end > 0 {
+            " class=\"unsent\""
+        } else {
+            ""
+        },
         count(t.in_flight_at_end),
+        num(share(t.in_flight_at_end, t.sent) * 100.0, 1),
+        count(t.failures),
+        num(share(t.failures, t.completed) * 100.0, 1),
         num(t.throughput_rps, 1),
+        num(t.throughput_ok_rps, 1),
         secs(r.run.window_s),
     )?;
 
+    if t.latency_lower_bound {
+        writeln!(
+            h,
+            "<p class=\"lowerbound\"><b>Lower bounds:</b> {} requests still in flight when the drain ended are left out of every figure below; each took at least as long as the drain.</p>",
+            count(t.in_flight_at_end)
+        )?;
+    }
     writeln!(
         h,
-        "<h3>Latency and service time</h3><table class=\"latency\"><tr><th class=\"l\"></th><th>count</th>\
-         <th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>mean</th></tr>"
+        "<h3>Latency and service time{}</h3><table class=\"latency\"><tr><th class=\"l\"></th><th>count</th>\
+         <th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>mean</th></tr>",
+        if t.latency_lower_bound {
+            " (lower bounds)"
+        } else {
+            ""
+        }
     )?;
     percentile_row(
         h,
@@ -220,6 +243,14 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
     )?;
     for (class, p) in &t.latency_by_class_ms {
         percentile_row(h, &format!("latency, {class}"), "", Some(p))?;
+    }
+    if t.pool_wait_ms.is_some() {
+        percentile_row(
+            h,
+            "pool wait",
+            "for one of the agent's own connections, requests that had to",
+            t.pool_wait_ms.as_ref(),
+        )?;
     }
     if t.warmup.seconds > 0.0 {
         percentile_row(
@@ -317,8 +348,8 @@ fn scenarios(h: &mut String, r: &Report) -> fmt::Result {
     writeln!(
         h,
         "<h2>Scenarios</h2><table><tr><th class=\"l\">scenario</th><th class=\"l\">model</th><th>window (s)</th>\
-         <th>intended</th><th>sent</th><th>unsent</th><th>completed</th><th>throughput (req/s)</th>\
-         <th>p50</th><th>p99</th></tr>"
+         <th>intended</th><th>sent</th><th>unsent</th><th>completed</th><th>in flight at end</th><th>failures</th>\
+         <th>throughput (req/s)</th><th>ok (req/s)</th><th>p50</th><th>p99</th></tr>"
     )?;
     for s in &r.scenarios {
         let t = &s.totals;
@@ -327,7 +358,7 @@ fn scenarios(h: &mut String, r: &Report) -> fmt::Result {
         writeln!(
             h,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}–{}</td><td>{}</td><td>{}</td>\
-             <td{}>{} ({}%)</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td{}>{} ({}%)</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&s.name),
             esc(&s.model),
             secs(s.window.start_s),
@@ -342,7 +373,10 @@ fn scenarios(h: &mut String, r: &Report) -> fmt::Result {
             count(t.unsent.total),
             num(share(t.unsent.total, t.intended) * 100.0, 1),
             count(t.completed),
+            count(t.in_flight_at_end),
+            count(t.failures),
             num(t.throughput_rps, 1),
+            num(t.throughput_ok_rps, 1),
             lat(|p| p.p50),
             lat(|p| p.p99),
         )?;
@@ -423,7 +457,7 @@ fn agents(h: &mut String, r: &Report) -> fmt::Result {
         "<table class=\"agents\"><tr><th class=\"l\">id</th><th class=\"l\">host</th><th class=\"l\">source</th>\
          <th class=\"l\">status</th><th>share</th><th>intended</th><th>sent</th><th>unsent</th><th>completed</th>\
          <th>cpu</th><th>lag p50</th><th>lag p99</th><th>lag max</th>\
-         <th>clock offset (ms)</th><th>clock rtt (ms)</th></tr>"
+         <th>pool busy</th><th>in flight at end</th><th>clock ± (ms)</th><th>clock rtt (ms)</th></tr>"
     )?;
     for a in &r.agents {
         let status = match &a.lost_reason {
@@ -443,7 +477,7 @@ fn agents(h: &mut String, r: &Report) -> fmt::Result {
             h,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{status}</td>\
              <td>{}%</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td><td>{}%<span class=\"sub\">{} of {} CPU(s)</span></td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&a.id),
             esc(&a.host),
             esc(a.source.as_deref().unwrap_or("–")),
@@ -459,7 +493,9 @@ fn agents(h: &mut String, r: &Report) -> fmt::Result {
             lag(|l| l.p50),
             lag(|l| l.p99),
             lag(|l| l.max),
-            opt(a.clock_offset_ms),
+            num(a.pool_saturated_share * 100.0, 1),
+            a.in_flight_at_end.map_or("–".into(), count),
+            opt(a.clock_uncertainty_ms),
             opt(a.clock_rtt_ms),
         )?;
     }

@@ -31,6 +31,7 @@ fn totals(completed: u64) -> Totals {
         sent: completed,
         completed,
         completed_in_window: completed,
+        completed_ok_in_window: completed,
         in_flight_at_end: 0,
         unsent: Unsent {
             total: 10,
@@ -44,7 +45,11 @@ fn totals(completed: u64) -> Totals {
             BTreeMap::new()
         },
         errors: BTreeMap::new(),
+        failures: 0,
         throughput_rps: completed as f64 / 4.0,
+        throughput_ok_rps: completed as f64 / 4.0,
+        latency_lower_bound: false,
+        pool_wait_ms: None,
         latency_ms: latency.clone(),
         service_time_ms: latency.clone(),
         latency_by_class_ms: latency
@@ -82,6 +87,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             window_s: intervals as f64,
             drain_s: 5.0,
             max_in_flight_per_agent: 1000,
+            connections_per_agent: 64,
             agents: 1,
             local: true,
             started_at_unix: 1_700_000_000.0,
@@ -131,6 +137,9 @@ fn report(intervals: usize, completed: u64) -> Report {
             }),
             clock_offset_ms: Some(0.01),
             clock_rtt_ms: Some(0.2),
+            clock_uncertainty_ms: Some(0.1),
+            in_flight_at_end: Some(0),
+            pool_saturated_share: 0.0,
             status: AgentStatus::Finished,
             lost_reason: None,
         }],

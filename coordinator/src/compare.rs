@@ -1039,7 +1039,10 @@ mod tests {
         let p50 = t.row("latency_ms p50").unwrap();
         assert_eq!(p50.ratios[0].significant, Some(false));
         // A derived figure never reads the min/max objects, only the runs.
-        assert_eq!(t.row("failure %").unwrap().ratios[0].significant, Some(false));
+        assert_eq!(
+            t.row("failure %").unwrap().ratios[0].significant,
+            Some(false)
+        );
         let s = text(&t);
         assert!(s.contains("(3 repeats, median shown)"), "{s}");
         assert!(s.contains("(ns) = not significant"), "{s}");

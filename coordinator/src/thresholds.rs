@@ -211,7 +211,6 @@ pub struct Checked {
     pub passed: bool,
 }
 
-
 impl Threshold {
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {
@@ -313,7 +312,10 @@ mod tests {
     fn actual_figures_carry_their_unit() {
         let checked = |t: &str| figures(&t.parse().unwrap());
         let c = checked("failures<1%");
-        assert_eq!((c.unit.as_str(), c.actual.map(|a| a.round())), ("%", Some(20.0)));
+        assert_eq!(
+            (c.unit.as_str(), c.actual.map(|a| a.round())),
+            ("%", Some(20.0))
+        );
         assert_eq!(checked("p99<1s").unit, "ms");
         assert_eq!(checked("ok_rps>1").unit, "req/s");
         assert_eq!(checked("incomplete==0").unit, "");

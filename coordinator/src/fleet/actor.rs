@@ -858,7 +858,7 @@ impl Fleet {
                 agent,
                 msg,
                 received,
-            } => self.on_message(agent, msg, received),
+            } => self.on_message(agent, *msg, received),
             FleetEvent::Gone { agent, loss } => {
                 let Some(a) = self.agents.get_mut(agent as usize) else {
                     return;

@@ -63,7 +63,8 @@ pub enum FleetEvent {
     /// are not skewed by time spent queued for the actor.
     Message {
         agent: u32,
-        msg: v1::AgentMessage,
+        /// Boxed: a snapshot makes it many times larger than the others.
+        msg: Box<v1::AgentMessage>,
         received: tokio::time::Instant,
     },
     /// The agent's stream ended (cleanly or not).
@@ -187,7 +188,7 @@ impl Control for ControlService {
                         let received = tokio::time::Instant::now();
                         let ev = FleetEvent::Message {
                             agent,
-                            msg,
+                            msg: Box::new(msg),
                             received,
                         };
                         if events.send(ev).await.is_err() {

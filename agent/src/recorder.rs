@@ -122,9 +122,11 @@ fn encode_or_empty(h: &Histogram<u64>) -> Vec<u8> {
 }
 
 /// Records into a histogram, widening it when needed; values are clamped to
-/// at least 1 µs because HdrHistogram cannot hold 0 usefully at this scale.
+/// at least 1 µs because HdrHistogram cannot hold 0 usefully at this scale,
+/// and to at most `MAX_RECORDED_MICROS` (about 203 days) so the histogram
+/// stays within the bounds the coordinator holds every histogram to.
 fn record(h: &mut Histogram<u64>, micros: u64) {
-    if let Err(e) = h.record(micros.max(1)) {
+    if let Err(e) = h.record(micros.clamp(1, loadfleet_proto::bounds::MAX_RECORDED_MICROS)) {
         tracing::error!("histogram rejected {micros}µs: {e}");
     }
 }

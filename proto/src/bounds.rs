@@ -78,6 +78,24 @@ pub const MAX_DATA_BYTES: u64 = 16 * 1024 * 1024;
 /// data files).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Largest value a histogram records, in microseconds (about 203 days):
+/// the agent clamps to it, so every honest histogram stays under
+/// [`MAX_HISTOGRAM_HIGHEST`].
+pub const MAX_RECORDED_MICROS: u64 = 1 << 44;
+/// Highest trackable value a histogram header may claim. The counts array
+/// grows with the log of this, so the bound caps the memory one decoded
+/// histogram takes (about 300 KiB at 3 digits).
+pub const MAX_HISTOGRAM_HIGHEST: u64 = 1 << 46;
+/// Most significant digits a histogram header may claim: the precision the
+/// agent encodes with ([`crate::histogram::SIGFIG`]); each extra digit is
+/// ten times the memory.
+pub const MAX_HISTOGRAM_DIGITS: u8 = 3;
+/// Most bytes one histogram may inflate to: a full counts array within
+/// [`MAX_HISTOGRAM_HIGHEST`] and [`MAX_HISTOGRAM_DIGITS`] at 9 bytes per
+/// count, with room to spare. Inflating stops here, so a small
+/// decompression bomb cannot claim memory.
+pub const MAX_HISTOGRAM_INFLATED_BYTES: usize = 1024 * 1024;
+
 /// A field outside its bound. The agent sends this back as its refusal, so
 /// it names the field exactly as the wire has it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

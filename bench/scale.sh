@@ -77,7 +77,7 @@ one() {
     done
     [[ -n $addr ]] || { echo "coordinator did not start:"; cat "$dir/coordinator.err"; exit 1; }
     local cpid
-    cpid=$(cat "/proc/$tpid/task/$tpid/children")
+    cpid=$(tr -d " \n" < "/proc/$tpid/task/$tpid/children")
     PIDS+=("$cpid")
     sample "$cpid" "$dir/samples" &
     local spid=$!
@@ -119,7 +119,7 @@ lost = sum(1 for a in report["agents"] if a["status"] != "finished")
 tm = swarm["timing"]
 print(f"| {n} | {t['intended']:,} | {sent['distinct_values_per_snapshot']:.0f} | {cpu:.2f} | {run_cores:.3f} | {peak:.3f} | "
       f"{int(maxrss_kib) / 1024:.0f} | {tm['last_hello_to_start_s']:.2f} | {tm['heartbeat_gap_max_ms']:.0f} | "
-      f"{tm['heartbeat_gap_in_run_max_ms']:.0f} | {'yes' if not bad else 'NO: ' + ','.join(bad)} | {lost} | {float(wall):.1f} |")
+      f"{tm['heartbeat_gap_before_run_max_ms']:.0f} / {tm['heartbeat_gap_in_run_max_ms']:.0f} / {tm['heartbeat_gap_after_run_max_ms']:.0f} | {'yes' if not bad else 'NO: ' + ','.join(bad)} | {lost} | {float(wall):.1f} |")
 PY
     tail -1 "$ROOT/bench/out/scale.md"
 }
@@ -128,7 +128,7 @@ PY
     echo "Machine: $(nproc) CPUs, $(uname -r); $(date -u +%F); loadfleet $(git rev-parse --short HEAD)"
     echo "Schedule: $DURATION at $PER_AGENT_RATE arrivals/s per agent; one snapshot per agent per second."
     echo
-    echo "| agents | intended | distinct values / snapshot | coordinator CPU s (total) | cores over the run | cores, busiest second | peak RSS MiB | last hello → start s | max heartbeat gap ms | max gap in run ms | exact | lost | wall s |"
+    echo "| agents | intended | distinct values / snapshot | coordinator CPU s (total) | cores over the run | cores, busiest second | peak RSS MiB | last hello → start s | max heartbeat gap ms | max gap before / in / after run ms | exact | lost | wall s |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|---:|---:|"
 } > "$ROOT/bench/out/scale.md"
 for n in "${SIZES[@]}"; do

@@ -74,8 +74,15 @@ pub struct Outcome {
     pub finished: Option<Instant>,
     /// Longest time between two coordinator heartbeats, welcome to end.
     pub heartbeat_gap: Duration,
-    /// The same, from the common start until this agent finished.
+    /// The same, for gaps that began before the common start (gathering
+    /// agents, clock probes, assignment).
+    pub heartbeat_gap_before_run: Duration,
+    /// The same, for gaps that began between the common start and this
+    /// agent's finished message.
     pub heartbeat_gap_in_run: Duration,
+    /// The same, for gaps that began after this agent finished (the
+    /// coordinator waiting for the others, then writing the report).
+    pub heartbeat_gap_after_run: Duration,
     pub heartbeats: u64,
     pub snapshots: u64,
     /// The coordinator closed the stream after the run: a clean end.
@@ -188,10 +195,14 @@ async fn session(
                         if let Some(last) = last_heartbeat {
                             let gap = now - last;
                             out.heartbeat_gap = out.heartbeat_gap.max(gap);
-                            let in_run = out.start.is_some_and(|s| last >= s) && out.finished.is_none();
-                            if in_run {
-                                out.heartbeat_gap_in_run = out.heartbeat_gap_in_run.max(gap);
-                            }
+                            let phase = if out.finished.is_some_and(|f| last >= f) {
+                                &mut out.heartbeat_gap_after_run
+                            } else if out.start.is_some_and(|s| last >= s) {
+                                &mut out.heartbeat_gap_in_run
+                            } else {
+                                &mut out.heartbeat_gap_before_run
+                            };
+                            *phase = (*phase).max(gap);
                         }
                         out.heartbeats += 1;
                         last_heartbeat = Some(now);

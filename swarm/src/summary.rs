@@ -69,7 +69,9 @@ pub fn summary(agents: &[Outcome], sent: &Sent) -> Value {
                 _ => Value::Null,
             },
             "heartbeat_gap_max_ms": gap(|a| a.heartbeat_gap),
+            "heartbeat_gap_before_run_max_ms": gap(|a| a.heartbeat_gap_before_run),
             "heartbeat_gap_in_run_max_ms": gap(|a| a.heartbeat_gap_in_run),
+            "heartbeat_gap_after_run_max_ms": gap(|a| a.heartbeat_gap_after_run),
             "heartbeats_min": agents.iter().map(|a| a.heartbeats).min().unwrap_or(0),
         },
         "sent": {

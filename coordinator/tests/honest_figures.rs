@@ -75,6 +75,7 @@ fn agents_connection_limit_is_generator_pool() {
     assert_eq!(status.code(), Some(3), "{output}");
     assert!(output.contains("GENERATOR_POOL"), "{output}");
     assert!(output.contains("pool wait"), "{output}");
+    assert!(output.contains("pool busy"), "{output}");
 }
 
 /// Item 3, the smaller case: one connection per agent and a 300 ms timeout

@@ -182,9 +182,15 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         let lag = a.lag_ms.as_ref().map_or("-".into(), |l| {
             format!("p50 {} p99 {} max {}", ms(l.p50), ms(l.p99), ms(l.max))
         });
+        // Only when it happened: a pool that held requests back.
+        let pool = if a.pool_saturated_share > 0.0 {
+            format!(" pool busy {:.0}%", a.pool_saturated_share * 100.0)
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}",
+            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}{pool}",
             a.id,
             a.status.as_str(),
             a.intended,

@@ -419,7 +419,8 @@ fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) -> Option<V
         ));
     }
     message.push_str(&format!(
-        ": the target saw at most {fleet} concurrent requests, so the run was partly a closed model and its latency includes the generator's own queue — raise --connections (or lower the rate)"
+        ": the target saw at most {fleet} concurrent request{}, so the run was partly a closed model and its latency includes the generator's own queue — raise --connections (or lower the rate)",
+        if fleet == 1 { "" } else { "s" }
     ));
     Some(Verdict {
         level: if worst >= POOL_ERROR_SHARE || pool_timeouts > 0 {
@@ -657,5 +658,102 @@ mod tests {
             &["127.0.0.1"],
         );
         assert!(apart.is_empty(), "{apart:?}");
+    }
+
+    /// `result` plus one more snapshot of agent a0, built by `extra`.
+    fn with(extra: v1::Snapshot) -> Report {
+        let mut r = result(100, 5_000, 50, 0.5, 1);
+        r.aggregate.add(0, &extra).unwrap();
+        build(&r, &context(None))
+    }
+
+    fn level_of(r: &Report, code: VerdictCode) -> Option<VerdictLevel> {
+        r.verdicts.iter().find(|v| v.code == code).map(|v| v.level)
+    }
+
+    #[test]
+    fn unsent_is_an_error_above_five_percent() {
+        let unsent = |n: u64| {
+            with(v1::Snapshot {
+                intended: n,
+                unsent: [("late".to_string(), n)].into_iter().collect(),
+                ..Default::default()
+            })
+        };
+        // 3 of 103 (2.9%) is a caveat; 10 of 110 (9.1%) a degraded run.
+        assert_eq!(
+            level_of(&unsent(3), VerdictCode::Unsent),
+            Some(VerdictLevel::Warn)
+        );
+        let r = unsent(10);
+        assert_eq!(level_of(&r, VerdictCode::Unsent), Some(VerdictLevel::Error));
+        assert_eq!(exit_status(&r), 3);
+    }
+
+    #[test]
+    fn requests_without_an_outcome_are_incomplete_above_one_percent() {
+        let open = |n: u64| {
+            with(v1::Snapshot {
+                intended: n,
+                sent: n,
+                ..Default::default()
+            })
+        };
+        let r = open(1);
+        assert_eq!(r.totals.in_flight_at_end, 1);
+        assert!(r.totals.latency_lower_bound);
+        assert_eq!(
+            level_of(&r, VerdictCode::Incomplete),
+            Some(VerdictLevel::Warn)
+        );
+        let r = open(5);
+        assert_eq!(
+            level_of(&r, VerdictCode::Incomplete),
+            Some(VerdictLevel::Error)
+        );
+        assert!(r.verdicts.iter().any(|v| v.message.contains("5 of 105")));
+        // Every request accounted for: no verdict, no lower bound.
+        let r = build(&result(100, 5_000, 50, 0.5, 1), &context(None));
+        assert!(!r.totals.latency_lower_bound);
+        assert_eq!(level_of(&r, VerdictCode::Incomplete), None);
+    }
+
+    #[test]
+    fn a_saturated_pool_is_generator_pool_with_its_figures() {
+        let pool = |saturated: Duration| {
+            let mut waits = new_histogram();
+            waits.record(2_000).unwrap();
+            with(v1::Snapshot {
+                pool_saturated_ns: saturated.as_nanos() as u64,
+                pool_wait: encode(&waits).unwrap(),
+                ..Default::default()
+            })
+        };
+        // 0.2 s of a 10 s run: a warning; 1 s (10%): an error.
+        let r = pool(Duration::from_millis(200));
+        assert_eq!(
+            level_of(&r, VerdictCode::GeneratorPool),
+            Some(VerdictLevel::Warn)
+        );
+        assert!((r.agents[0].pool_saturated_share - 0.02).abs() < 1e-9);
+        let r = pool(Duration::from_secs(1));
+        let v = r
+            .verdicts
+            .iter()
+            .find(|v| v.code == VerdictCode::GeneratorPool)
+            .expect("GENERATOR_POOL");
+        assert_eq!(v.level, VerdictLevel::Error);
+        for needle in [
+            "64 per agent",
+            "10%",
+            "1 of 100",
+            "p50 2.00ms",
+            "at most 64 concurrent",
+        ] {
+            assert!(v.message.contains(needle), "{needle}: {}", v.message);
+        }
+        // Nobody waited: no verdict.
+        let r = build(&result(100, 5_000, 50, 0.5, 1), &context(None));
+        assert_eq!(level_of(&r, VerdictCode::GeneratorPool), None);
     }
 }

@@ -57,18 +57,22 @@ pub fn preview(
             Model::Open(_) => "arrivals",
             Model::Closed { .. } => "clients",
         };
+        let preview = plan::preview(s, agents as usize);
+        let per = match preview.bucket_secs {
+            1 => "second".to_string(),
+            n => format!("{n} s (one row per {n} s keeps the preview short)"),
+        };
         w(
             out,
             format!(
-                "\nscenario {} ({}), {unit} per second, starting at t={:.1}s, split across {agents} agent(s):",
+                "\nscenario {} ({}), {unit} per {per}, starting at t={:.1}s, split across {agents} agent(s):",
                 s.name,
                 s.model.name(),
                 s.start.as_secs_f64()
             ),
         )?;
-        let rows = plan::per_second(s, agents as usize);
-        let peak = rows.iter().map(|r| r.0).max().unwrap_or(0).max(1);
-        let shown = agents.min(8) as usize;
+        let peak = preview.rows.iter().map(|r| r.0).max().unwrap_or(0).max(1);
+        let shown = (agents as usize).min(plan::PREVIEW_AGENTS);
         let mut head = format!("{:>7} {:>9}", "t", "fleet");
         for a in 0..shown {
             head.push_str(&format!(" {:>8}", format!("agent{a}")));
@@ -77,9 +81,10 @@ pub fn preview(
             head.push_str(" …");
         }
         w(out, head)?;
-        for (sec, (fleet, per_agent)) in rows.iter().enumerate() {
-            let mut line = format!("{:>6}s {:>9}", s.start.as_secs() + sec as u64, fleet);
-            for n in per_agent.iter().take(shown) {
+        for (row, (fleet, per_agent)) in preview.rows.iter().enumerate() {
+            let t = s.start.as_secs() + row as u64 * preview.bucket_secs;
+            let mut line = format!("{t:>6}s {fleet:>9}");
+            for n in per_agent {
                 line.push_str(&format!(" {n:>8}"));
             }
             let bar = ((*fleet as f64 / peak as f64) * 40.0).round() as usize;

@@ -122,7 +122,9 @@ impl FromStr for Threshold {
         let scale = unit.unwrap_or(1.0);
         let value: f64 = number
             .parse()
-            .map_err(|_| format!("{s:?}: {value:?} is not a number (e.g. 500ms, 1%, 0)"))?;
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| format!("{s:?}: {value:?} is not a number >= 0 (e.g. 500ms, 1%, 0)"))?;
         if percent
             && matches!(
                 metric,

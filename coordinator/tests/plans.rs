@@ -231,40 +231,208 @@ fn preview_splits_the_rate_across_agents() {
 }
 
 /// The table of malformed plans, through the real binary: each one exits 2
-/// with a message naming the field, and none panics.
+/// with a message naming the field, and none panics. The rows after the
+/// first few are the bounds (`loadfleet_proto::bounds`, README "Plan
+/// bounds"): each names its field and line and says what to write instead,
+/// and `plan check` and `plan preview` both refuse it quickly.
 #[test]
 fn every_malformed_plan_exits_2_naming_the_field() {
     let dir = temp_dir("bad-plans");
     let target = "[target]\nurl = \"http://127.0.0.1:9/\"\n";
-    let cases = [
-        ("wrong type", format!("{target}[[scenario]]\nrate = \"fast\"\nduration = \"1s\"\n"), "rate"),
-        ("negative rate", format!("{target}[[scenario]]\nrate = -5\nduration = \"1s\"\n"), "scenario[0].rate"),
-        ("unknown key", format!("{target}[[scenario]]\nrat = 5\nduration = \"1s\"\n"), "rat"),
-        ("missing target", "[[scenario]]\nrate = 5\nduration = \"1s\"\n".to_string(), "target"),
+    let one = "[[scenario]]\nrate = 5\nduration = \"1s\"\n";
+    let wide = dir.join("wide.csv");
+    let header: Vec<String> = (0..257).map(|c| format!("c{c}")).collect();
+    std::fs::write(
+        &wide,
+        format!("{}\n{}\n", header.join(","), vec!["1"; 257].join(",")),
+    )
+    .expect("write csv");
+    let long = dir.join("long.csv");
+    std::fs::write(&long, format!("u\n{}", "1\n".repeat(1_000_001))).expect("write csv");
+    let many_stages = vec!["{ rate = 1, for = \"1s\" }"; 10_001].join(", ");
+    let many_requests = "[[scenario.request]]\npath = \"/\"\n".repeat(1001);
+    let many_headers: Vec<String> = (0..65).map(|h| format!("\"x-{h}\" = \"v\"")).collect();
+    let heavy = "[[scenario.request]]\nweight = 10000\n".repeat(7);
+    // (what, plan, field, a word of the fix)
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        ("wrong type", format!("{target}[[scenario]]\nrate = \"fast\"\nduration = \"1s\"\n"), "rate", "plain numbers"),
+        ("negative rate", format!("{target}[[scenario]]\nrate = -5\nduration = \"1s\"\n"), "scenario[0].rate", ">= 0"),
+        ("unknown key", format!("{target}[[scenario]]\nrat = 5\nduration = \"1s\"\n"), "rat", "spelling"),
+        ("missing target", "[[scenario]]\nrate = 5\nduration = \"1s\"\n".to_string(), "target", "add"),
         (
             "overlapping stages",
             format!("{target}[[scenario]]\nstages = [{{ rate = 5, for = \"10s\" }}, {{ rate = 9, for = \"5s\", at = \"5s\" }}]\n"),
             "scenario[0].stages[1].at",
+            "move it later",
         ),
         (
             "unreadable data file",
             format!("{target}[[scenario]]\nrate = 5\nduration = \"1s\"\ndata = {{ file = \"no-such.csv\" }}\n"),
             "scenario[0].data.file",
+            "cannot read",
         ),
-        ("not TOML at all", "this is = = not toml\n".to_string(), "line 1"),
+        ("not TOML at all", "this is = = not toml\n".to_string(), "line 1", "line 1"),
+        // The bounds.
+        (
+            "infinite closed clients from",
+            format!("{target}[[scenario]]\nmodel = \"closed\"\nfrom = inf\nstages = [{{ hold = \"1s\" }}]\n"),
+            "scenario[0].from",
+            "use a clients >= 0",
+        ),
+        (
+            "a rate above the bound",
+            format!("{target}[[scenario]]\nrate = 1e12\nduration = \"1s\"\n"),
+            "scenario[0].rate",
+            "split it into scenarios",
+        ),
+        ("start a century away", format!("{target}[[scenario]]\nstart = \"100years\"\nrate = 5\nduration = \"1s\"\n"), "scenario[0].start", "use at most"),
+        ("drain of two hours", format!("[run]\ndrain = \"2h\"\n{target}{one}"), "run.drain", "use at most"),
+        ("warm-up of a millennium", format!("[run]\nwarmup = \"1000years\"\n{target}{one}"), "run.warmup", "use at most"),
+        ("timeout of two hours", format!("[target]\nurl = \"http://127.0.0.1:9/\"\ntimeout = \"2h\"\n{one}"), "target.timeout", "use at most"),
+        ("max_lag of two hours", format!("[target]\nurl = \"http://127.0.0.1:9/\"\nmax_lag = \"2h\"\n{one}"), "target.max_lag", "use at most"),
+        ("latency floor of two hours", format!("[target]\nurl = \"http://127.0.0.1:9/\"\nlatency_floor = \"2h\"\n{one}"), "target.latency_floor", "use at most"),
+        ("too many connections", format!("[target]\nurl = \"http://127.0.0.1:9/\"\nconnections = 100001\n{one}"), "target.connections", "from 1 to 100000"),
+        ("too many agents expected", format!("{target}[agents]\nexpect = 10001\n{one}"), "agents.expect", "from 1 to 10000"),
+        (
+            "think of two hours",
+            format!("{target}[[scenario]]\nmodel = \"closed\"\nclients = 1\nthink = \"2h\"\nduration = \"1s\"\n"),
+            "scenario[0].think",
+            "use at most",
+        ),
+        ("a scenario of a millennium", format!("{target}[[scenario]]\nrate = 5\nduration = \"1000years\"\n"), "scenario[0].duration", "use at most"),
+        (
+            "a stage of a millennium",
+            format!("{target}[[scenario]]\nstages = [{{ rate = 1, for = \"1000years\" }}]\n"),
+            "scenario[0].stages[0].duration",
+            "use at most",
+        ),
+        (
+            "steps beyond the stage bound",
+            format!("{target}[[scenario]]\nsteps = {{ from = 0, to = 100000, step = 1, every = \"1s\" }}\n"),
+            "scenario[0].steps",
+            "use a larger step",
+        ),
+        ("too many stages", format!("{target}[[scenario]]\nstages = [{many_stages}]\n"), "scenario[0].stages", "fewer, longer stages"),
+        ("too many scenarios", format!("{target}{}", one.repeat(101)), "scenario", "split the plan"),
+        ("a long name", format!("{target}[[scenario]]\nname = \"{}\"\nrate = 5\nduration = \"1s\"\n", "n".repeat(300)), "scenario[0].name", "shorter name"),
+        ("too many request kinds", format!("{target}{one}{many_requests}"), "scenario[0].request", "merge request kinds"),
+        (
+            "too many headers",
+            format!("{target}{one}[[scenario.request]]\nheaders = {{ {} }}\n", many_headers.join(", ")),
+            "scenario[0].request[0].headers",
+            "fewer headers",
+        ),
+        (
+            "a huge header",
+            format!("{target}{one}[[scenario.request]]\nheaders = {{ x = \"{}\" }}\n", "v".repeat(9000)),
+            "scenario[0].request[0].headers.x",
+            "shorten the value",
+        ),
+        (
+            "a long method",
+            format!("{target}{one}[[scenario.request]]\nmethod = \"{}\"\n", "M".repeat(40)),
+            "scenario[0].request[0].method",
+            "standard method",
+        ),
+        ("request weights too heavy", format!("{target}{one}{heavy}"), "scenario[0].request.weight", "same proportions"),
+        (
+            "a long path",
+            format!("{target}{one}[[scenario.request]]\npath = \"/{}\"\n", "p".repeat(9000)),
+            "scenario[0].request[0].path",
+            "shorten it",
+        ),
+        (
+            "too many data columns",
+            format!("{target}{one}data = {{ file = {:?} }}\n", wide.display().to_string()),
+            "scenario[0].data.file",
+            "only the columns",
+        ),
+        (
+            "too many data rows",
+            format!("{target}{one}data = {{ file = {:?} }}\n", long.display().to_string()),
+            "scenario[0].data.file",
+            "smaller sample",
+        ),
+        ("a NaN threshold", format!("thresholds = [\"p99<NaNms\"]\n{target}{one}"), "thresholds[0]", "number >= 0"),
     ];
-    for (i, (what, text, field)) in cases.iter().enumerate() {
+    const FIRST_BOUND: usize = 7;
+    assert_eq!(cases[FIRST_BOUND].0, "infinite closed clients from");
+    let mut slowest = Duration::ZERO;
+    for (i, (what, text, field, fix)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad-{i}.toml"));
         std::fs::write(&path, text).expect("write plan");
-        let mut cmd = coordinator();
-        cmd.args(["plan", "check"]).arg(&path);
-        let (status, output) = run(cmd, "plan check", Duration::from_secs(20));
-        assert_eq!(status.code(), Some(2), "{what}: {output}");
-        assert!(
-            output.contains(field),
-            "{what}: no mention of {field:?} in:\n{output}"
+        for command in ["check", "preview"] {
+            let mut cmd = coordinator();
+            cmd.args(["plan", command]).arg(&path);
+            let started = std::time::Instant::now();
+            let (status, output) = run(cmd, "plan", Duration::from_secs(20));
+            let took = started.elapsed();
+            slowest = slowest.max(took);
+            assert_eq!(status.code(), Some(2), "{what} ({command}): {output}");
+            assert!(
+                output.contains(field),
+                "{what} ({command}): no mention of {field:?} in:\n{output}"
+            );
+            // Every bound names its line (a missing table has none).
+            assert!(
+                i < FIRST_BOUND || output.contains("line "),
+                "{what} ({command}): no line in:\n{output}"
+            );
+            assert!(
+                output.contains(fix),
+                "{what} ({command}): no fix {fix:?} in:\n{output}"
+            );
+            assert!(!output.contains("panicked"), "{what} ({command}): {output}");
+            // Well under a second each on an idle machine; the slack is
+            // for a busy one (process start included).
+            assert!(
+                took < Duration::from_secs(5),
+                "{what} ({command}) took {took:?}"
+            );
+        }
+    }
+    eprintln!(
+        "slowest plan check/preview over {} bad plans: {slowest:?}",
+        cases.len()
+    );
+}
+
+/// `plan preview` of the largest plans the bounds accept stays short: a
+/// month of a million closed clients, and a month of open arrivals, each in
+/// at most 600 rows.
+#[test]
+fn preview_of_any_accepted_plan_stays_small() {
+    let dir = temp_dir("big-preview");
+    for (what, scenario) in [
+        (
+            "closed",
+            "model = \"closed\"\nclients = 1000000\nduration = \"30days\"\n",
+        ),
+        ("open", "rate = 0.5\nduration = \"30days\"\n"),
+    ] {
+        let plan = write_plan(
+            &dir,
+            &format!("[target]\nurl = \"http://127.0.0.1:9/\"\n[[scenario]]\n{scenario}"),
         );
-        assert!(!output.contains("panicked"), "{what}: {output}");
+        let mut cmd = coordinator();
+        cmd.args(["plan", "preview"])
+            .arg(&plan)
+            .args(["--agents", "1000"]);
+        let started = std::time::Instant::now();
+        let (status, output) = run(cmd, "plan preview", Duration::from_secs(60));
+        let took = started.elapsed();
+        assert_eq!(status.code(), Some(0), "{what}: {output}");
+        let rows = output.lines().filter(|l| l.contains('#')).count();
+        assert!((500..=600).contains(&rows), "{what}: {rows} rows");
+        assert!(output.contains("per 4320 s"), "{what}: {output:.400}");
+        assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
+        if what == "closed" {
+            // A million clients over 1,000 agents: 1,000 each.
+            assert!(
+                output.contains(" 1000000     1000     1000"),
+                "{output:.600}"
+            );
+        }
     }
 }
 

@@ -155,6 +155,64 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// Records a duration above its bound (from `loadfleet_proto::bounds`,
+    /// the limit agents hold assignments to); true when within it.
+    pub fn at_most(
+        &mut self,
+        field: &str,
+        span: Option<Range<usize>>,
+        d: Duration,
+        max: Duration,
+    ) -> bool {
+        if d <= max {
+            return true;
+        }
+        self.err(
+            field,
+            span,
+            format!(
+                "{} is longer than the {} limit; use at most {}",
+                humantime::format_duration(d),
+                humantime::format_duration(max),
+                humantime::format_duration(max)
+            ),
+        );
+        false
+    }
+
+    /// [`Check::duration`] within `0..=max`; a value above it is recorded
+    /// and replaced by `None`.
+    pub fn bounded_duration(
+        &mut self,
+        field: &str,
+        v: &Option<Spanned<String>>,
+        max: Duration,
+    ) -> Option<Duration> {
+        let d = self.duration(field, v)?;
+        self.at_most(field, v.as_ref().map(Spanned::span), d, max)
+            .then_some(d)
+    }
+
+    /// Records a list longer than its bound; true when within it.
+    pub fn at_most_entries(
+        &mut self,
+        field: &str,
+        span: Option<Range<usize>>,
+        n: usize,
+        max: usize,
+        fix: &str,
+    ) -> bool {
+        if n <= max {
+            return true;
+        }
+        self.err(
+            field,
+            span,
+            format!("has {n} entries, more than the {max} allowed; {fix}"),
+        );
+        false
+    }
+
     pub fn positive(&mut self, field: &str, v: &Option<Spanned<i64>>, max: i64) -> Option<u32> {
         let v = v.as_ref()?;
         let n = *v.get_ref();

@@ -295,44 +295,97 @@ fn from_toml(text: &str, source: &str) -> Result<raw::RawPlan, PlanErrors> {
     })
 }
 
-/// Expected load per second, for `plan preview` (open: arrivals of the real
-/// schedule; closed: clients active at the start of the second).
-pub fn per_second(s: &Scenario, agents: usize) -> Vec<(u64, Vec<u64>)> {
+/// Most rows `plan preview` shows per scenario: a longer scenario is shown
+/// in coarser buckets, so the preview of any accepted plan stays small.
+pub const PREVIEW_ROWS: u64 = 600;
+/// Agents `plan preview` shows one by one (the fleet column counts all).
+pub const PREVIEW_AGENTS: usize = 8;
+
+/// Expected load of one scenario, for `plan preview`: one row per bucket of
+/// `bucket_secs` (1 s unless the scenario is longer than [`PREVIEW_ROWS`]
+/// seconds), with the fleet's figure and the first [`PREVIEW_AGENTS`]
+/// agents'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preview {
+    pub bucket_secs: u64,
+    /// Per bucket: the fleet's figure and the shown agents' shares.
+    pub rows: Vec<(u64, Vec<u64>)>,
+}
+
+/// Open: arrivals of the real schedule in each bucket; closed: clients
+/// active at the start of each bucket. Memory is at most [`PREVIEW_ROWS`] ×
+/// [`PREVIEW_AGENTS`] counts whatever the plan or `agents`.
+pub fn preview(s: &Scenario, agents: usize) -> Preview {
     use loadfleet_proto::partition::Interleave;
-    let seconds = s.duration.as_secs_f64().ceil() as usize;
+    let seconds = (s.duration.as_secs() + u64::from(s.duration.subsec_nanos() > 0)).max(1);
+    let bucket_secs = seconds.div_ceil(PREVIEW_ROWS).max(1);
+    let bucket_ns = bucket_secs * 1_000_000_000;
+    let rows = seconds.div_ceil(bucket_secs) as usize;
     let agents = agents.max(1);
+    let shown = agents.min(PREVIEW_AGENTS);
     let Ok(interleave) = Interleave::equal(agents) else {
-        return Vec::new();
+        return Preview {
+            bucket_secs,
+            rows: Vec::new(),
+        };
     };
-    let mut out = vec![(0u64, vec![0u64; agents]); seconds];
+    let mut out = vec![(0u64, vec![0u64; shown]); rows];
     match &s.model {
         Model::Open(schedule) => {
             for (k, t) in schedule.arrivals().enumerate() {
-                let sec = (t / 1_000_000_000) as usize;
-                if let Some(row) = out.get_mut(sec) {
+                if let Some(row) = out.get_mut((t / bucket_ns) as usize) {
                     row.0 += 1;
-                    row.1[interleave.owner(k as u64)] += 1;
+                    if let Some(n) = row.1.get_mut(interleave.owner(k as u64)) {
+                        *n += 1;
+                    }
                 }
             }
         }
         Model::Closed(population) => {
-            let clients = &population.stages;
-            let max = population.max_clients();
-            for (sec, row) in out.iter_mut().enumerate() {
-                let t = sec as u64 * 1_000_000_000;
-                for client in 0..max {
-                    let active = loadfleet_proto::closed::client_windows(clients, client)
-                        .iter()
-                        .any(|&(lo, hi)| t >= lo && t < hi);
-                    if active {
-                        row.0 += 1;
-                        row.1[interleave.owner(client)] += 1;
+            for (b, row) in out.iter_mut().enumerate() {
+                // Client c is active while the count is at least c + 1, so
+                // floor(count) clients run; with equal shares each agent
+                // owns one client of every `agents` in a row.
+                let active = clients_at(&population.stages, b as u64 * bucket_ns);
+                row.0 = active;
+                let whole = active / agents as u64;
+                for n in row.1.iter_mut() {
+                    *n = whole;
+                }
+                for c in whole * agents as u64..active {
+                    if let Some(n) = row.1.get_mut(interleave.owner(c)) {
+                        *n += 1;
                     }
                 }
             }
         }
     }
-    out
+    Preview {
+        bucket_secs,
+        rows: out,
+    }
+}
+
+/// Clients a closed profile runs at `t` ns after its start.
+fn clients_at(stages: &[loadfleet_proto::schedule::Stage], t: u64) -> u64 {
+    let mut start = 0u64;
+    for st in stages {
+        let end = start.saturating_add(st.duration_ns);
+        if t < end {
+            let into = (t - start) as f64 / st.duration_ns.max(1) as f64;
+            let level = (st.from_rps + (st.to_rps - st.from_rps) * into).max(0.0);
+            // As agents cut windows: while rising, a client whose level is
+            // reached is on; while falling, one is off once its level is
+            // reached.
+            return if st.to_rps < st.from_rps {
+                (level.ceil() as u64).saturating_sub(1)
+            } else {
+                level.floor() as u64
+            };
+        }
+        start = end;
+    }
+    0
 }
 
 #[cfg(test)]
@@ -483,5 +536,56 @@ mod tests {
         assert_eq!(s.weight("", 8), 1);
         s.by_cores = true;
         assert_eq!(s.weight("big", 8), 8);
+    }
+
+    /// The closed preview counts what the agents will run: for every
+    /// bucket, the clients whose windows (as agents compute them) hold its
+    /// start, split by the same interleave.
+    #[test]
+    fn closed_preview_matches_client_windows() {
+        use loadfleet_proto::partition::Interleave;
+        let plan = parse_str(&format!(
+            "{TARGET}[[scenario]]\nmodel = \"closed\"\nstages = [{{ to = 25, over = \"7s\" }}, {{ hold = \"2s\" }}, {{ to = 3, over = \"4s\" }}]\n"
+        ))
+        .unwrap();
+        let s = &plan.scenarios[0];
+        let Model::Closed(population) = &s.model else {
+            panic!("closed");
+        };
+        let agents = 3;
+        let interleave = Interleave::equal(agents).unwrap();
+        let p = preview(s, agents);
+        assert_eq!((p.bucket_secs, p.rows.len()), (1, 13));
+        for (sec, (fleet, per_agent)) in p.rows.iter().enumerate() {
+            let t = sec as u64 * 1_000_000_000;
+            let mut expected = vec![0u64; agents];
+            for c in 0..population.max_clients() {
+                let active = loadfleet_proto::closed::client_windows(&population.stages, c)
+                    .iter()
+                    .any(|&(lo, hi)| t >= lo && t < hi);
+                if active {
+                    expected[interleave.owner(c)] += 1;
+                }
+            }
+            assert_eq!(*fleet, expected.iter().sum::<u64>(), "second {sec}");
+            assert_eq!(per_agent, &expected, "second {sec}");
+        }
+    }
+
+    /// However long the scenario and however many agents, the preview holds
+    /// at most PREVIEW_ROWS × PREVIEW_AGENTS counts.
+    #[test]
+    fn preview_is_bounded() {
+        let plan = parse_str(&format!(
+            "{TARGET}[[scenario]]\nmodel = \"closed\"\nclients = 1000\nduration = \"30days\"\n"
+        ))
+        .unwrap();
+        let p = preview(&plan.scenarios[0], 1000);
+        assert_eq!(p.rows.len() as u64, PREVIEW_ROWS);
+        assert!(p
+            .rows
+            .iter()
+            .all(|r| r.1.len() == PREVIEW_AGENTS && r.0 == 1000));
+        assert_eq!(p.bucket_secs, 30 * 24 * 3600 / PREVIEW_ROWS);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use loadfleet_proto::bounds::{MAX_ARRIVALS, MAX_SCENARIO};
+use loadfleet_proto::bounds::{MAX_ARRIVALS, MAX_SCENARIO, MAX_STAGES, MAX_THINK};
 use loadfleet_proto::closed::Population;
 use loadfleet_proto::schedule::{ArrivalSchedule, Process, Stage};
 use toml::Spanned;
@@ -68,8 +68,20 @@ pub(super) fn model(
     let s = spanned.get_ref();
     let at = |field: &str| format!("scenario[{i}].{field}");
     let total_ns: u128 = stages.iter().map(|s| u128::from(s.duration_ns)).sum();
+    // The profile as agents get it (gaps and --ramp add stages).
+    if !c.at_most_entries(
+        &at("stages"),
+        Some(span.clone()),
+        stages.len(),
+        MAX_STAGES,
+        "use fewer, longer stages",
+    ) {
+        return None;
+    }
     let model = if closed {
-        let think = c.duration(&at("think"), &s.think).unwrap_or_default();
+        let think = c
+            .bounded_duration(&at("think"), &s.think, MAX_THINK)
+            .unwrap_or_default();
         if stages.iter().all(|st| st.from_rps < 1.0 && st.to_rps < 1.0) && clean {
             c.err(
                 at("clients"),

@@ -3,16 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use loadfleet_proto::bounds::MAX_DATA_BYTES;
+use loadfleet_proto::bounds::{
+    MAX_DATA_BYTES, MAX_DATA_COLUMNS, MAX_DATA_ROWS, MAX_HEADERS, MAX_HEADER_BYTES,
+    MAX_METHOD_BYTES, MAX_REQUESTS, MAX_REQUEST_WEIGHT,
+};
+use loadfleet_proto::partition::MAX_TOTAL_WEIGHT;
 use loadfleet_proto::template::Text;
 use toml::Spanned;
 
 use super::check::Check;
 use super::raw::{RawData, RawRequest};
 use super::{Data, RequestPlan};
-
-/// Heaviest weight one request kind may have.
-const MAX_WEIGHT: i64 = 10_000;
 
 /// The data table of scenario `i`, read from `base`.
 pub(super) fn data(c: &mut Check<'_>, i: usize, d: &Spanned<RawData>, base: &Path) -> Option<Data> {
@@ -62,10 +63,31 @@ pub(super) fn requests(
             weight: 1,
         }];
     }
-    raw.iter()
+    let at = format!("scenario[{i}].request");
+    if !c.at_most_entries(
+        &at,
+        raw.get(MAX_REQUESTS).map(Spanned::span),
+        raw.len(),
+        MAX_REQUESTS,
+        "merge request kinds or split the scenario",
+    ) {
+        return Vec::new();
+    }
+    let requests: Vec<RequestPlan> = raw
+        .iter()
         .enumerate()
-        .map(|(k, r)| request(c, &format!("scenario[{i}].request[{k}]"), r, columns, base))
-        .collect()
+        .map(|(k, r)| request(c, &format!("{at}[{k}]"), r, columns, base))
+        .collect();
+    // Agents deal arrivals to requests by an interleave of the weights.
+    let total: u64 = requests.iter().map(|r| u64::from(r.weight)).sum();
+    if total > MAX_TOTAL_WEIGHT {
+        c.err(
+            format!("{at}.weight"),
+            raw.first().map(Spanned::span),
+            format!("the weights add up to {total}, more than {MAX_TOTAL_WEIGHT}; use smaller weights in the same proportions"),
+        );
+    }
+    requests
 }
 
 fn request(
@@ -83,7 +105,13 @@ fn request(
         .clone()
         .unwrap_or_else(|| "GET".into())
         .to_uppercase();
-    if http::Method::from_bytes(method.as_bytes()).is_err() {
+    if method.len() > MAX_METHOD_BYTES {
+        c.err(
+            f("method"),
+            Some(sp.clone()),
+            format!("is {} bytes long, more than {MAX_METHOD_BYTES}; use a standard method such as GET or POST", method.len()),
+        );
+    } else if http::Method::from_bytes(method.as_bytes()).is_err() {
         c.err(
             f("method"),
             Some(sp.clone()),
@@ -94,7 +122,24 @@ fn request(
     if let Err(e) = Text::parse(&path, columns) {
         c.err(f("path"), Some(sp.clone()), e.to_string());
     }
+    c.at_most_entries(
+        &f("headers"),
+        Some(sp.clone()),
+        r.headers.len(),
+        MAX_HEADERS,
+        "send fewer headers",
+    );
     for (name, value) in &r.headers {
+        if name.len() + value.len() > MAX_HEADER_BYTES {
+            c.err(
+                f(&format!("headers.{name}")),
+                Some(sp.clone()),
+                format!(
+                    "name and value are {} bytes, more than {MAX_HEADER_BYTES}; shorten the value",
+                    name.len() + value.len()
+                ),
+            );
+        }
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             c.err(
                 f("headers"),
@@ -128,7 +173,9 @@ fn request(
         (None, Some(bf)) => body_file(c, &f("body_file"), bf, columns, base),
         (None, None) => Vec::new(),
     };
-    let weight = c.positive(&f("weight"), &r.weight, MAX_WEIGHT).unwrap_or(1);
+    let weight = c
+        .positive(&f("weight"), &r.weight, i64::from(MAX_REQUEST_WEIGHT))
+        .unwrap_or(1);
     RequestPlan {
         method,
         path,
@@ -201,7 +248,32 @@ fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
         .iter()
         .map(str::to_string)
         .collect();
-    let mut rows = Vec::new();
+    if columns.len() > MAX_DATA_COLUMNS {
+        return Err(format!(
+            "{} has {} columns, more than the {MAX_DATA_COLUMNS} allowed; keep only the columns the requests use",
+            path.display(),
+            columns.len()
+        ));
+    }
+    // Count first, without building rows, so an oversized file is refused
+    // at parsing speed rather than after a million allocations.
+    let mut counter =
+        csv::Reader::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut record = csv::ByteRecord::new();
+    let mut count = 0usize;
+    while counter
+        .read_byte_record(&mut record)
+        .map_err(|e| format!("{}: row {}: {e}", path.display(), count + 2))?
+    {
+        count += 1;
+        if count > MAX_DATA_ROWS {
+            return Err(format!(
+                "{} has more than {MAX_DATA_ROWS} rows; use a smaller sample",
+                path.display()
+            ));
+        }
+    }
+    let mut rows = Vec::with_capacity(count);
     for (n, record) in reader.records().enumerate() {
         let record = record.map_err(|e| format!("{}: row {}: {e}", path.display(), n + 2))?;
         rows.push(record.iter().map(str::to_string).collect());

@@ -5,15 +5,12 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use loadfleet_proto::bounds::{MAX_CLIENTS, MAX_RATE, MAX_SCENARIO};
+use loadfleet_proto::bounds::{MAX_CLIENTS, MAX_RATE, MAX_SCENARIO, MAX_STAGES};
 use loadfleet_proto::schedule::Stage;
 use toml::Spanned;
 
 use super::check::Check;
 use super::raw::{RawScenario, RawStage, RawSteps, Reshape};
-
-/// Most stages `steps` may expand to.
-const MAX_STEPS: usize = 10_000;
 
 /// What the levels of a profile count, for messages and bounds.
 #[derive(Clone, Copy)]
@@ -96,11 +93,28 @@ pub(super) fn profile(
         if raw_stages.is_empty() {
             c.err(
                 at("stages"),
-                Some(span),
+                Some(span.clone()),
                 "stages is empty; add e.g. { to = 100, over = \"10s\" }",
             );
         }
-        let from = s.from.as_ref().map_or(0.0, |f| *f.get_ref());
+        if !c.at_most_entries(
+            &at("stages"),
+            Some(span.clone()),
+            raw_stages.len(),
+            MAX_STAGES,
+            "use fewer, longer stages",
+        ) {
+            return Vec::new();
+        }
+        let from = match &s.from {
+            None => 0.0,
+            Some(f) => {
+                if !unit.check(c, at("from"), f.span(), *f.get_ref()) {
+                    return Vec::new();
+                }
+                *f.get_ref()
+            }
+        };
         stages(c, i, raw_stages, from, unit)
     } else if let Some(steps) = &s.steps {
         self::steps(c, i, steps, unit)
@@ -126,7 +140,10 @@ fn stages(
         let f = |name: &str| format!("scenario[{i}].stages[{k}].{name}");
         let st = st.get_ref();
         if let Some(at_s) = &st.at {
-            if let Some(at_d) = c.plain_duration(&f("at"), sp.clone(), at_s) {
+            if let Some(at_d) = c
+                .plain_duration(&f("at"), sp.clone(), at_s)
+                .filter(|&d| c.at_most(&f("at"), Some(sp.clone()), d, MAX_SCENARIO))
+            {
                 if at_d < elapsed {
                     c.err(
                         f("at"),
@@ -185,6 +202,9 @@ fn stages(
                 );
                 continue;
             }
+            if !c.at_most(&f("duration"), Some(sp.clone()), d, MAX_SCENARIO) {
+                continue;
+            }
             stages.push(Stage {
                 duration_ns: d.as_nanos() as u64,
                 from_rps: from,
@@ -216,7 +236,21 @@ fn steps(c: &mut Check<'_>, i: usize, steps: &Spanned<RawSteps>, unit: Unit) -> 
         );
     } else if every.is_zero() {
         c.err(at("steps.every"), Some(sp), "every must be longer than 0s");
+    } else if !c.at_most(&at("steps.every"), Some(sp.clone()), every, MAX_SCENARIO) {
     } else if ok {
+        // Refused, never cut short: a staircase that stopped early would
+        // not be the one asked for.
+        let count = ((st.to - st.from).abs() / st.step).ceil() + 1.0;
+        if count > MAX_STAGES as f64 {
+            c.err(
+                at("steps"),
+                Some(sp),
+                format!(
+                    "expands to {count:.0} stages, more than the {MAX_STAGES} allowed; use a larger step"
+                ),
+            );
+            return stages;
+        }
         let down = st.to < st.from;
         let mut level = st.from;
         loop {
@@ -225,7 +259,7 @@ fn steps(c: &mut Check<'_>, i: usize, steps: &Spanned<RawSteps>, unit: Unit) -> 
                 from_rps: level,
                 to_rps: level,
             });
-            if (!down && level >= st.to) || (down && level <= st.to) || stages.len() > MAX_STEPS {
+            if (!down && level >= st.to) || (down && level <= st.to) || stages.len() >= MAX_STAGES {
                 break;
             }
             level = if down {
@@ -270,6 +304,12 @@ fn constant(c: &mut Check<'_>, i: usize, spanned: &Spanned<RawScenario>, unit: U
                     s.duration.as_ref().map(Spanned::span),
                     "must be longer than 0s",
                 );
+            } else if !c.at_most(
+                &at("duration"),
+                s.duration.as_ref().map(Spanned::span),
+                d,
+                MAX_SCENARIO,
+            ) {
             } else if unit.check(c, at(unit.name), sp, v) {
                 return vec![Stage {
                     duration_ns: d.as_nanos() as u64,

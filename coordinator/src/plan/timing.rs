@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use loadfleet_proto::bounds::MAX_START;
 use toml::Spanned;
 
 use super::check::Check;
@@ -10,7 +11,23 @@ use super::raw::RawScenario;
 use super::{RunSettings, Scenario};
 
 /// The start of scenario `i`; `before` holds the scenarios already resolved.
+/// It is at most [`MAX_START`] after the run's start, so no end instant can
+/// overflow.
 pub(super) fn start(c: &mut Check<'_>, i: usize, s: &RawScenario, before: &[Scenario]) -> Duration {
+    let at = |field: &str| format!("scenario[{i}].{field}");
+    let start = resolve(c, i, s, before);
+    let (field, span) = match (&s.start, &s.after) {
+        (_, Some(a)) => (at("after"), Some(a.span())),
+        (s, None) => (at("start"), s.as_ref().map(Spanned::span)),
+    };
+    if c.at_most(&field, span, start, MAX_START) {
+        start
+    } else {
+        Duration::ZERO
+    }
+}
+
+fn resolve(c: &mut Check<'_>, i: usize, s: &RawScenario, before: &[Scenario]) -> Duration {
     let at = |field: &str| format!("scenario[{i}].{field}");
     match (&s.start, &s.after) {
         (Some(_), Some(a)) => {

@@ -6,13 +6,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use loadfleet_proto::bounds::{
+    MAX_AGENTS, MAX_CONNECTIONS, MAX_DRAIN, MAX_IN_FLIGHT, MAX_LAG, MAX_NAME_BYTES, MAX_SCENARIO,
+    MAX_SCENARIOS, MAX_TIMEOUT, MAX_URL_BYTES,
+};
 use loadfleet_proto::target::check_url;
 use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
+use super::{join_url, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use super::{model, requests, shape, timing};
-use super::{Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use crate::thresholds::Threshold;
 
 /// Drain when the plan gives none.
@@ -50,12 +54,12 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
         warmup: raw
             .run
             .as_ref()
-            .and_then(|r| c.duration("run.warmup", &r.warmup))
+            .and_then(|r| c.bounded_duration("run.warmup", &r.warmup, MAX_SCENARIO))
             .unwrap_or_default(),
         drain: raw
             .run
             .as_ref()
-            .and_then(|r| c.duration("run.drain", &r.drain))
+            .and_then(|r| c.bounded_duration("run.drain", &r.drain, MAX_DRAIN))
             .unwrap_or(DEFAULT_DRAIN),
         seed: raw
             .run
@@ -88,9 +92,18 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
         c.err("scenario", None, "the plan has no [[scenario]]; add at least one, e.g. [[scenario]] rate = 100 duration = \"30s\"");
     }
     let mut scenarios: Vec<Scenario> = Vec::new();
-    for (i, s) in raw.scenario.iter().enumerate() {
-        if let Some(sc) = scenario(&mut c, i, s, &scenarios, &run, input.base) {
-            scenarios.push(sc);
+    let base_url = target.as_ref().map_or("", |t| t.url.as_str());
+    if c.at_most_entries(
+        "scenario",
+        raw.scenario.get(MAX_SCENARIOS).map(Spanned::span),
+        raw.scenario.len(),
+        MAX_SCENARIOS,
+        "split the plan into several runs",
+    ) {
+        for (i, s) in raw.scenario.iter().enumerate() {
+            if let Some(sc) = scenario(&mut c, i, s, &scenarios, &run, input.base, base_url) {
+                scenarios.push(sc);
+            }
         }
     }
     let mut names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
@@ -152,23 +165,37 @@ fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>) -> Target {
         url,
         timeout: c
             .nonzero_duration("target.timeout", &t.timeout)
+            .filter(|&d| c.at_most("target.timeout", span_of(&t.timeout), d, MAX_TIMEOUT))
             .unwrap_or(DEFAULT_TIMEOUT),
         max_in_flight: c
-            .positive("target.max_in_flight", &t.max_in_flight, 1_000_000)
+            .positive(
+                "target.max_in_flight",
+                &t.max_in_flight,
+                i64::from(MAX_IN_FLIGHT),
+            )
             .unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         connections: c
-            .positive("target.connections", &t.connections, 100_000)
+            .positive(
+                "target.connections",
+                &t.connections,
+                i64::from(MAX_CONNECTIONS),
+            )
             .unwrap_or(DEFAULT_CONNECTIONS),
         max_lag: c
             .nonzero_duration("target.max_lag", &t.max_lag)
+            .filter(|&d| c.at_most("target.max_lag", span_of(&t.max_lag), d, MAX_LAG))
             .unwrap_or(DEFAULT_MAX_LAG),
-        latency_floor: c.duration("target.latency_floor", &t.latency_floor),
+        latency_floor: c.bounded_duration("target.latency_floor", &t.latency_floor, MAX_TIMEOUT),
     }
+}
+
+fn span_of<T>(v: &Option<Spanned<T>>) -> Option<std::ops::Range<usize>> {
+    v.as_ref().map(Spanned::span)
 }
 
 fn shares(c: &mut Check<'_>, a: &RawAgents) -> Shares {
     let mut shares = Shares {
-        expect: c.positive("agents.expect", &a.expect, 10_000),
+        expect: c.positive("agents.expect", &a.expect, MAX_AGENTS as i64),
         ..Shares::default()
     };
     if let Some(s) = &a.share {
@@ -205,10 +232,21 @@ fn scenario(
     before: &[Scenario],
     run: &RunSettings,
     base: &Path,
+    base_url: &str,
 ) -> Option<Scenario> {
     let s = spanned.get_ref();
     let errors_before = c.errors.len();
     let name = s.name.clone().unwrap_or_else(|| format!("scenario-{i}"));
+    if name.len() > MAX_NAME_BYTES {
+        c.err(
+            format!("scenario[{i}].name"),
+            Some(spanned.span()),
+            format!(
+                "is {} bytes long, more than {MAX_NAME_BYTES}; use a shorter name",
+                name.len()
+            ),
+        );
+    }
     let closed = model::is_closed(c, i, s);
     let unit = shape::Unit::of(closed);
     let mut stages = shape::profile(c, i, spanned, unit);
@@ -224,6 +262,16 @@ fn scenario(
     let data = s.data.as_ref().and_then(|d| requests::data(c, i, d, base));
     let columns = data.as_ref().map_or(&[][..], |d| &d.columns[..]);
     let requests = requests::requests(c, i, &s.request, columns, base);
+    for (k, r) in requests.iter().enumerate() {
+        let url = join_url(base_url, &r.path).len();
+        if url > MAX_URL_BYTES {
+            c.err(
+                format!("scenario[{i}].request[{k}].path"),
+                s.request.get(k).map_or(Some(spanned.span()), |r| Some(r.span())),
+                format!("joined to the target URL it is {url} bytes long, more than {MAX_URL_BYTES}; shorten it"),
+            );
+        }
+    }
     let (model, duration) = modeled?;
     if c.errors.len() > errors_before {
         return None;

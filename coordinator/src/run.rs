@@ -295,7 +295,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         interval: Duration::from_secs(1),
         expect_agents: expect,
         repeats: args.repeat as usize,
-        on_agent_loss: fleet::OnAgentLoss::default(),
+        on_agent_loss: plan.run.on_agent_loss,
         agent_timeout: if local {
             Duration::from_secs(20)
         } else {

@@ -1,10 +1,14 @@
 //! The accept loop and the request handler.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::{self, Future};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,7 +49,7 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let service = Testbed(Arc::new(Shared::new(&config)));
+    let shared = Arc::new(Shared::new(&config));
     let mut http = http1::Builder::new();
     // A load generator may leave keep-alive connections idle between bursts;
     // the target must not be the one closing them. (Also avoids hyper's
@@ -82,6 +86,10 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             debug!(%peer, %err, "could not set TCP_NODELAY");
         }
+        let service = Testbed {
+            counter: shared.counter(peer.ip()),
+            shared: Arc::clone(&shared),
+        };
         match &tls {
             None => {
                 let connection = http.serve_connection(TokioIo::new(stream), service.clone());
@@ -134,6 +142,9 @@ struct Shared {
     error_rate: f64,
     /// Nothing to do per request: answer without spawning a future.
     trivial: bool,
+    /// Requests answered per source address, for `GET /__stats`: what a
+    /// test compares with what the load generator says it sent.
+    counts: Mutex<BTreeMap<IpAddr, Arc<AtomicU64>>>,
 }
 
 impl Shared {
@@ -145,7 +156,30 @@ impl Shared {
             admission: config.admission.as_ref().map(Gate::new),
             error_rate: config.error_rate.get(),
             trivial: config.is_trivial(),
+            counts: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The counter of one source address, taken once per connection so the
+    /// request path only adds to an atomic.
+    fn counter(&self, ip: IpAddr) -> Arc<AtomicU64> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(counts.entry(ip).or_default())
+    }
+
+    /// `total N` then `ADDRESS N` per source, one per line.
+    fn stats(&self) -> String {
+        let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let per: Vec<(IpAddr, u64)> = counts
+            .iter()
+            .map(|(ip, n)| (*ip, n.load(Ordering::Relaxed)))
+            .collect();
+        let total: u64 = per.iter().map(|(_, n)| n).sum();
+        let mut text = format!("total {total}\n");
+        for (ip, n) in per {
+            text.push_str(&format!("{ip} {n}\n"));
+        }
+        text
     }
 
     /// This request's service delay: the fixed delay plus its jitter draw.
@@ -199,9 +233,13 @@ impl Gate {
     }
 }
 
-/// The hyper service: a cheap handle to [`Shared`], cloned per connection.
+/// The hyper service: a cheap handle to [`Shared`] and the connection's
+/// source counter.
 #[derive(Clone)]
-struct Testbed(Arc<Shared>);
+struct Testbed {
+    shared: Arc<Shared>,
+    counter: Arc<AtomicU64>,
+}
 
 impl Service<Request<Incoming>> for Testbed {
     type Response = TextResponse;
@@ -214,13 +252,22 @@ impl Service<Request<Incoming>> for Testbed {
         if request.method() == Method::GET && request.uri().path() == "/health" {
             return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
         }
+        // What was asked of it, by source: not itself a request counted.
+        if request.method() == Method::GET && request.uri().path() == "/__stats" {
+            let mut response = Response::new(Full::new(Bytes::from(self.shared.stats())));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            return Reply::Ready(future::ready(Ok(response)));
+        }
+        self.counter.fetch_add(1, Ordering::Relaxed);
         // In benchmarks the testbed must cost as little as possible: with no
         // delay, gates or errors configured, and no body to drain, answer
         // right here without boxing a future or touching the Arc.
-        if self.0.trivial && request.body().is_end_stream() {
+        if self.shared.trivial && request.body().is_end_stream() {
             return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
         }
-        Reply::Work(Box::pin(handle(Arc::clone(&self.0), request)))
+        Reply::Work(Box::pin(handle(Arc::clone(&self.shared), request)))
     }
 }
 

@@ -70,6 +70,10 @@ enum Link {
     /// but the agent cannot take the next one (with --repeat).
     Left,
     Lost(Loss),
+    /// Joined after a run began: no share of it; waits for a later run.
+    Standby,
+    /// Left while standing by, before any run used it.
+    Dropped,
 }
 
 /// The user's stop request, polled by every wait.
@@ -116,12 +120,42 @@ struct Agent {
 }
 
 impl Agent {
+    fn new(
+        hello: v1::Hello,
+        peer: Option<SocketAddr>,
+        tx: AgentTx,
+        seen: Arc<LastSeen>,
+        link: Link,
+    ) -> Self {
+        Agent {
+            hello,
+            peer,
+            tx,
+            seen,
+            clock: None,
+            finished: None,
+            link,
+            share: 0.0,
+            slot: None,
+            lost_at: None,
+            lost_arrivals: 0,
+            handed_over_at: None,
+            messages_after_loss: 0,
+        }
+    }
+
     fn alive(&self) -> bool {
         matches!(self.link, Link::Up)
     }
 
     fn is_lost(&self) -> bool {
         matches!(self.link, Link::Lost(_))
+    }
+
+    /// Took no part in any run so far (standing by, or left while it was):
+    /// the report does not list it.
+    fn unused(&self) -> bool {
+        matches!(self.link, Link::Standby | Link::Dropped)
     }
 
     fn lose(&mut self, loss: Loss) {
@@ -154,7 +188,7 @@ impl Agent {
             finished: self.finished,
             lost: match &self.link {
                 Link::Lost(loss) => Some(loss.to_string()),
-                Link::Up | Link::Left => None,
+                Link::Up | Link::Left | Link::Standby | Link::Dropped => None,
             },
             share: self.share,
             lost_at: self.lost_at,
@@ -244,6 +278,11 @@ impl Fleet {
         }
         // Dropping the senders ends every agent's stream: the fleet is done.
         for a in &mut self.agents {
+            if matches!(a.link, Link::Standby) {
+                let _ = a.offer(coordinator_message::Kind::Stop(v1::Stop {
+                    reason: "the test ended before a run had room for this agent".into(),
+                }));
+            }
             a.hang_up();
         }
         self.results
@@ -264,14 +303,55 @@ impl Fleet {
                 }
                 eprintln!("run {} of {}", run + 1, self.spec.repeats);
             }
+            if run > 0 && self.promote_standby() > 0 {
+                self.probe_clocks(stop).await?;
+            }
             let (failure, stopped) = self.one_run(stop).await;
-            let last = failure.is_some() || stopped || self.alive() < self.spec.expect_agents;
+            let standing = self
+                .agents
+                .iter()
+                .filter(|a| matches!(a.link, Link::Standby));
+            let last = failure.is_some()
+                || stopped
+                || self.alive() + standing.count() < self.spec.expect_agents;
             self.close_run(failure);
             if last {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Before a repeat: agents that joined late and stood by fill the
+    /// places of those lost, in the order they came. Returns how many.
+    fn promote_standby(&mut self) -> usize {
+        let mut needed = self.spec.expect_agents.saturating_sub(self.alive());
+        let mut promoted = 0;
+        for (i, a) in self.agents.iter_mut().enumerate() {
+            if needed == 0 {
+                break;
+            }
+            if !matches!(a.link, Link::Standby) {
+                continue;
+            }
+            let welcome = coordinator_message::Kind::Welcome(v1::Welcome {
+                agent_index: i as u32,
+                dead_man_secs: DEAD_MAN_SECS,
+            });
+            if a.offer(welcome).is_err() {
+                a.link = Link::Dropped;
+                a.hang_up();
+                continue;
+            }
+            eprintln!(
+                "agent {}, which stood by, takes part from this run on",
+                a.hello.agent_id
+            );
+            a.link = Link::Up;
+            needed -= 1;
+            promoted += 1;
+        }
+        promoted
     }
 
     fn now_ns(&self) -> u64 {
@@ -535,12 +615,24 @@ impl Fleet {
             .start
             .map(|s| Instant::now().saturating_duration_since(s))
             .unwrap_or_default();
-        let aggregate = std::mem::replace(
+        let mut aggregate = std::mem::replace(
             &mut self.aggregate,
             Aggregate::new(self.agents.len(), self.spec.scenarios.len()),
         );
+        // The report lists agents by position: drop those it leaves out.
+        let mut position = 0;
+        let unused: Vec<bool> = self.agents.iter().map(Agent::unused).collect();
+        aggregate.agents.retain(|_| {
+            position += 1;
+            !unused.get(position - 1).copied().unwrap_or(false)
+        });
         self.results.push(RunResult {
-            agents: self.agents.iter().map(Agent::view).collect(),
+            agents: self
+                .agents
+                .iter()
+                .filter(|a| !a.unused())
+                .map(Agent::view)
+                .collect(),
             aggregate,
             failure,
             cut_short: cut_short && started,
@@ -735,6 +827,18 @@ impl Fleet {
     fn on_tick(&mut self) {
         let now = self.now_ns();
         let mut lost = Vec::new();
+        for a in self
+            .agents
+            .iter_mut()
+            .filter(|a| matches!(a.link, Link::Standby))
+        {
+            // Standing by: kept alive with heartbeats, let go when silent.
+            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns: now });
+            if a.seen.silence() > AGENT_SILENCE || a.offer(hb).is_err() {
+                a.link = Link::Dropped;
+                a.hang_up();
+            }
+        }
         for (i, a) in self.agents.iter().enumerate().filter(|(_, a)| a.alive()) {
             if a.finished.is_none() && a.seen.silence() > AGENT_SILENCE {
                 lost.push((i, Loss::Silent(AGENT_SILENCE)));
@@ -865,6 +969,8 @@ impl Fleet {
                 };
                 if a.alive() && a.finished.is_some() {
                     a.link = Link::Left;
+                } else if matches!(a.link, Link::Standby) {
+                    a.link = Link::Dropped;
                 } else {
                     self.declare_lost(vec![(agent as usize, loss)]);
                 }
@@ -872,8 +978,10 @@ impl Fleet {
         }
     }
 
-    /// Takes a newcomer while gathering, and refuses it after that: the
-    /// schedule is dealt once, to the agents present.
+    /// Takes a newcomer while gathering. After that the schedule is dealt:
+    /// a newcomer gets no share of the running one. It is told so, and
+    /// stands by for the next run if there is one (`--repeat`); otherwise
+    /// it is refused with the reason.
     fn join(
         &mut self,
         hello: v1::Hello,
@@ -882,14 +990,49 @@ impl Fleet {
         seen: Arc<LastSeen>,
         reply: tokio::sync::oneshot::Sender<Result<u32, Status>>,
     ) {
-        if self.phase != Phase::Gathering || self.alive() >= self.spec.expect_agents {
-            let _ = reply.send(Err(Status::resource_exhausted(format!(
-                "the fleet already has its {} agent(s) and the run has begun",
-                self.spec.expect_agents
-            ))));
+        let index = self.agents.len() as u32;
+        let late = self.phase != Phase::Gathering || self.alive() >= self.spec.expect_agents;
+        if late {
+            let repeats = self.spec.repeats.max(1);
+            let next = match self.phase {
+                Phase::Running(n) => n + 1,
+                Phase::Gathering | Phase::Probing => 1,
+            };
+            let standing = self
+                .agents
+                .iter()
+                .filter(|a| matches!(a.link, Link::Standby))
+                .count();
+            let why = if next >= repeats {
+                Some(format!(
+                    "the fleet already has its {} agent(s) and the run has begun; no later run is planned (--repeat {repeats}), so this agent gets no share",
+                    self.spec.expect_agents
+                ))
+            } else if standing >= self.spec.expect_agents {
+                Some(format!(
+                    "the run has begun and {standing} agent(s) already stand by for the next one"
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                eprintln!("\nrefused agent {} from {peer:?}: {why}", hello.agent_id);
+                let _ = reply.send(Err(Status::resource_exhausted(why)));
+                return;
+            }
+            let why = format!(
+                "the run has begun: this agent gets no share of the running schedule and stands by for run {} of {repeats}",
+                next + 1
+            );
+            eprintln!("\nagent {} joined late: {why}", hello.agent_id);
+            let standby = coordinator_message::Kind::Standby(v1::Standby { reason: why });
+            if tx.try_send(Ok(msg(standby))).is_err() || reply.send(Ok(index)).is_err() {
+                return;
+            }
+            self.agents
+                .push(Agent::new(hello, peer, tx, seen, Link::Standby));
             return;
         }
-        let index = self.agents.len() as u32;
         tracing::info!(
             "agent {} joined from {:?} as #{index}",
             hello.agent_id,
@@ -902,21 +1045,8 @@ impl Fleet {
         if tx.try_send(Ok(msg(welcome))).is_err() || reply.send(Ok(index)).is_err() {
             return;
         }
-        self.agents.push(Agent {
-            hello,
-            peer,
-            tx,
-            seen,
-            clock: None,
-            finished: None,
-            link: Link::Up,
-            share: 0.0,
-            slot: None,
-            lost_at: None,
-            lost_arrivals: 0,
-            handed_over_at: None,
-            messages_after_loss: 0,
-        });
+        self.agents
+            .push(Agent::new(hello, peer, tx, seen, Link::Up));
     }
 
     fn on_message(&mut self, agent: u32, msg: v1::AgentMessage, received: Instant) {

@@ -43,6 +43,8 @@ pub struct RunSettings {
     pub warmup: Duration,
     pub drain: Duration,
     pub seed: u64,
+    /// What becomes of a lost agent's share.
+    pub on_agent_loss: crate::fleet::OnAgentLoss,
 }
 
 /// Where and how requests go.

@@ -64,6 +64,12 @@ pub struct Overlay {
     /// Arrival process (default uniform).
     #[arg(long, value_enum)]
     pub process: Option<ProcessArg>,
+    /// What becomes of a lost agent's share: `continue` (default) leaves it
+    /// unsent, `redistribute` hands its remaining arrivals to the others
+    /// about a second after the loss is noticed, `abort` stops the run. In
+    /// every mode what nobody sent is counted unsent `agent_lost`.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["continue", "redistribute", "abort"]))]
+    pub on_agent_loss: Option<String>,
     /// Seed of the Poisson process and random picks (default 1).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -187,6 +193,10 @@ impl Overlay {
         if let Some(d) = self.drain {
             raw.run.get_or_insert_default().drain = flag_duration(d);
             laid.set("run.drain", "--drain");
+        }
+        if let Some(mode) = &self.on_agent_loss {
+            raw.run.get_or_insert_default().on_agent_loss = Some(flag_value(mode.clone()));
+            laid.set("run.on_agent_loss", "--on-agent-loss");
         }
         if self.reshapes() {
             match raw.scenario.as_mut_slice() {

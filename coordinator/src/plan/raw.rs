@@ -26,6 +26,8 @@ pub(super) struct RawRun {
     pub warmup: Option<Spanned<String>>,
     pub drain: Option<Spanned<String>>,
     pub seed: Option<u64>,
+    /// "continue" (default), "redistribute" or "abort".
+    pub on_agent_loss: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -66,6 +66,22 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             .as_ref()
             .and_then(|r| r.seed)
             .unwrap_or(DEFAULT_SEED),
+        on_agent_loss: raw
+            .run
+            .as_ref()
+            .and_then(|r| r.on_agent_loss.as_ref())
+            .and_then(|v| match v.get_ref().parse() {
+                Ok(mode) => Some(mode),
+                Err(e) => {
+                    c.err(
+                        "run.on_agent_loss",
+                        Some(v.span()),
+                        format!("{e}; continue keeps the others to their shares, redistribute hands the lost share to them, abort stops the run"),
+                    );
+                    None
+                }
+            })
+            .unwrap_or_default(),
     };
     let target = match &raw.target {
         None => {

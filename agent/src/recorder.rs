@@ -101,6 +101,8 @@ impl Interval {
             in_flight: gauge.in_flight,
             cpu_seconds: 0.0,
             host_cpu: 0.0,
+            // Numbered by the session as it sends the snapshot.
+            seq: 0,
             scenario,
             // Sends raise the peak; the gauge at either edge of the interval
             // bounds it from below too, so an interval with no sends (all

@@ -629,9 +629,10 @@ impl Session<'_> {
 
     /// Streams closed intervals to the coordinator.
     async fn on_snapshots(&mut self, snaps: Vec<v1::Snapshot>) -> Step {
-        for s in snaps {
+        for mut s in snaps {
             if let Phase::Running(run) = &mut self.phase {
                 run.snapshots += 1;
+                s.seq = run.snapshots;
             }
             // A coordinator that stopped reading fills the queue; waiting
             // on it must not outlast the dead-man switch.
@@ -669,7 +670,10 @@ impl Session<'_> {
             .as_nanos() as u64
             / run.interval.as_nanos().max(1) as u64;
         run.snapshots += 1;
-        let cpu = message(agent_message::Kind::Snapshot(run.cpu.snapshot(index)));
+        let cpu = message(agent_message::Kind::Snapshot(v1::Snapshot {
+            seq: run.snapshots,
+            ..run.cpu.snapshot(index)
+        }));
         let _ = self.outbound.send(cpu).await;
         let fin = message(agent_message::Kind::Finished(v1::Finished {
             in_flight_at_end: run.in_flight_at_end,
@@ -705,11 +709,20 @@ impl Session<'_> {
         if let Phase::Running(run) = &mut self.phase {
             let boundary = run.start + run.interval * (run.next_cpu_interval as u32 + 1);
             if Instant::now() >= boundary {
-                run.snapshots += 1;
-                let cpu = run.cpu.snapshot(run.next_cpu_interval);
-                let _ = self
+                let cpu = v1::Snapshot {
+                    seq: run.snapshots + 1,
+                    ..run.cpu.snapshot(run.next_cpu_interval)
+                };
+                // A snapshot that found the queue full is dropped without
+                // using up its sequence number, so the coordinator sees no
+                // gap (only this interval's CPU figure is missing).
+                if self
                     .outbound
-                    .try_send(message(agent_message::Kind::Snapshot(cpu)));
+                    .try_send(message(agent_message::Kind::Snapshot(cpu)))
+                    .is_ok()
+                {
+                    run.snapshots += 1;
+                }
                 run.next_cpu_interval += 1;
             }
         }

@@ -96,6 +96,21 @@ pub const MAX_HISTOGRAM_DIGITS: u8 = 3;
 /// decompression bomb cannot claim memory.
 pub const MAX_HISTOGRAM_INFLATED_BYTES: usize = 1024 * 1024;
 
+/// Largest count one snapshot may carry in any field: more than 10^12
+/// requests in one interval (at most a minute) is no real agent. With the
+/// coordinator's checked sums, no total can wrap.
+pub const MAX_SNAPSHOT_COUNT: u64 = 1 << 40;
+/// Longest agent id, host name, label or version in a hello.
+pub const MAX_HELLO_STRING_BYTES: usize = 256;
+/// Most host addresses in a hello.
+pub const MAX_HOST_ADDRESSES: usize = 256;
+/// Longest host address (or source address) in a hello: an IPv6 address
+/// with a zone fits with room to spare.
+pub const MAX_ADDRESS_BYTES: usize = 64;
+/// Most CPUs an agent may claim: more than any machine has, and few enough
+/// that `share = "cores"` weights stay within the fleet's total weight.
+pub const MAX_CPUS: u32 = 4096;
+
 /// A field outside its bound. The agent sends this back as its refusal, so
 /// it names the field exactly as the wire has it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -105,6 +120,53 @@ pub struct BoundsError {
     pub field: String,
     /// What is wrong, with the bound.
     pub problem: String,
+}
+
+/// Checks a hello before the coordinator stores anything of it: every
+/// string and list is bounded, and so is the CPU count that weights shares.
+pub fn check_hello(h: &v1::Hello) -> Result<(), BoundsError> {
+    for (field, value) in [
+        ("hello.agent_id", &h.agent_id),
+        ("hello.host", &h.host),
+        ("hello.label", &h.label),
+        ("hello.version", &h.version),
+    ] {
+        if value.len() > MAX_HELLO_STRING_BYTES {
+            return Err(err(
+                field,
+                format!(
+                    "is {} bytes, more than {MAX_HELLO_STRING_BYTES}",
+                    value.len()
+                ),
+            ));
+        }
+    }
+    if h.source_address.len() > MAX_ADDRESS_BYTES {
+        return Err(err(
+            "hello.source_address",
+            format!(
+                "is {} bytes, more than {MAX_ADDRESS_BYTES}",
+                h.source_address.len()
+            ),
+        ));
+    }
+    count(
+        "hello.host_addresses",
+        h.host_addresses.len(),
+        0,
+        MAX_HOST_ADDRESSES,
+    )?;
+    if let Some(i) = h
+        .host_addresses
+        .iter()
+        .position(|a| a.len() > MAX_ADDRESS_BYTES)
+    {
+        return Err(err(
+            format!("hello.host_addresses[{i}]"),
+            format!("is longer than {MAX_ADDRESS_BYTES} bytes"),
+        ));
+    }
+    within("hello.cpus", u64::from(h.cpus), 0, u64::from(MAX_CPUS))
 }
 
 /// Checks a welcome: the dead-man window must stay within

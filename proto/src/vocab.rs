@@ -220,6 +220,9 @@ vocabulary! {
         /// Requests were still in flight when the drain ended: they have no
         /// outcome, and the latency figures leave them out.
         Incomplete => "INCOMPLETE",
+        /// An agent broke the protocol (a message out of bounds, out of
+        /// order or out of phase): it was dropped, or its repeats ignored.
+        ProtocolViolation => "PROTOCOL_VIOLATION",
     }
 }
 

@@ -252,6 +252,7 @@ async fn session(
                     let mut snapshot = payload.snapshot.clone();
                     snapshot.interval_index = p.next;
                     snapshot.scenario = scenario;
+                    snapshot.seq = out.snapshots + 1;
                     tx.send(message(agent_message::Kind::Snapshot(snapshot))).await?;
                     out.snapshots += 1;
                 }

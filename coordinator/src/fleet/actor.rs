@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tonic::Status;
 
+use super::validate::{Check, Checks, Rejection};
 use super::{
     intended, AgentTx, AgentView, FleetEvent, LastSeen, Loss, OnAgentLoss, Progress, RunResult,
     RunSpec, Settled, Sink,
@@ -208,6 +209,8 @@ pub(super) struct Fleet {
     agents: Vec<Agent>,
     aggregate: Aggregate,
     corrupt_snapshots: u64,
+    /// Bounds on agents' snapshots and what each agent had refused.
+    checks: Checks,
     /// The current run's common start instant, once assigned.
     start: Option<Instant>,
     /// The current run's weights, by slot (as in every assignment).
@@ -237,12 +240,13 @@ impl Fleet {
     ) -> Self {
         Fleet {
             aggregate: Aggregate::new(0, 0),
-            spec,
             events,
             phase: Phase::Gathering,
             epoch: Instant::now(),
             agents: Vec::new(),
             corrupt_snapshots: 0,
+            checks: Checks::new(&spec),
+            spec,
             start: None,
             weights: Vec::new(),
             handovers: Vec::new(),
@@ -640,6 +644,7 @@ impl Fleet {
             started_at: self.run_started_at,
             elapsed,
             corrupt_snapshots: std::mem::take(&mut self.corrupt_snapshots),
+            protocol: self.checks.ledgers(self.agents.len()),
             on_agent_loss: self.spec.on_agent_loss,
             aborted: self.aborted.take(),
         });
@@ -651,6 +656,7 @@ impl Fleet {
             a.handed_over_at = None;
             a.messages_after_loss = 0;
         }
+        self.checks.new_run();
         self.start = None;
         self.handovers.clear();
     }
@@ -893,6 +899,7 @@ impl Fleet {
         let (agents, start) = (&self.agents, self.start);
         let (started_at, corrupt_snapshots) = (self.run_started_at, self.corrupt_snapshots);
         let (on_agent_loss, aborted) = (self.spec.on_agent_loss, self.aborted.clone());
+        let protocol = self.checks.ledgers(agents.len());
         let so_far = |aggregate| RunResult {
             agents: agents.iter().map(Agent::view).collect(),
             aggregate,
@@ -905,6 +912,7 @@ impl Fleet {
                 .map(|s| Instant::now().saturating_duration_since(s))
                 .unwrap_or_default(),
             corrupt_snapshots,
+            protocol: protocol.clone(),
             on_agent_loss,
             aborted: aborted.clone(),
         };
@@ -1067,7 +1075,19 @@ impl Fleet {
             a.messages_after_loss += 1;
             return;
         }
+        let running = matches!(self.phase, Phase::Running(_));
         match msg.kind {
+            Some(agent_message::Kind::Pong(_)) if self.phase != Phase::Probing => {
+                // A late answer to the last probe is harmless: ignored.
+                let r = Rejection::new("pong_out_of_phase", "a pong outside the clock probes");
+                self.checks.count(agent as usize, &a.hello.agent_id, &r);
+            }
+            Some(agent_message::Kind::Snapshot(_) | agent_message::Kind::Finished(_))
+                if !running =>
+            {
+                let r = Rejection::new("out_of_phase", "a snapshot or Finished before the run");
+                self.violation(agent as usize, r);
+            }
             Some(agent_message::Kind::Pong(p)) => {
                 let (t1, t2, t3, t4) = (
                     p.coordinator_send_ns as i128,
@@ -1082,15 +1102,37 @@ impl Fleet {
                 }
             }
             Some(agent_message::Kind::Snapshot(s)) => {
+                match self
+                    .checks
+                    .snapshot(agent as usize, &s, &self.aggregate.totals)
+                {
+                    Check::Accept => {}
+                    Check::Duplicate => {
+                        let r = Rejection::new(
+                            "duplicate",
+                            format!("snapshot seq {} again (ignored)", s.seq),
+                        );
+                        self.checks.count(agent as usize, &a.hello.agent_id, &r);
+                        return;
+                    }
+                    Check::Violation(r) => return self.violation(agent as usize, r),
+                }
                 if let Err(e) = self.aggregate.add(agent as usize, &s) {
                     tracing::error!(
                         "agent {}: dropped a corrupt snapshot: {e}",
                         a.hello.agent_id
                     );
                     self.corrupt_snapshots += 1;
+                    let r = Rejection::new("corrupt_histogram", e.to_string());
+                    self.violation(agent as usize, r);
                 }
             }
-            Some(agent_message::Kind::Finished(f)) => a.finished = Some(f),
+            Some(agent_message::Kind::Finished(f)) => {
+                match self.checks.finished(agent as usize, &f) {
+                    Ok(()) => a.finished = Some(f),
+                    Err(r) => self.violation(agent as usize, r),
+                }
+            }
             Some(agent_message::Kind::Refusal(r)) => {
                 self.declare_lost(vec![(agent as usize, Loss::Refused(r.reason))]);
             }
@@ -1098,6 +1140,22 @@ impl Fleet {
             | Some(agent_message::Kind::Hello(_))
             | None => {}
         }
+    }
+}
+
+impl Fleet {
+    /// An agent broke the protocol: counted, logged, and dropped as lost
+    /// with the reason (what it sent before stays in the figures).
+    fn violation(&mut self, agent: usize, r: Rejection) {
+        let Some(a) = self.agents.get(agent) else {
+            return;
+        };
+        self.checks.count(agent, &a.hello.agent_id, &r);
+        eprintln!(
+            "\nagent {} broke the protocol ({r}); it is dropped",
+            a.hello.agent_id
+        );
+        self.declare_lost(vec![(agent, Loss::Protocol(r.to_string()))]);
     }
 }
 

@@ -7,6 +7,7 @@
 mod actor;
 pub mod intended;
 mod service;
+pub mod validate;
 
 use std::fmt;
 use std::future::Future;
@@ -105,6 +106,8 @@ pub enum Loss {
     StreamClosed,
     /// Its stream broke; the transport's message says how.
     StreamFailed(String),
+    /// It broke the protocol (fleet::validate says how); dropped.
+    Protocol(String),
 }
 
 impl fmt::Display for Loss {
@@ -116,6 +119,7 @@ impl fmt::Display for Loss {
             Loss::Refused(reason) => write!(f, "refused the assignment: {reason}"),
             Loss::StreamClosed => f.write_str("stream closed"),
             Loss::StreamFailed(message) => write!(f, "stream failed: {message}"),
+            Loss::Protocol(reason) => write!(f, "protocol violation: {reason}"),
         }
     }
 }
@@ -176,6 +180,9 @@ pub struct RunResult {
     /// From the common start to the end of the run.
     pub elapsed: Duration,
     pub corrupt_snapshots: u64,
+    /// Per agent (as in `agents`): the messages refused and the violation
+    /// that dropped it, if any.
+    pub protocol: Vec<validate::Ledger>,
 }
 
 /// Where a run's seconds go as they settle: `report::live` writes them to

@@ -146,6 +146,15 @@ impl Control for ControlService {
                 ))
             }
         };
+        // Before anything of the hello is stored or logged whole: a hostile
+        // agent could claim a megabyte of id or 2^32 CPUs.
+        if let Err(e) = loadfleet_proto::bounds::check_hello(&hello) {
+            let id: String = hello.agent_id.chars().take(64).collect();
+            tracing::warn!("refused agent {id:?} from {from}: its hello breaks the protocol: {e}");
+            return Err(Status::invalid_argument(format!(
+                "hello refused, protocol violation: {e}"
+            )));
+        }
         if hello.protocol_version != PROTOCOL_VERSION {
             tracing::warn!(
                 "refused agent {} from {from}: protocol version {}",

@@ -256,6 +256,35 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
             },
         );
     }
+    for (a, ledger) in result.agents.iter().zip(&result.protocol) {
+        if ledger.rejected.is_empty() {
+            continue;
+        }
+        let counts: Vec<String> = ledger
+            .rejected
+            .iter()
+            .map(|(what, n)| format!("{n} {what}"))
+            .collect();
+        let (level, text) = match &ledger.violation {
+            Some(r) => (
+                VerdictLevel::Error,
+                format!(
+                    "agent {} broke the protocol ({r}) and was dropped; what it sent before stays in the figures, the offending message does not; refused: {}",
+                    a.hello.agent_id,
+                    counts.join(", ")
+                ),
+            ),
+            None => (
+                VerdictLevel::Warn,
+                format!(
+                    "agent {} sent messages that were ignored: {}",
+                    a.hello.agent_id,
+                    counts.join(", ")
+                ),
+            ),
+        };
+        say(level, VerdictCode::ProtocolViolation, text);
+    }
     if result.corrupt_snapshots > 0 {
         say(
             VerdictLevel::Error,
@@ -508,6 +537,7 @@ mod tests {
             started_at: std::time::SystemTime::now(),
             elapsed: Duration::from_secs(10),
             corrupt_snapshots: 0,
+            protocol: Vec::new(),
             on_agent_loss: OnAgentLoss::Continue,
             aborted: None,
         }

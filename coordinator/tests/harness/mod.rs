@@ -328,6 +328,8 @@ async fn agent(
         }
     };
     let mut welcomed = Some(welcomed);
+    // Snapshot sequence number of the current run, as a real agent keeps it.
+    let mut seq = 0u64;
     // Silent from this instant on (FreezeAfter), on the coordinator's clock.
     let mut frozen_from: Option<Instant> = None;
     while let Ok(Some(m)) = inbound.message().await {
@@ -367,11 +369,13 @@ async fn agent(
                 log.get().stops.push(s.reason);
                 Some(agent_message::Kind::Finished(v1::Finished {
                     cut_short: true,
+                    snapshots: seq,
                     ..Default::default()
                 }))
             }
             Some(coordinator_message::Kind::Assignment(a)) => {
                 let counts = honest_counts(&a);
+                seq = 0;
                 // Its clock runs 1 s ahead of the coordinator's.
                 let start =
                     epoch + Duration::from_nanos(a.start_at_agent_ns.saturating_sub(1_000_000_000));
@@ -383,7 +387,11 @@ async fn agent(
                 };
                 if let OnAssignment::Flood(n) = script.on_assignment {
                     for _ in 0..n {
-                        let s = snapshot(0, 0, 0);
+                        seq += 1;
+                        let s = v1::Snapshot {
+                            seq,
+                            ..snapshot(0, 0, 0)
+                        };
                         if out
                             .send(send(agent_message::Kind::Snapshot(s)))
                             .await
@@ -394,7 +402,11 @@ async fn agent(
                     }
                 }
                 for &&(sc, iv, n) in &to_send {
-                    let s = snapshot(sc, iv, n);
+                    seq += 1;
+                    let s = v1::Snapshot {
+                        seq,
+                        ..snapshot(sc, iv, n)
+                    };
                     if out
                         .send(send(agent_message::Kind::Snapshot(s)))
                         .await
@@ -414,7 +426,7 @@ async fn agent(
                     }
                     OnAssignment::Finish | OnAssignment::Flood(_) => {
                         Some(agent_message::Kind::Finished(v1::Finished {
-                            snapshots: to_send.len() as u64,
+                            snapshots: seq,
                             ..Default::default()
                         }))
                     }

@@ -1,0 +1,473 @@
+//! Checks on what agents send, before anything of it is allocated or merged.
+//!
+//! Agents run on shared machines and dial in across networks, so every
+//! snapshot is input to check, not a fact to add: its words must come from
+//! the typed vocabulary (each unknown key would be a new histogram kept for
+//! the whole run), its interval must fall within the run plus its drain
+//! (each far-off index would be another), its counts must add up and stay
+//! within [`MAX_SNAPSHOT_COUNT`] so no total wraps, and it must come in
+//! order. The rule (docs/report.md, "Protocol violations"): an agent that
+//! breaks the protocol is dropped as lost with the reason, what it sent
+//! before stays in the figures, the offending message does not; a repeated
+//! snapshot is ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use loadfleet_proto::bounds::{MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT};
+use loadfleet_proto::v1;
+use loadfleet_proto::vocab::{ErrorKind, OutcomeClass, UnsentReason};
+
+use crate::aggregate::Merged;
+
+/// Slack after the run and its drain for the last snapshot's interval: the
+/// agent's final snapshot is stamped when it has stopped, which can be after
+/// the stop grace and a late start.
+const INTERVAL_SLACK: Duration = Duration::from_secs(60);
+
+/// Why a message from an agent was refused; `what` is a short stable name
+/// (for counting and the report), `detail` says which field and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub what: &'static str,
+    pub detail: String,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.detail)
+    }
+}
+
+impl Rejection {
+    /// A refusal named by its short name and the field and value.
+    pub fn new(what: &'static str, detail: impl Into<String>) -> Self {
+        reject(what, detail)
+    }
+}
+
+fn reject(what: &'static str, detail: impl Into<String>) -> Rejection {
+    Rejection {
+        what,
+        detail: detail.into(),
+    }
+}
+
+/// What to do with a snapshot.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Merge it.
+    Accept,
+    /// A sequence number already seen: ignore it (counted).
+    Duplicate,
+    /// The agent broke the protocol: drop it, keep what it sent before.
+    Violation(Rejection),
+}
+
+/// What one agent sent that was not merged, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Last snapshot sequence number accepted in the current run.
+    last_seq: u64,
+    /// Refused messages by [`Rejection::what`].
+    pub rejected: BTreeMap<&'static str, u64>,
+    /// The first violation, which dropped the agent.
+    pub violation: Option<Rejection>,
+}
+
+/// The run's bounds on snapshots and every agent's ledger.
+#[derive(Debug)]
+pub struct Checks {
+    scenarios: usize,
+    /// Highest interval index a snapshot may carry.
+    last_interval: u64,
+    ledgers: Vec<Ledger>,
+}
+
+impl Checks {
+    pub fn new(spec: &super::RunSpec) -> Self {
+        let interval = spec.interval.as_nanos().max(1);
+        let span = (spec.duration + spec.drain + INTERVAL_SLACK).as_nanos();
+        Self {
+            scenarios: spec.scenarios.len(),
+            last_interval: u64::try_from(span / interval).unwrap_or(u64::MAX),
+            ledgers: Vec::new(),
+        }
+    }
+
+    /// Sequence numbers start again at 1 with each run (assignment).
+    pub fn new_run(&mut self) {
+        for l in &mut self.ledgers {
+            *l = Ledger::default();
+        }
+    }
+
+    /// Every agent's ledger, one per agent (empty for those with none).
+    pub fn ledgers(&self, agents: usize) -> Vec<Ledger> {
+        (0..agents)
+            .map(|i| self.ledgers.get(i).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn ledger_mut(&mut self, agent: usize) -> &mut Ledger {
+        if self.ledgers.len() <= agent {
+            self.ledgers.resize_with(agent + 1, Ledger::default);
+        }
+        &mut self.ledgers[agent]
+    }
+
+    /// Counts and logs a refused message of `agent_id` (index `agent`).
+    pub fn count(&mut self, agent: usize, agent_id: &str, r: &Rejection) {
+        tracing::warn!("agent {agent_id}: refused a message: {r}");
+        let l = self.ledger_mut(agent);
+        *l.rejected.entry(r.what).or_default() += 1;
+        if !matches!(r.what, "duplicate" | "pong_out_of_phase") && l.violation.is_none() {
+            l.violation = Some(r.clone());
+        }
+    }
+
+    /// Checks one snapshot of a running agent against the run and against
+    /// `totals` (every sum the snapshot joins is at most the total, so a
+    /// total that does not overflow means none does).
+    pub fn snapshot(&mut self, agent: usize, s: &v1::Snapshot, totals: &Merged) -> Check {
+        let last = self.ledger_mut(agent).last_seq;
+        if s.seq <= last {
+            return Check::Duplicate;
+        }
+        if s.seq != last + 1 {
+            return Check::Violation(reject(
+                "sequence_gap",
+                format!("snapshot seq {} after {last}: snapshots are missing", s.seq),
+            ));
+        }
+        if let Err(r) = self.content(s, totals) {
+            return Check::Violation(r);
+        }
+        self.ledger_mut(agent).last_seq = s.seq;
+        Check::Accept
+    }
+
+    /// Checks `Finished.snapshots` against the snapshots that arrived.
+    pub fn finished(&self, agent: usize, f: &v1::Finished) -> Result<(), Rejection> {
+        let arrived = self.ledgers.get(agent).map_or(0, |l| l.last_seq);
+        if f.snapshots != arrived {
+            return Err(reject(
+                "finished_mismatch",
+                format!(
+                    "Finished.snapshots = {} but {arrived} snapshot(s) arrived",
+                    f.snapshots
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn content(&self, s: &v1::Snapshot, totals: &Merged) -> Result<(), Rejection> {
+        if s.scenario as usize >= self.scenarios {
+            return Err(reject(
+                "scenario_out_of_range",
+                format!(
+                    "scenario {} but the plan has {}",
+                    s.scenario, self.scenarios
+                ),
+            ));
+        }
+        if s.interval_index > self.last_interval {
+            return Err(reject(
+                "interval_out_of_range",
+                format!(
+                    "interval {} is past the run and its drain (last {})",
+                    s.interval_index, self.last_interval
+                ),
+            ));
+        }
+        words::<OutcomeClass>("unknown_class", "latency", s.latency.keys())?;
+        words::<UnsentReason>("unknown_reason", "unsent", s.unsent.keys())?;
+        words::<ErrorKind>("unknown_error_kind", "errors", s.errors.keys())?;
+        if let Some(code) = s.status.keys().find(|c| !(100..=999).contains(*c)) {
+            return Err(reject(
+                "bad_status",
+                format!("status {code} is not a 3-digit HTTP status"),
+            ));
+        }
+        let unsent = sum("unsent", s.unsent.values())?;
+        let singles = [
+            ("intended", s.intended, totals.intended),
+            ("sent", s.sent, totals.sent),
+            ("completed", s.completed, totals.completed),
+            (
+                "completed_in_window",
+                s.completed_in_window,
+                totals.completed_in_window,
+            ),
+            (
+                "completed_ok_in_window",
+                s.completed_ok_in_window,
+                totals.completed_ok_in_window,
+            ),
+            ("unsent", unsent, totals.unsent_total()),
+        ];
+        for (field, v, total) in singles {
+            fits(field, v, total)?;
+        }
+        for (k, &v) in &s.unsent {
+            fits("unsent", v, totals.unsent.get(k).copied().unwrap_or(0))?;
+        }
+        for (k, &v) in &s.status {
+            fits("status", v, totals.status.get(k).copied().unwrap_or(0))?;
+        }
+        for (k, &v) in &s.errors {
+            fits("errors", v, totals.errors.get(k).copied().unwrap_or(0))?;
+        }
+        sum(
+            "status + errors",
+            s.status.values().chain(s.errors.values()),
+        )?;
+        if s.sent.checked_add(unsent) != Some(s.intended) {
+            return Err(reject(
+                "counts_disagree",
+                format!(
+                    "intended {} != sent {} + unsent {unsent}",
+                    s.intended, s.sent
+                ),
+            ));
+        }
+        for (field, v) in [
+            ("in_flight", s.in_flight),
+            ("max_in_flight", s.max_in_flight),
+        ] {
+            if v > u64::from(MAX_IN_FLIGHT) {
+                return Err(reject(
+                    "count_out_of_range",
+                    format!("{field} = {v} is more than {MAX_IN_FLIGHT}"),
+                ));
+            }
+        }
+        for (field, v) in [("cpu_seconds", s.cpu_seconds), ("host_cpu", s.host_cpu)] {
+            if !(0.0..=1e9).contains(&v) {
+                return Err(reject(
+                    "count_out_of_range",
+                    format!("{field} = {v} is not a plausible figure"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every key must be a word of `T`'s vocabulary.
+fn words<'a, T: FromStr>(
+    what: &'static str,
+    field: &str,
+    mut keys: impl Iterator<Item = &'a String>,
+) -> Result<(), Rejection> {
+    match keys.find(|k| T::from_str(k).is_err()) {
+        Some(k) => {
+            let shown: String = k.chars().take(64).collect();
+            Err(reject(
+                what,
+                format!("{field} key {shown:?} is not in the vocabulary"),
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+/// One count: within [`MAX_SNAPSHOT_COUNT`], and addable to its total.
+fn fits(field: &str, v: u64, total: u64) -> Result<(), Rejection> {
+    if v > MAX_SNAPSHOT_COUNT {
+        return Err(reject(
+            "count_out_of_range",
+            format!("{field} = {v} is more than {MAX_SNAPSHOT_COUNT} in one snapshot"),
+        ));
+    }
+    if total.checked_add(v).is_none() {
+        return Err(reject(
+            "count_overflow",
+            format!("{field} = {v} would overflow the run's total {total}"),
+        ));
+    }
+    Ok(())
+}
+
+fn sum<'a>(field: &str, mut values: impl Iterator<Item = &'a u64>) -> Result<u64, Rejection> {
+    values
+        .try_fold(0u64, |acc, &v| acc.checked_add(v))
+        .ok_or_else(|| reject("count_overflow", format!("{field} overflow when summed")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loadfleet_proto::histogram::{encode, new_histogram};
+    use proptest::prelude::*;
+
+    fn checks() -> Checks {
+        Checks {
+            scenarios: 1,
+            last_interval: 100,
+            ledgers: Vec::new(),
+        }
+    }
+
+    fn honest(seq: u64) -> v1::Snapshot {
+        let mut h = new_histogram();
+        h.record(1000).unwrap();
+        v1::Snapshot {
+            seq,
+            interval_index: 3,
+            intended: 5,
+            sent: 4,
+            unsent: [("late".to_string(), 1)].into(),
+            completed: 4,
+            status: [(200, 4)].into(),
+            latency: [("2xx".to_string(), encode(&h).unwrap())].into(),
+            ..Default::default()
+        }
+    }
+
+    fn what(c: Check) -> &'static str {
+        match c {
+            Check::Violation(r) => r.what,
+            other => panic!("expected a violation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn honest_in_order_is_accepted_and_a_repeat_is_a_duplicate() {
+        let mut c = checks();
+        let t = Merged::default();
+        assert_eq!(c.snapshot(0, &honest(1), &t), Check::Accept);
+        assert_eq!(c.snapshot(0, &honest(2), &t), Check::Accept);
+        assert_eq!(c.snapshot(0, &honest(2), &t), Check::Duplicate);
+        assert_eq!(what(c.snapshot(0, &honest(4), &t)), "sequence_gap");
+        assert!(c
+            .finished(
+                0,
+                &v1::Finished {
+                    snapshots: 2,
+                    ..Default::default()
+                }
+            )
+            .is_ok());
+        let e = c.finished(
+            0,
+            &v1::Finished {
+                snapshots: 3,
+                ..Default::default()
+            },
+        );
+        assert_eq!(e.unwrap_err().what, "finished_mismatch");
+    }
+
+    #[test]
+    fn each_hostile_field_is_named() {
+        let t = Merged::default();
+        let cases: Vec<(&str, v1::Snapshot)> = vec![
+            (
+                "scenario_out_of_range",
+                v1::Snapshot {
+                    scenario: 7,
+                    ..honest(1)
+                },
+            ),
+            (
+                "interval_out_of_range",
+                v1::Snapshot {
+                    interval_index: 1 << 40,
+                    ..honest(1)
+                },
+            ),
+            ("unknown_class", {
+                let mut s = honest(1);
+                s.latency.insert("class-12345".into(), Vec::new());
+                s
+            }),
+            ("unknown_reason", {
+                let mut s = honest(1);
+                s.unsent = [("whatever".to_string(), 1)].into();
+                s
+            }),
+            ("unknown_error_kind", {
+                let mut s = honest(1);
+                s.errors.insert("gremlins".into(), 1);
+                s
+            }),
+            ("bad_status", {
+                let mut s = honest(1);
+                s.status.insert(70_000, 1);
+                s
+            }),
+            (
+                "counts_disagree",
+                v1::Snapshot {
+                    intended: 6,
+                    ..honest(1)
+                },
+            ),
+            (
+                "count_out_of_range",
+                v1::Snapshot {
+                    intended: u64::MAX - 1,
+                    sent: u64::MAX - 2,
+                    ..honest(1)
+                },
+            ),
+            (
+                "count_out_of_range",
+                v1::Snapshot {
+                    in_flight: 1 << 40,
+                    ..honest(1)
+                },
+            ),
+            (
+                "count_out_of_range",
+                v1::Snapshot {
+                    cpu_seconds: f64::NAN,
+                    ..honest(1)
+                },
+            ),
+        ];
+        for (want, s) in cases {
+            assert_eq!(what(checks().snapshot(0, &s, &t)), want, "{s:?}");
+        }
+        let full = Merged {
+            intended: u64::MAX - 1,
+            ..Merged::default()
+        };
+        assert_eq!(
+            what(checks().snapshot(0, &honest(1), &full)),
+            "count_overflow"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the counts, an accepted snapshot adds up, stays within
+        /// the bound, and never overflows the totals it joins.
+        #[test]
+        fn accepted_counts_are_consistent_and_bounded(
+            intended in prop_oneof![0u64..10, any::<u64>()],
+            sent in prop_oneof![0u64..10, any::<u64>()],
+            late in prop_oneof![0u64..10, any::<u64>()],
+            total in prop_oneof![0u64..10, any::<u64>()],
+        ) {
+            let s = v1::Snapshot {
+                seq: 1,
+                intended,
+                sent,
+                unsent: [("late".to_string(), late)].into(),
+                ..Default::default()
+            };
+            let t = Merged { intended: total, sent: total, ..Merged::default() };
+            if checks().snapshot(0, &s, &t) == Check::Accept {
+                prop_assert_eq!(sent + late, intended);
+                prop_assert!(intended <= MAX_SNAPSHOT_COUNT);
+                prop_assert!(total.checked_add(intended).is_some());
+            }
+        }
+    }
+}

@@ -63,6 +63,9 @@ enum Attack {
     NearMax,
     Duplicate,
     AfterLost,
+    FinishedMismatch,
+    /// Sends a snapshot as soon as it is welcomed, before any run.
+    OutOfPhase,
 }
 
 impl Attack {
@@ -80,6 +83,8 @@ impl Attack {
             Attack::NearMax => "count_out_of_range",
             Attack::Duplicate => "duplicate",
             Attack::AfterLost => "sequence_gap",
+            Attack::FinishedMismatch => "finished_mismatch",
+            Attack::OutOfPhase => "out_of_phase",
         }
     }
 
@@ -135,6 +140,10 @@ impl Attack {
             }
             // A gap (dropped), then a hundred snapshots after being lost.
             Attack::AfterLost => (5..105).map(one).collect(),
+            Attack::FinishedMismatch | Attack::OutOfPhase => vec![v1::Snapshot {
+                seq: 1,
+                ..Default::default()
+            }],
         }
     }
 }
@@ -207,6 +216,12 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
     });
     while let Ok(Some(m)) = inbound.message().await {
         match m.kind {
+            Some(coordinator_message::Kind::Welcome(_)) if matches!(attack, Attack::OutOfPhase) => {
+                for s in attack.snapshots() {
+                    let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                }
+                let _ = attacked.send(attack).await;
+            }
             Some(coordinator_message::Kind::Ping(p)) => {
                 let pong = v1::Pong {
                     seq: p.seq,
@@ -219,6 +234,13 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
             Some(coordinator_message::Kind::Assignment(_)) => {
                 for s in attack.snapshots() {
                     let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                }
+                if let Attack::FinishedMismatch = attack {
+                    let f = v1::Finished {
+                        snapshots: 5,
+                        ..Default::default()
+                    };
+                    let _ = tx.send(message(agent_message::Kind::Finished(f))).await;
                 }
                 let _ = attacked.send(attack).await;
                 if let Attack::Duplicate = attack {
@@ -244,6 +266,7 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         Attack::NearMax,
         Attack::Duplicate,
         Attack::AfterLost,
+        Attack::FinishedMismatch,
     ];
     let mut cmd = coordinator();
     cmd.args(["run", "--listen", "127.0.0.1:0", "--token", TOKEN])
@@ -292,6 +315,17 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         "hello.cpus",
     ));
     let after_hellos = vm_hwm_kib(pid);
+    // A snapshot while the fleet gathers: dropped before it has a share (its
+    // place is taken by the next agent).
+    let (early_tx, mut early_rx) = mpsc::channel(1);
+    let early = rt.spawn(hostile(url.clone(), Attack::OutOfPhase, early_tx));
+    rt.block_on(async {
+        early_rx.recv().await.expect("welcomed");
+        tokio::time::timeout(Duration::from_secs(20), early)
+            .await
+            .expect("the coordinator ends the early agent's stream")
+            .expect("task")
+    });
 
     let mut honest = agent();
     honest.args(["--coordinator", &url, "--token", TOKEN, "--id", "honest"]);
@@ -357,7 +391,7 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         .map(|v| v["message"].as_str().unwrap_or_default().to_string())
         .collect();
     eprintln!("PROTOCOL_VIOLATION verdicts:\n{}", verdicts.join("\n"));
-    for a in attacks {
+    for a in attacks.into_iter().chain([Attack::OutOfPhase]) {
         assert!(
             verdicts
                 .iter()

@@ -170,6 +170,8 @@ fn add_hist(into: &mut Histogram<u64>, from: &Histogram<u64>) {
 pub struct Aggregate {
     pub totals: Merged,
     pub scenarios: Vec<Merged>,
+    /// Per agent: counts, CPU, pool time and send lag only (see
+    /// `merge_agent`); its latency histograms stay empty.
     pub agents: Vec<Merged>,
     pub intervals: BTreeMap<u64, IntervalAgg>,
     /// Seconds below this were folded by [`Aggregate::fold_settled`].
@@ -290,7 +292,7 @@ impl Aggregate {
         one.unsent.insert(reason.as_str().to_string(), n);
         merge(&mut self.totals, &one);
         if let Some(a) = self.agents.get_mut(agent) {
-            merge(a, &one);
+            merge_agent(a, &one);
         }
         if let Some(sc) = self.scenarios.get_mut(scenario) {
             merge(sc, &one);
@@ -309,7 +311,7 @@ impl Aggregate {
         let one = Merged::from_snapshot(s)?;
         merge(&mut self.totals, &one);
         if let Some(a) = self.agents.get_mut(agent) {
-            merge(a, &one);
+            merge_agent(a, &one);
         }
         if let Some(sc) = self.scenarios.get_mut(s.scenario as usize) {
             merge(sc, &one);
@@ -422,6 +424,30 @@ impl Aggregate {
 }
 
 /// Adds an already decoded `Merged` into another.
+/// Adds to one agent's figures only what the report reads per agent: the
+/// counts, CPU, pool time and send lag. Its latency, service-time, warm-up and
+/// pool-wait histograms are already in the totals and scenarios; keeping them
+/// per agent cost ~0.45 MiB an agent (half a gigabyte at 1,000 agents, see
+/// BENCHMARKS.md) for figures no report shows.
+fn merge_agent(into: &mut Merged, from: &Merged) {
+    let latency_free = Merged {
+        intended: from.intended,
+        sent: from.sent,
+        unsent: from.unsent.clone(),
+        completed: from.completed,
+        completed_in_window: from.completed_in_window,
+        status: from.status.clone(),
+        errors: from.errors.clone(),
+        cpu_seconds: from.cpu_seconds,
+        host_cpu: from.host_cpu,
+        completed_ok_in_window: from.completed_ok_in_window,
+        pool_saturated_ns: from.pool_saturated_ns,
+        ..Merged::default()
+    };
+    merge(into, &latency_free);
+    add_hist(&mut into.lag, &from.lag);
+}
+
 fn merge(into: &mut Merged, from: &Merged) {
     into.intended += from.intended;
     into.sent += from.sent;
@@ -479,6 +505,18 @@ mod tests {
             service_time: encode(&h).unwrap(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn agents_keep_counts_and_lag_but_no_latency_histograms() {
+        let mut agg = Aggregate::new(1, 1);
+        agg.add(0, &snapshot(0, &[100, 2000, 30000], 200)).unwrap();
+        let (agent, totals) = (&agg.agents[0], &agg.totals);
+        assert_eq!(agent.completed, totals.completed);
+        assert_eq!(agent.intended, totals.intended);
+        assert!(agent.latency.is_empty() && agent.service_time.is_empty());
+        assert!(!totals.latency.is_empty());
+        assert_eq!(agent.lag.len(), totals.lag.len());
     }
 
     #[test]

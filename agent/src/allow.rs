@@ -282,3 +282,90 @@ mod tests {
         assert_eq!(open.vet_uri(&"ftp://anything/".parse().unwrap()), invalid);
     }
 }
+
+/// The properties `fuzz/fuzz_targets/url_allow.rs` checks, on stable with a
+/// bounded number of cases.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every placeholder in `url` replaced by `value`, as the agent renders
+    /// a data column.
+    fn render(url: &str, value: &str) -> String {
+        let mut out = String::new();
+        let mut rest = url;
+        while let Some(open) = rest.find("{{") {
+            out.push_str(&rest[..open]);
+            match rest[open + 2..].find("}}") {
+                Some(close) => {
+                    out.push_str(value);
+                    rest = &rest[open + 2 + close + 2..];
+                }
+                None => {
+                    rest = &rest[open..];
+                    break;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn template() -> impl Strategy<Value = String> {
+        let part = prop_oneof![
+            Just("{{data.u}}".to_string()),
+            Just("://".to_string()),
+            Just("http".to_string()),
+            Just("allowed".to_string()),
+            Just(":8080".to_string()),
+            Just("@".to_string()),
+            "[/?#:.\\[\\]\\\\]",
+            "[a-z0-9]{0,4}",
+        ];
+        prop_oneof![
+            ".{0,48}",
+            prop::collection::vec(part, 0..10).prop_map(|v| v.concat()),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("http://victim/?".to_string()),
+            Just("@victim".to_string()),
+            Just("victim:80/".to_string()),
+            ".{0,16}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Parsing any list entries never panics.
+        #[test]
+        fn any_entries_parse_without_panic(entries in prop::collection::vec(".{0,24}", 0..4)) {
+            let _ = AllowList::parse(&entries);
+        }
+
+        /// A template the list accepts at assignment stays on the list for
+        /// any value its placeholders render to: whatever parses as a URL
+        /// after rendering still passes the send-time check.
+        #[test]
+        fn accepted_templates_stay_on_the_list(url in template(), value in value()) {
+            let allow = list(&["allowed:8080", "127.0.0.1"]);
+            if allow.check_template(&url).is_ok() {
+                let rendered = render(&url, &value);
+                if let Ok(uri) = check_url(&rendered) {
+                    prop_assert!(
+                        allow.vet_uri(&uri).is_ok(),
+                        "{url:?} passed but renders to {rendered:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    fn list(v: &[&str]) -> AllowList {
+        AllowList::parse(v).unwrap()
+    }
+}

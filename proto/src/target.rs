@@ -97,3 +97,31 @@ mod tests {
         ));
     }
 }
+
+/// The properties `fuzz/fuzz_targets/url_allow.rs` checks for `check_url`,
+/// on stable with a bounded number of cases.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any string is accepted or refused without a panic, and only an
+        /// http(s) URL with a host is accepted.
+        #[test]
+        fn only_http_with_a_host_is_accepted(
+            url in prop_oneof![
+                ".{0,64}",
+                ("(http|https|ftp|HTTP|file|)", "(://|:/|:|//|)", "[a-z0-9.@:\\[\\]{}%-]{0,16}", "[/?#]?.{0,16}")
+                    .prop_map(|(s, sep, host, rest)| format!("{s}{sep}{host}{rest}")),
+            ],
+        ) {
+            if let Ok(uri) = check_url(&url) {
+                prop_assert!(matches!(uri.scheme_str(), Some("http" | "https")), "{url:?}");
+                prop_assert!(uri.host().is_some_and(|h| !h.is_empty()), "{url:?}");
+            }
+        }
+    }
+}

@@ -176,3 +176,66 @@ mod tests {
         assert!(e.contains("zip") && e.contains("user, item"), "{e}");
     }
 }
+
+/// The properties `fuzz/fuzz_targets/template_render.rs` checks, on stable
+/// with a bounded number of cases.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn render(t: &Text, row: Option<&[String]>) -> String {
+        let mut rng = SplitMix64::new(7);
+        let mut out = String::new();
+        t.render(
+            &mut Values {
+                seq: u64::MAX,
+                agent: u32::MAX,
+                rng: &mut rng,
+                row,
+            },
+            &mut out,
+        );
+        out
+    }
+
+    /// Pieces of template text, so that placeholders (good and bad) come up
+    /// often, not once in a million strings.
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,8}",
+            Just("{{".to_string()),
+            Just("}}".to_string()),
+            Just("{{seq}}".to_string()),
+            Just("{{ agent }}".to_string()),
+            Just("{{random_id}}".to_string()),
+            Just("{{data.user}}".to_string()),
+            Just("{{data.}}".to_string()),
+            Just("{{data.zip}}".to_string()),
+            Just("{{{".to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any text parses or is refused without a panic; an accepted one
+        /// renders with or without a data row, and a text without
+        /// placeholders renders to itself.
+        #[test]
+        fn any_text_parses_and_renders_without_panic(
+            text in prop_oneof![".{0,64}", prop::collection::vec(piece(), 0..12).prop_map(|v| v.concat())],
+        ) {
+            let columns = vec!["user".to_string(), "item".to_string()];
+            if let Ok(t) = Text::parse(&text, &columns) {
+                let row = ["u{{seq}}".to_string(), String::new()];
+                for row in [None, Some(&row[..])] {
+                    let out = render(&t, row);
+                    if t.is_static() {
+                        prop_assert_eq!(&out, &text);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -38,6 +38,11 @@ fn assert_within_bounds(p: &Plan) -> Result<(), TestCaseError> {
                 prop_assert!(pop.think <= bounds::MAX_THINK);
             }
         }
+        // `preview` walks every arrival of an open schedule: only small
+        // ones here, so each case stays fast.
+        if matches!(&s.model, Model::Open(sched) if sched.expected_count() > 1e5) {
+            continue;
+        }
         let pv = plan::preview(s, 3);
         prop_assert!(pv.rows.len() as u64 <= PREVIEW_ROWS);
         prop_assert!(pv.rows.iter().all(|(_, a)| a.len() <= PREVIEW_AGENTS));

@@ -59,6 +59,13 @@ struct Cli {
     /// store, for https:// targets and an https:// coordinator.
     #[arg(long, env = "LOADFLEET_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) this agent shows an https:// coordinator
+    /// that runs with --client-ca (mutual TLS). Needs --tls-key.
+    #[arg(long, env = "LOADFLEET_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "LOADFLEET_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
     /// Announce a different protocol version (for testing refusals).
     #[arg(long, hide = true, default_value_t = loadfleet_proto::PROTOCOL_VERSION)]
     protocol_version: u32,
@@ -138,6 +145,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let client_identity = client_identity(&cli)?;
     Ok(AgentConfig {
         coordinator: cli.coordinator,
         token: cli.token,
@@ -158,6 +166,25 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
             ),
             None => None,
         },
+        client_identity,
         protocol_version: cli.protocol_version,
     })
+}
+
+/// Reads --tls-cert/--tls-key, the identity shown to a coordinator that asks
+/// for client certificates (mutual TLS); both or neither, and only towards
+/// an https:// coordinator, since a plain one could never check it.
+fn client_identity(cli: &Cli) -> anyhow::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("{flag} {}: cannot read it", path.display()))
+    };
+    match (&cli.tls_cert, &cli.tls_key) {
+        (None, None) => Ok(None),
+        (Some(_), None) => anyhow::bail!("--tls-cert needs --tls-key (the private key of the client certificate)"),
+        (None, Some(_)) => anyhow::bail!("--tls-key needs --tls-cert (the client certificate the key belongs to)"),
+        (Some(_), Some(_)) if !cli.coordinator.starts_with("https://") => anyhow::bail!(
+            "--tls-cert/--tls-key are a client certificate for a TLS coordinator: use --coordinator https://HOST:PORT (with --ca-cert if its certificate is not in the system's trust store)"
+        ),
+        (Some(cert), Some(key)) => Ok(Some((read("--tls-cert", cert)?, read("--tls-key", key)?))),
+    }
 }

@@ -49,6 +49,9 @@ pub struct AgentConfig {
     pub tls: Arc<rustls::ClientConfig>,
     /// The --ca-cert PEM, also trusted for an https:// coordinator.
     pub coordinator_ca: Option<Vec<u8>>,
+    /// --tls-cert and --tls-key (PEM): the client certificate shown to a
+    /// coordinator running mutual TLS (--client-ca).
+    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
 }
@@ -282,6 +285,9 @@ async fn connect(
         let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
         if let Some(pem) = &config.coordinator_ca {
             tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        if let Some((cert, key)) = &config.client_identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
         }
         endpoint
             .tls_config(tls)

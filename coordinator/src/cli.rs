@@ -97,6 +97,11 @@ pub struct RunArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: agents must present a client certificate (their
+    /// --tls-cert/--tls-key) signed by this CA (PEM), so a leaked token
+    /// alone does not let a stranger join. Needs --tls-cert/--tls-key.
+    #[arg(long)]
+    pub client_ca: Option<PathBuf>,
     /// How long to wait for the expected agents.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub agent_timeout: Duration,

@@ -212,13 +212,26 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             let read = |flag: &str, p: &Path| {
                 std::fs::read(p).map_err(|e| error::flags(format!("{flag} {}: {e}", p.display())))
             };
-            Some(tonic::transport::ServerTlsConfig::new().identity(tonic::transport::Identity::from_pem(
-                read("--tls-cert", cert)?,
-                read("--tls-key", key)?,
-            )))
+            let tls = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?),
+            );
+            // Client authentication is required (tonic's default once a
+            // client CA is set): an agent without a certificate from this CA
+            // fails the handshake before it can show any token.
+            Some(match &args.client_ca {
+                Some(ca) => tls.client_ca_root(tonic::transport::Certificate::from_pem(read("--client-ca", ca)?)),
+                None => tls,
+            })
         }
         _ => None,
     };
+    if args.client_ca.is_some() && tls.is_none() {
+        return Err(error::flags(if local {
+            "--client-ca checks agents on other hosts; a local run stays on loopback, so leave it out (or use --expect-agents with --tls-cert/--tls-key)"
+        } else {
+            "--client-ca needs the control plane on TLS: add --tls-cert and --tls-key (the coordinator's own certificate and key)"
+        }));
+    }
     if plan.target.url == plan::TESTBED_URL && !local {
         return Err(error::flags(
             "--url is required with --expect-agents or the plan's [agents] expect (the built-in testbed only runs locally)",

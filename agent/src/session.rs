@@ -122,6 +122,16 @@ pub enum SessionError {
         /// The transport's complaint.
         message: String,
     },
+    /// An https:// coordinator hung up right after the TLS handshake, which
+    /// is how one running mutual TLS (`--client-ca`) refuses a client
+    /// certificate that is missing or signed by another CA.
+    #[error("the coordinator at {url} hung up on this agent ({message}); if it runs with --client-ca (mutual TLS), it refused this agent's client certificate: give --tls-cert/--tls-key with a certificate signed by that CA")]
+    ClientCertRefused {
+        /// The --coordinator value.
+        url: String,
+        /// The transport's complaint.
+        message: String,
+    },
     /// The coordinator already has all the agents it expects.
     #[error("the coordinator has no room for this agent: {0}")]
     NoRoom(String),
@@ -180,7 +190,8 @@ impl SessionError {
             SessionError::CoordinatorUrl { .. }
             | SessionError::CoordinatorTls(_)
             | SessionError::Token
-            | SessionError::PlainToTls { .. } => exit::BAD_FLAGS,
+            | SessionError::PlainToTls { .. }
+            | SessionError::ClientCertRefused { .. } => exit::BAD_FLAGS,
             SessionError::Unreachable { .. }
             | SessionError::BadToken(_)
             | SessionError::Refused(_)
@@ -224,6 +235,16 @@ async fn refusal_or_tls(status: tonic::Status, url: &str) -> SessionError {
     );
     if transport && url.starts_with("http://") && speaks_tls(url).await {
         return SessionError::PlainToTls {
+            url: url.to_string(),
+            message: status.message().to_string(),
+        };
+    }
+    // With TLS 1.3 the client finishes its handshake before the server has
+    // checked the client certificate, so a mutual-TLS refusal only shows as
+    // the first call failing in the transport.
+    let transport = transport || status.code() == tonic::Code::Cancelled;
+    if transport && url.starts_with("https://") {
+        return SessionError::ClientCertRefused {
             url: url.to_string(),
             message: status.message().to_string(),
         };

@@ -64,3 +64,240 @@ fn untrusted_certificate_is_a_tls_error_and_no_experiment() {
     assert_eq!(u(&t["errors"]["tls"]), u(&t["sent"]), "{output}");
     assert!(output.contains("NO_EXPERIMENT"), "{output}");
 }
+
+// Mutual TLS on the control plane: the coordinator runs with --client-ca and
+// only agents showing a client certificate signed by that CA get in; the
+// token alone is not enough.
+
+/// A CA of the test's own; `leaf` signs a client certificate with it.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl Ca {
+    fn new(dir: &std::path::Path, name: &str) -> (Ca, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("CA");
+        let path = dir.join(format!("{name}.pem"));
+        std::fs::write(&path, cert.pem()).expect("write CA");
+        (Ca { cert, key }, path.to_string_lossy().into_owned())
+    }
+
+    /// A client certificate and key signed by this CA, written as PEM files.
+    fn leaf(&self, dir: &std::path::Path, name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).expect("params");
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.cert, &self.key).expect("leaf");
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).expect("write cert");
+        std::fs::write(&k, key.serialize_pem()).expect("write key");
+        (
+            c.to_string_lossy().into_owned(),
+            k.to_string_lossy().into_owned(),
+        )
+    }
+}
+
+/// A target that only counts connection attempts, to prove no load was sent.
+struct Silent(std::net::TcpListener);
+
+impl Silent {
+    fn new() -> Self {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        Silent(l)
+    }
+    fn url(&self) -> String {
+        format!("http://{}/", self.0.local_addr().expect("addr"))
+    }
+    fn connections(&self) -> usize {
+        std::iter::from_fn(|| self.0.accept().ok()).count()
+    }
+}
+
+/// A coordinator waiting for one remote agent over mutual TLS; returns it,
+/// its https:// control URL and the server certificate agents must trust.
+fn mtls_coordinator(
+    target: &str,
+    out: &std::path::Path,
+    client_ca: &str,
+) -> (Proc, String, String) {
+    let (server_cert, server_key) = localhost_certificate(out);
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--listen",
+        "127.0.0.1:0",
+        "--token",
+        "t",
+        "--agent-timeout",
+        "4s",
+        "--expect-agents",
+        "1",
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--url",
+        target,
+        "--tls-cert",
+        &server_cert,
+        "--tls-key",
+        &server_key,
+        "--client-ca",
+        client_ca,
+        "--out",
+    ])
+    .arg(out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
+    let port = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .and_then(|a| a.rsplit(':').next())
+        .expect("address in the line")
+        .to_string();
+    (c, format!("https://localhost:{port}"), server_cert)
+}
+
+fn mtls_agent(url: &str, server_cert: &str, extra: &[&str]) -> Proc {
+    let mut cmd = agent();
+    cmd.args([
+        "--coordinator",
+        url,
+        "--token",
+        "t",
+        "--connect-timeout",
+        "3s",
+        "--ca-cert",
+        server_cert,
+    ])
+    .args(extra);
+    Proc::spawn(cmd, "agent")
+}
+
+use std::time::Duration;
+
+#[test]
+fn mutual_tls_agent_with_a_certificate_from_the_ca_runs() {
+    let out = temp_dir("mtls-ok");
+    let (_testbed, addr) = start_testbed(&[]);
+    let (ca, ca_path) = Ca::new(&out, "fleet-ca");
+    let (cert, key) = ca.leaf(&out, "agent-1");
+    let (c, url, server_cert) = mtls_coordinator(&format!("http://{addr}/"), &out, &ca_path);
+    let a = mtls_agent(
+        &url,
+        &server_cert,
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{output}");
+    let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
+    assert_eq!(agent_status.code(), Some(0), "{agent_output}");
+    assert_eq!(u(&read_report(&out)["totals"]["status"]["200"]), 100);
+}
+
+/// The refused cases: the agent exits non-zero naming the client
+/// certificate, the coordinator never starts the run and no load is sent.
+fn refused(test: &str, agent_identity: Option<&str>) {
+    let out = temp_dir(test);
+    let target = Silent::new();
+    let (_ca, ca_path) = Ca::new(&out, "fleet-ca");
+    let (c, url, server_cert) = mtls_coordinator(&target.url(), &out, &ca_path);
+    let extra = match agent_identity {
+        Some(name) => {
+            let (other, _) = Ca::new(&out, "other-ca");
+            let (cert, key) = other.leaf(&out, name);
+            vec!["--tls-cert".to_string(), cert, "--tls-key".to_string(), key]
+        }
+        None => Vec::new(),
+    };
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let (agent_status, agent_output) =
+        mtls_agent(&url, &server_cert, &extra).wait(Duration::from_secs(30));
+    assert!(!agent_status.success(), "{agent_output}");
+    assert!(
+        agent_output.contains("--tls-cert") && agent_output.contains("client certificate"),
+        "{agent_output}"
+    );
+    let (status, output) = c.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(3), "{output}");
+    assert!(output.contains("0 of 1 agent(s) joined"), "{output}");
+    assert_eq!(target.connections(), 0, "no load may be sent");
+    assert_eq!(u(&read_report(&out)["totals"]["intended"]), 0);
+}
+
+#[test]
+fn mutual_tls_agent_without_a_client_certificate_is_refused() {
+    refused("mtls-none", None);
+}
+
+#[test]
+fn mutual_tls_agent_with_a_certificate_from_another_ca_is_refused() {
+    refused("mtls-other", Some("stranger"));
+}
+
+#[test]
+fn mutual_tls_flags_are_checked() {
+    let out = temp_dir("mtls-flags");
+    let (_ca, ca_path) = Ca::new(&out, "fleet-ca");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--expect-agents",
+        "1",
+        "--token",
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--url",
+        "http://127.0.0.1:9/",
+        "--client-ca",
+        &ca_path,
+    ]);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(
+        output.contains("--client-ca") && output.contains("--tls-cert"),
+        "{output}"
+    );
+
+    let mut cmd = agent();
+    cmd.args([
+        "--coordinator",
+        "https://localhost:9",
+        "--token",
+        "t",
+        "--tls-key",
+        &ca_path,
+    ]);
+    let (status, output) = run(cmd, "agent", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--tls-key needs --tls-cert"), "{output}");
+
+    let mut cmd = agent();
+    cmd.args([
+        "--coordinator",
+        "http://127.0.0.1:9",
+        "--token",
+        "t",
+        "--tls-cert",
+        &ca_path,
+        "--tls-key",
+        &ca_path,
+    ]);
+    let (status, output) = run(cmd, "agent", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("https://"), "{output}");
+}

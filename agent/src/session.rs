@@ -227,8 +227,10 @@ fn refusal(status: tonic::Status) -> SessionError {
 /// first checked for a coordinator that speaks TLS (`--tls-cert`): it
 /// answers plain HTTP/2 with a TLS alert and hangs up, which the HTTP/2
 /// client reports as "h2 protocol error" or a broken pipe — words that
-/// do not say what to fix.
-async fn refusal_or_tls(status: tonic::Status, url: &str) -> SessionError {
+/// do not say what to fix. On an `https://` dial, a transport failure while
+/// `joining` (no welcome yet) is read as a mutual-TLS refusal of the
+/// client certificate.
+async fn refusal_or_tls(status: tonic::Status, url: &str, joining: bool) -> SessionError {
     let transport = matches!(
         status.code(),
         tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Unavailable
@@ -241,9 +243,9 @@ async fn refusal_or_tls(status: tonic::Status, url: &str) -> SessionError {
     }
     // With TLS 1.3 the client finishes its handshake before the server has
     // checked the client certificate, so a mutual-TLS refusal only shows as
-    // the first call failing in the transport.
+    // the first call failing in the transport, before any welcome.
     let transport = transport || status.code() == tonic::Code::Cancelled;
-    if transport && url.starts_with("https://") {
+    if transport && joining && url.starts_with("https://") {
         return SessionError::ClientCertRefused {
             url: url.to_string(),
             message: status.message().to_string(),
@@ -383,7 +385,7 @@ pub async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
         .insert(PROTOCOL_HEADER, config.protocol_version.into());
     let mut inbound = match client.session(request).await {
         Ok(r) => r.into_inner(),
-        Err(status) => return Err(refusal_or_tls(status, &config.coordinator).await),
+        Err(status) => return Err(refusal_or_tls(status, &config.coordinator, true).await),
     };
 
     let (events, mut worker_events) = mpsc::unbounded_channel::<WorkerEvent>();
@@ -489,7 +491,10 @@ impl Session<'_> {
                     _ => Err(SessionError::Closed),
                 }
             }
-            Err(status) => return Err(refusal_or_tls(status, &self.config.coordinator).await),
+            Err(status) => {
+                let joining = matches!(self.phase, Phase::Joining);
+                return Err(refusal_or_tls(status, &self.config.coordinator, joining).await);
+            }
         };
         self.last_heard = Instant::now();
         match msg.kind {

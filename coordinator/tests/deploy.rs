@@ -168,12 +168,33 @@ fn systemd_unit_verifies() {
         "/usr/local/bin/loadfleet-agent",
         bin("loadfleet-agent").to_str().expect("utf-8 path"),
     );
-    let dir = temp_dir("systemd");
-    let path = dir.join("loadfleet-agent.service");
-    std::fs::write(&path, unit).expect("write unit");
-    let mut verify = Command::new("systemd-analyze");
-    verify.arg("verify").arg(&path);
-    let (status, output) = run(verify, "systemd-analyze verify", Duration::from_secs(30));
-    assert!(status.success(), "{output}");
-    assert!(!output.contains("Unknown"), "{output}");
+    // The mutual-TLS variant the unit documents: its commented lines on,
+    // the plain ExecStart= off.
+    let plain_start = "\nExecStart=";
+    assert_eq!(unit.matches(plain_start).count(), 1, "{unit}");
+    let mtls = unit
+        .replace("\n#ExecStart=", "\nMTLS_START=")
+        .replace(plain_start, "\n#ExecStart=")
+        .replace("\nMTLS_START=", "\nExecStart=")
+        .replace("\n#LoadCredential=", "\nLoadCredential=");
+    assert_eq!(mtls.matches("\nLoadCredential=").count(), 2, "{mtls}");
+    let starts: Vec<&str> = mtls
+        .lines()
+        .filter(|l| l.starts_with("ExecStart="))
+        .collect();
+    assert_eq!(starts.len(), 1, "{mtls}");
+    assert!(
+        starts[0].contains(" --tls-cert ${CREDENTIALS_DIRECTORY}/"),
+        "{mtls}"
+    );
+    for (name, unit) in [("systemd", unit.clone()), ("systemd-mtls", mtls)] {
+        let dir = temp_dir(name);
+        let path = dir.join("loadfleet-agent.service");
+        std::fs::write(&path, unit).expect("write unit");
+        let mut verify = Command::new("systemd-analyze");
+        verify.arg("verify").arg(&path);
+        let (status, output) = run(verify, "systemd-analyze verify", Duration::from_secs(30));
+        assert!(status.success(), "{name}: {output}");
+        assert!(!output.contains("Unknown"), "{name}: {output}");
+    }
 }

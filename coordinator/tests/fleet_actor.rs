@@ -8,7 +8,7 @@ mod harness;
 use std::time::Duration;
 
 use harness::{spec, Fleet, OnAssignment, Script};
-use loadfleet_coordinator::fleet;
+use loadfleet_coordinator::plan::OnAgentLoss;
 use loadfleet_proto::vocab::AgentStatus;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -244,7 +244,7 @@ async fn a_frozen_agent_is_lost_within_3_s_and_its_share_is_booked() {
 #[tokio::test(start_paused = true)]
 async fn abort_stops_the_fleet_and_books_what_was_left() {
     let mut spec = spec(2);
-    spec.on_agent_loss = fleet::OnAgentLoss::Abort;
+    spec.on_agent_loss = OnAgentLoss::Abort;
     let mut fleet = Fleet::start(spec, never());
     let stays = fleet.join(Script::new("stays")).await;
     let _leaves = fleet

@@ -19,7 +19,7 @@ use loadfleet_proto::vocab::AgentStatus;
 use tokio::sync::{mpsc, watch};
 
 use crate::aggregate::Aggregate;
-use crate::plan::Shares;
+use crate::plan::{OnAgentLoss, Shares};
 
 pub use service::{AgentTx, ControlService, FleetEvent, LastSeen};
 
@@ -42,51 +42,6 @@ pub struct RunSpec {
     pub repeats: usize,
     /// What the fleet does with a lost agent's share.
     pub on_agent_loss: OnAgentLoss,
-}
-
-/// What becomes of a lost agent's share of the schedule
-/// (`--on-agent-loss`, `[run] on_agent_loss`). In every mode the arrivals
-/// nobody sent are counted unsent `agent_lost`, so `intended` is the plan's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnAgentLoss {
-    /// The survivors keep their own shares; the lost share goes unsent.
-    #[default]
-    Continue,
-    /// From a hand-over instant after the loss, the survivors also send the
-    /// lost agent's remaining arrivals.
-    Redistribute,
-    /// The whole fleet stops at once: the run is cut short.
-    Abort,
-}
-
-impl OnAgentLoss {
-    /// Every mode, in the order the help lists them.
-    pub const ALL: [OnAgentLoss; 3] = [Self::Continue, Self::Redistribute, Self::Abort];
-
-    /// The word used by the flag, the plan and the report.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Continue => "continue",
-            Self::Redistribute => "redistribute",
-            Self::Abort => "abort",
-        }
-    }
-}
-
-impl fmt::Display for OnAgentLoss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for OnAgentLoss {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not one of continue, redistribute, abort"))
-    }
 }
 
 /// Why an agent was given up on. Its text is what the report shows as the

@@ -31,6 +31,51 @@ mod validate;
 pub use check::{PlanError, PlanErrors};
 pub use overlay::{Overlay, ProcessArg};
 
+/// What becomes of a lost agent's share of the schedule
+/// (`--on-agent-loss`, `[run] on_agent_loss`). In every mode the arrivals
+/// nobody sent are counted unsent `agent_lost`, so `intended` is the plan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAgentLoss {
+    /// The survivors keep their own shares; the lost share goes unsent.
+    #[default]
+    Continue,
+    /// From a hand-over instant after the loss, the survivors also send the
+    /// lost agent's remaining arrivals.
+    Redistribute,
+    /// The whole fleet stops at once: the run is cut short.
+    Abort,
+}
+
+impl OnAgentLoss {
+    /// Every mode, in the order the help lists them.
+    pub const ALL: [OnAgentLoss; 3] = [Self::Continue, Self::Redistribute, Self::Abort];
+
+    /// The word used by the flag, the plan and the report.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Redistribute => "redistribute",
+            Self::Abort => "abort",
+        }
+    }
+}
+
+impl std::fmt::Display for OnAgentLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for OnAgentLoss {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not one of continue, redistribute, abort"))
+    }
+}
+
 /// The special target URL that means "the built-in testbed" (local runs).
 pub const TESTBED_URL: &str = "testbed";
 
@@ -44,7 +89,7 @@ pub struct RunSettings {
     pub drain: Duration,
     pub seed: u64,
     /// What becomes of a lost agent's share.
-    pub on_agent_loss: crate::fleet::OnAgentLoss,
+    pub on_agent_loss: OnAgentLoss,
 }
 
 /// Where and how requests go.

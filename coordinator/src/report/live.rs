@@ -24,8 +24,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
-use super::build::{build, interval_report, PlanInfo};
+use super::build::{build, interval_report};
 use super::model::Report;
+use super::plan_info::PlanInfo;
 use super::{csv, hlog, json};
 use crate::fleet::{Settled, Sink};
 

@@ -15,10 +15,12 @@ pub mod html;
 pub mod json;
 pub mod live;
 pub mod model;
+pub mod plan_info;
 pub mod repeats;
 pub mod text;
 pub mod verdicts;
 
-pub use build::{build, Placement, PlanInfo};
+pub use build::build;
 pub use model::*;
+pub use plan_info::{Placement, PlanInfo, ScenarioInfo};
 pub use verdicts::exit_status;

@@ -9,9 +9,10 @@ use loadfleet_proto::vocab::{
     AgentStatus, ErrorKind, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
 };
 
-use super::build::{Placement, PlanInfo};
 use super::model::{AgentReport, Report, Totals, Verdict};
-use crate::fleet::{OnAgentLoss, RunResult};
+use super::plan_info::{Placement, PlanInfo};
+use crate::fleet::RunResult;
+use crate::plan::OnAgentLoss;
 
 /// All verdicts of one run, errors first.
 pub fn all(
@@ -480,7 +481,8 @@ mod tests {
     use super::*;
     use crate::aggregate::Aggregate;
     use crate::fleet::AgentView;
-    use crate::report::build::{build, ScenarioInfo};
+    use crate::report::build::build;
+    use crate::report::plan_info::ScenarioInfo;
     use loadfleet_proto::histogram::{encode, new_histogram};
     use loadfleet_proto::v1;
     use std::time::Duration;

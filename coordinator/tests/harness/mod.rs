@@ -77,7 +77,7 @@ pub fn spec(expect_agents: usize) -> RunSpec {
         expect_agents,
         agent_timeout: Duration::from_secs(5),
         repeats: 1,
-        on_agent_loss: fleet::OnAgentLoss::Continue,
+        on_agent_loss: loadfleet_coordinator::plan::OnAgentLoss::Continue,
     }
 }
 

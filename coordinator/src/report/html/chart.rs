@@ -4,8 +4,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::page::esc;
-use crate::report::format::fin;
+use crate::report::format::{esc, fin};
 use crate::report::model::{IntervalReport, Report, Totals};
 
 // Series colours: one meaning each, and used for chart strokes only (the

@@ -6,7 +6,7 @@ use std::fmt::{self, Write as _};
 use super::chart::charts;
 use loadfleet_proto::vocab::{AgentStatus, UnsentReason};
 
-use crate::report::format::{count, fin, ms, num, secs, share, utc};
+use crate::report::format::{count, esc, fin, ms, num, secs, share, utc};
 use crate::report::model::{Lag, Percentiles, Report, Totals};
 use crate::report::repeats::{Unit, COLUMNS};
 
@@ -500,20 +500,4 @@ fn agents(h: &mut String, r: &Report) -> fmt::Result {
         )?;
     }
     writeln!(h, "</table>")
-}
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

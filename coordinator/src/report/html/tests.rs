@@ -3,8 +3,8 @@ use std::collections::BTreeMap;
 use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
 
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
-use super::page::esc;
 use super::render;
+use crate::report::format::esc;
 use crate::report::format::{count, secs, utc};
 use crate::report::model::{
     AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Report, RunInfo, Scenario, Totals,

@@ -1,0 +1,116 @@
+//! What the report knows of the plan and of where the run happened, made
+//! once from the [`Plan`] so the plan-to-report mapping lives in one place.
+//! Both [`super::build`] and [`super::verdicts`] read it; neither depends on
+//! the other for it.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use loadfleet_proto::schedule::Process;
+
+use crate::plan::{Model, Plan};
+use crate::thresholds::Threshold;
+
+/// Everything the report needs from the plan and the run's setup, made
+/// once by [`PlanInfo::new`], so the plan-to-report mapping lives here and
+/// nowhere else.
+#[derive(Debug, Clone)]
+pub struct PlanInfo {
+    /// The URL the agents were sent to (the built-in testbed's real
+    /// address, not its placeholder).
+    pub target: String,
+    pub scenarios: Vec<ScenarioInfo>,
+    /// Until the last scenario ends.
+    pub duration: Duration,
+    pub drain: Duration,
+    pub max_in_flight: u32,
+    /// Keep-alive connections per agent: the most requests it can have on
+    /// the target at once.
+    pub connections: u32,
+    pub thresholds: Vec<Threshold>,
+    /// Arrivals later than this were dropped as `late`.
+    pub max_lag: Duration,
+    /// The least latency the target can answer with (its configured work):
+    /// successes much faster than this mean the work did not happen.
+    pub latency_floor: Option<Duration>,
+    /// Where agents and target ran, for the LOCALHOST verdicts.
+    pub placement: Placement,
+}
+
+/// Where the agents ran relative to the target: shared hardware makes
+/// latency and capacity figures indicative only.
+#[derive(Debug, Clone)]
+pub enum Placement {
+    /// Agents, coordinator and target on this machine; `pinning` says what
+    /// could be kept apart (e.g. which CPUs each got).
+    Local { pinning: String },
+    /// Agents elsewhere. `loopback` when the target URL names this host;
+    /// `target_ips` are its resolved addresses, to spot an agent on the
+    /// target's own host.
+    Remote {
+        loopback: bool,
+        target_ips: Vec<IpAddr>,
+    },
+}
+
+impl PlanInfo {
+    /// The one mapping from a plan to what its report says about it.
+    pub fn new(
+        plan: &Plan,
+        target: &str,
+        latency_floor: Option<Duration>,
+        placement: Placement,
+    ) -> Self {
+        let scenarios = plan
+            .scenarios
+            .iter()
+            .map(|s| ScenarioInfo {
+                name: s.name.clone(),
+                model: s.model.name(),
+                start: s.start,
+                duration: s.duration,
+                warmup: s.warmup,
+                process: match &s.model {
+                    Model::Open(sched) => Some(
+                        match sched.process() {
+                            Process::Uniform => "uniform",
+                            Process::Poisson { .. } => "poisson",
+                        }
+                        .to_string(),
+                    ),
+                    Model::Closed { .. } => None,
+                },
+                offered_rps: match &s.model {
+                    Model::Open(sched) => {
+                        Some(sched.expected_count() / s.duration.as_secs_f64().max(1e-9))
+                    }
+                    Model::Closed { .. } => None,
+                },
+            })
+            .collect();
+        Self {
+            target: target.to_string(),
+            scenarios,
+            duration: plan.duration(),
+            drain: plan.run.drain,
+            max_in_flight: plan.target.max_in_flight,
+            connections: plan.target.connections,
+            thresholds: plan.thresholds.clone(),
+            max_lag: plan.target.max_lag,
+            latency_floor,
+            placement,
+        }
+    }
+}
+
+/// What the report needs to know of each planned scenario.
+#[derive(Debug, Clone)]
+pub struct ScenarioInfo {
+    pub name: String,
+    pub model: &'static str,
+    pub start: Duration,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub process: Option<String>,
+    pub offered_rps: Option<f64>,
+}

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 
 use crate::allow::{AllowList, TargetRefused};
 use crate::client::ClientConfig;
+use crate::config::AgentConfig;
 use crate::request::{MixError, RequestMix};
-use crate::session::AgentConfig;
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
 /// Why this agent refuses an assignment. The message goes back to the

@@ -14,6 +14,7 @@
 pub mod allow;
 pub mod assignment;
 pub mod client;
+pub mod config;
 pub mod recorder;
 pub mod request;
 pub mod session;

@@ -5,8 +5,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use loadfleet_agent::allow::AllowList;
+use loadfleet_agent::config::AgentConfig;
 use loadfleet_agent::exit;
-use loadfleet_agent::session::{self, AgentConfig, SessionEnd, SessionError};
+use loadfleet_agent::session::{self, SessionEnd, SessionError};
 use loadfleet_agent::sys;
 
 /// A loadfleet agent: joins a coordinator and sends its share of the load.

@@ -6,7 +6,6 @@
 //! breaks: it never fires without a coordinator.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -23,38 +22,11 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::allow::AllowList;
 use crate::assignment::{plan_workers, vet, AssignmentError, Refusal};
+use crate::config::AgentConfig;
 use crate::exit;
 use crate::sys;
 use crate::worker::{self, WorkerEvent, WorkerPlan};
-
-/// How the agent was started.
-#[derive(Debug, Clone)]
-pub struct AgentConfig {
-    pub coordinator: String,
-    pub token: String,
-    pub id: String,
-    pub label: String,
-    pub source: Option<IpAddr>,
-    pub workers: usize,
-    pub connect_timeout: Duration,
-    /// Shortest time between two wake-ups of a worker's open-model loop.
-    pub wake_quantum: Duration,
-    /// Targets this agent may be sent at (`host` or `host:port`); empty
-    /// means any. The agent refuses an assignment aimed elsewhere and
-    /// never sends a rendered request outside it.
-    pub allow_targets: AllowList,
-    /// TLS settings for https:// targets.
-    pub tls: Arc<rustls::ClientConfig>,
-    /// The --ca-cert PEM, also trusted for an https:// coordinator.
-    pub coordinator_ca: Option<Vec<u8>>,
-    /// --tls-cert and --tls-key (PEM): the client certificate shown to a
-    /// coordinator running mutual TLS (--client-ca).
-    pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
-    /// Only used by tests: announce this protocol version instead of ours.
-    pub protocol_version: u32,
-}
 
 /// How a session ended, for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

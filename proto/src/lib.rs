@@ -34,7 +34,3 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// flows so a mismatch is refused with a clear status.
 pub const PROTOCOL_HEADER: &str = "loadfleet-protocol";
 
-/// Unsent reason: the agent's in-flight cap was reached at the arrival.
-pub const UNSENT_CONCURRENCY_LIMIT: &str = "concurrency_limit";
-/// Unsent reason: the agent was further behind schedule than the max lag.
-pub const UNSENT_LATE: &str = "late";

@@ -33,4 +33,3 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// gRPC metadata key carrying [`PROTOCOL_VERSION`], checked before any message
 /// flows so a mismatch is refused with a clear status.
 pub const PROTOCOL_HEADER: &str = "loadfleet-protocol";
-

@@ -1,7 +1,8 @@
 //! The fleet under faults, with real processes: a coordinator, agents on
 //! their own loopback addresses (127.0.0.2, 127.0.0.3) and the testbed,
 //! whose per-source request counts (`GET /__stats`) say what really reached
-//! the target. An agent is killed (SIGKILL), frozen (SIGSTOP) or joins late;
+//! the target. An agent is killed (SIGKILL), frozen (SIGSTOP), cut off
+//! (its network namespace's veth link taken down) or joins late;
 //! the report must keep `intended` at the plan's count and account for every
 //! arrival nobody sent.
 //!
@@ -280,4 +281,135 @@ fn a_late_agent_is_told_it_has_no_share_and_waits_for_the_next_run() {
         testbed_counts(&addr).get("127.0.0.3").copied().unwrap_or(0),
         0
     );
+}
+
+/// A network namespace joined to this one by a veth pair, removed on drop
+/// (deleting the namespace deletes both ends of the pair).
+struct Netns {
+    name: String,
+    host_if: String,
+    host_ip: String,
+}
+
+impl Netns {
+    /// `None` when this machine cannot make namespaces (not root, or no
+    /// CAP_NET_ADMIN); the test then says it did not run.
+    fn create() -> Option<Netns> {
+        let id = std::process::id() % 200 + 20;
+        let (name, host_if, ns_if) = (format!("lfcut{id}"), format!("lfh{id}"), format!("lfn{id}"));
+        let (host_ip, ns_ip) = (format!("10.213.{id}.1"), format!("10.213.{id}.2"));
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let _ = ip(&["netns", "del", &name]);
+        if !ip(&["netns", "add", &name]) {
+            return None;
+        }
+        let ns = Netns {
+            name: name.clone(),
+            host_if: host_if.clone(),
+            host_ip: host_ip.clone(),
+        };
+        let ok = ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
+        ]) && ip(&["link", "set", &ns_if, "netns", &name])
+            && ip(&["addr", "add", &format!("{host_ip}/24"), "dev", &host_if])
+            && ip(&["link", "set", &host_if, "up"])
+            && ip(&[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{ns_ip}/24"),
+                "dev",
+                &ns_if,
+            ])
+            && ip(&["-n", &name, "link", "set", &ns_if, "up"])
+            && ip(&["-n", &name, "link", "set", "lo", "up"]);
+        assert!(ok, "could not wire namespace {name} (ip link/addr failed)");
+        Some(ns)
+    }
+
+    /// Cuts the link: the host end goes down, so nothing passes either way.
+    fn cut(&self) {
+        let status = Command::new("ip")
+            .args(["link", "set", &self.host_if, "down"])
+            .status()
+            .expect("run ip");
+        assert!(status.success(), "could not take {} down", self.host_if);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+#[test]
+fn a_network_cut_is_noticed_by_both_sides_and_the_agent_stops() {
+    let Some(ns) = Netns::create() else {
+        eprintln!("not run: this machine cannot create network namespaces (needs root)");
+        return;
+    };
+    // Target and coordinator listen on the host end of the pair, so the
+    // agent inside the namespace reaches both only through the veth link.
+    let mut tb = Command::new(bin("loadfleet-testbed"));
+    tb.args(["--listen", &format!("{}:0", ns.host_ip)]);
+    let mut testbed = Proc::spawn(tb, "testbed");
+    let line = testbed.wait_for_line("listening on", Duration::from_secs(20));
+    let addr = line.rsplit(' ').next().expect("address").to_string();
+    let out = temp_dir("netcut");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--listen",
+        &format!("{}:0", ns.host_ip),
+        "--token",
+        TOKEN,
+    ])
+    .args(["--agent-timeout", "20s", "--expect-agents", "2"])
+    .args(["--url", &format!("http://{addr}/")])
+    .args(["--rate", RATE, "--duration", DURATION, "--drain", "2s"])
+    .arg("--out")
+    .arg(&out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let control = control_url(&mut c);
+    let _host_agent = start_agent(&control, "127.0.0.2");
+    let mut inside = Command::new("ip");
+    inside
+        .args(["netns", "exec", &ns.name])
+        .arg(bin("loadfleet-agent"))
+        .args(["--coordinator", &control, "--token", TOKEN])
+        .args(["--id", "inside", "--workers", "1"]);
+    let agent = Proc::spawn(inside, "agent in the namespace");
+    wait_for_run_second(&mut c, 3);
+    ns.cut();
+    let cut = Instant::now();
+    c.wait_for_line("agent inside lost", Duration::from_secs(10));
+    let coordinator_noticed = cut.elapsed();
+    let (_, agent_output) = agent.wait(Duration::from_secs(10));
+    let agent_stopped = cut.elapsed();
+    eprintln!("cut noticed by the coordinator after {coordinator_noticed:?}, agent exited after {agent_stopped:?}");
+    assert!(
+        coordinator_noticed < Duration::from_secs(5),
+        "coordinator noticed after {coordinator_noticed:?}"
+    );
+    assert!(
+        agent_stopped < Duration::from_secs(5),
+        "the agent stopped after {agent_stopped:?}: {agent_output}"
+    );
+    let (status, output) = c.wait(Duration::from_secs(60));
+    let report = read_report(&out);
+    assert_eq!(status.code(), Some(3), "{output}");
+    let t = &report["totals"];
+    assert_eq!(u(&t["intended"]), PLANNED, "intended follows the plan: {t}");
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), PLANNED, "{t}");
+    assert!(u(&t["unsent"]["agent_lost"]) > 0, "{t}");
+    assert!(has_verdict(&report, "AGENT_LOST"), "{output}");
 }

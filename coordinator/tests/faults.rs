@@ -83,8 +83,22 @@ fn start_agent(control: &str, source: &str) -> Proc {
 
 /// Waits until the coordinator's progress line shows at least `secs` of
 /// the run.
+/// The line is printed about once a second, not on each second, so a
+/// given second may never appear: read the elapsed time off each line.
 fn wait_for_run_second(c: &mut Proc, secs: u32) {
-    c.wait_for_line(&format!("[{secs:>3}."), Duration::from_secs(40));
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = c.wait_for_line("s/", left);
+        let elapsed = line
+            .trim_start_matches(['[', ' '])
+            .split('s')
+            .next()
+            .and_then(|t| t.parse::<f64>().ok());
+        if elapsed.is_some_and(|t| t >= f64::from(secs)) {
+            return;
+        }
+    }
 }
 
 /// What every mode must show: the plan's count intended, every arrival

@@ -3,27 +3,9 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// A target that only counts connection attempts, to prove no load was sent.
-struct Silent(TcpListener);
-
-impl Silent {
-    fn new() -> Self {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        Silent(l)
-    }
-    fn url(&self) -> String {
-        format!("http://{}/", self.0.local_addr().expect("addr"))
-    }
-    fn connections(&self) -> usize {
-        std::iter::from_fn(|| self.0.accept().ok()).count()
-    }
-}
 
 fn remote_coordinator(
     url: &str,
@@ -52,17 +34,6 @@ fn remote_coordinator(
     .arg(out)
     .args(extra);
     Proc::spawn(cmd, "coordinator")
-}
-
-/// Reads the control address from the coordinator's output.
-fn control_url(c: &mut Proc) -> String {
-    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
-    let addr = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|s| s.split(';').next())
-        .expect("address in the line");
-    format!("http://{addr}")
 }
 
 fn start_agent(coord: &str, token: &str, extra: &[&str]) -> Proc {

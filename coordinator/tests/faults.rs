@@ -64,16 +64,6 @@ fn coordinator_for(
     Proc::spawn(cmd, "coordinator")
 }
 
-fn control_url(c: &mut Proc) -> String {
-    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
-    let addr = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|s| s.split(';').next())
-        .expect("address in the line");
-    format!("http://{addr}")
-}
-
 fn start_agent(control: &str, source: &str) -> Proc {
     let mut cmd = Command::new(bin("loadfleet-agent"));
     cmd.args(["--coordinator", control, "--token", TOKEN])

@@ -13,17 +13,6 @@ use common::*;
 
 const RATE: u64 = 100;
 
-/// Reads the control address from the coordinator's output.
-fn control_url(c: &mut Proc) -> String {
-    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
-    let addr = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|s| s.split(';').next())
-        .expect("address in the line");
-    format!("http://{addr}")
-}
-
 /// Waits for the progress line that shows at least `secs` elapsed since the
 /// common start (`[  6.0s/10s] ...`).
 fn wait_for_elapsed(c: &mut Proc, secs: f64) {

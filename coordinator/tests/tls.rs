@@ -108,23 +108,6 @@ impl Ca {
     }
 }
 
-/// A target that only counts connection attempts, to prove no load was sent.
-struct Silent(std::net::TcpListener);
-
-impl Silent {
-    fn new() -> Self {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.set_nonblocking(true).expect("nonblocking");
-        Silent(l)
-    }
-    fn url(&self) -> String {
-        format!("http://{}/", self.0.local_addr().expect("addr"))
-    }
-    fn connections(&self) -> usize {
-        std::iter::from_fn(|| self.0.accept().ok()).count()
-    }
-}
-
 /// A coordinator waiting for one remote agent over mutual TLS; returns it,
 /// its https:// control URL and the server certificate agents must trust.
 fn mtls_coordinator(

@@ -265,3 +265,31 @@ pub fn hlog_summary(hlog: &Path) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no RESULT line from hlog_summary.py:\n{output}"));
     serde_json::from_str(line).expect("RESULT is JSON")
 }
+
+/// Reads the control address from the coordinator's `listening on` line.
+pub fn control_url(c: &mut Proc) -> String {
+    let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
+    let addr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .expect("address in the line");
+    format!("http://{addr}")
+}
+
+/// A target that only counts connection attempts, to prove no load was sent.
+pub struct Silent(std::net::TcpListener);
+
+impl Silent {
+    pub fn new() -> Self {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        Silent(l)
+    }
+    pub fn url(&self) -> String {
+        format!("http://{}/", self.0.local_addr().expect("addr"))
+    }
+    pub fn connections(&self) -> usize {
+        std::iter::from_fn(|| self.0.accept().ok()).count()
+    }
+}

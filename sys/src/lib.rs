@@ -9,16 +9,19 @@
 //!   target lives on its own machine.
 //! - [`bind_address_no_port`]: many connections from one bound source address.
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
+//! - [`raise_open_files`]: room for tens of thousands of held streams.
 //!
 //! Linux only, like the agent it serves.
 
 mod cpus;
 mod host;
+mod limits;
 mod net;
 pub mod timer;
 
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
 pub use host::{host_addresses, host_cpu_jiffies, hostname, process_cpu_seconds};
+pub use limits::{raise_open_files, OpenFiles};
 pub use net::bind_address_no_port;
 
 use nix::errno::Errno;

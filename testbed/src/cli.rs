@@ -24,6 +24,9 @@ pub use loadfleet_sys::CpuList;
 ///
 /// After binding it prints one line, `listening on <addr>`, to stdout.
 /// `GET /health` answers 200 at once, bypassing admission, pool and delay.
+/// `GET /sse` holds a Server-Sent Events stream (an event with its send
+/// time every --sse-interval), `POST /broadcast` sends one event to every
+/// open stream, and `GET /__stats/sse` counts what was sent.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "loadfleet-testbed", version)]
 pub struct Cli {
@@ -88,6 +91,32 @@ pub struct Cli {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+
+    /// Time between the events of every `GET /sse` stream; "0s" sends only
+    /// what `POST /broadcast` asks for.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub sse_interval: Duration,
+
+    /// End every event stream this long after it opened, so that clients
+    /// reconnect (with `Last-Event-ID`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub sse_drop_after: Option<Duration>,
+
+    /// Tell event-stream clients to wait this long before reconnecting
+    /// (`retry:` at the start of every stream).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub sse_retry: Option<Duration>,
+
+    /// Shift the send time stamped into events by this much, e.g. "200ms"
+    /// (a server clock running ahead) or "-200ms" (behind).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        allow_hyphen_values = true,
+        value_parser = parse_skew
+    )]
+    pub clock_skew: i64,
 }
 
 impl Cli {
@@ -108,8 +137,29 @@ impl Cli {
                 timeout: Some(self.admission_timeout.unwrap_or(Duration::ZERO)),
             }),
             error_rate: self.error_rate,
+            sse: crate::SseConfig {
+                interval: self.sse_interval,
+                drop_after: self.sse_drop_after,
+                retry: self.sse_retry,
+                clock_skew_us: self.clock_skew,
+            },
         }
     }
+}
+
+/// Parses a signed duration ("200ms", "-1s") into microseconds.
+fn parse_skew(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    let (sign, magnitude) = match s.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let duration = parse_duration(magnitude)?;
+    let micros = i64::try_from(duration.as_micros())
+        .ok()
+        .filter(|us| *us <= 86_400_000_000)
+        .ok_or_else(|| "must be at most a day either way".to_owned())?;
+    Ok(sign * micros)
 }
 
 /// Parses a human duration such as "100ms", "2s" or "1m 30s".
@@ -244,6 +294,8 @@ mod tests {
             (&["--delay", "soon"], "--delay"),
             (&["--workers", "0"], "--workers"),
             (&["--cpus", "2-1"], "--cpus"),
+            (&["--clock-skew", "2 days"], "--clock-skew"),
+            (&["--sse-interval", "often"], "--sse-interval"),
         ];
         for (args, flag) in cases {
             let err = Cli::try_parse_from(

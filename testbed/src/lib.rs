@@ -19,6 +19,7 @@
 
 pub mod cli;
 mod server;
+mod sse;
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ pub use cli::{Cli, CpuList, ErrorRate};
 /// happen before the runtime is built.
 pub use loadfleet_sys::pin_to_cpus;
 pub use server::serve;
+pub use sse::SseConfig;
 
 /// How the testbed behaves for every request except `GET /health`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -42,6 +44,8 @@ pub struct Config {
     pub admission: Option<Limit>,
     /// Fraction of requests answered 500 after their work.
     pub error_rate: ErrorRate,
+    /// The event streams of `GET /sse` (which bypass the gates and errors).
+    pub sse: SseConfig,
 }
 
 impl Config {

@@ -30,6 +30,12 @@ fn main() -> ExitCode {
         }
     }
 
+    // Every held event stream is a descriptor: tens of thousands of them
+    // need more than the usual soft limit of 1,024.
+    if let Err(err) = loadfleet_sys::raise_open_files() {
+        eprintln!("loadfleet-testbed: warning: cannot raise the open-file limit: {err}");
+    }
+
     let tls = match (&cli.tls_cert, &cli.tls_key) {
         (Some(cert), Some(key)) => match loadfleet_testbed::tls_acceptor(cert, key) {
             Ok(acceptor) => Some(acceptor),

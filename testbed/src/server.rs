@@ -24,12 +24,15 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 use tracing::{debug, warn};
 
+use crate::sse::{self, Hub, SseBody};
 use crate::{Config, Limit};
 
 /// Every response the testbed gives: a short static plain-text body.
 type TextResponse = Response<Full<Bytes>>;
 /// What a request's future yields; handling a request cannot fail.
 type Answer = Result<TextResponse, Infallible>;
+/// Every body the testbed sends: a static text or a held event stream.
+type AnyBody = http_body_util::Either<Full<Bytes>, SseBody>;
 
 /// Shortest pause after an accept error that is not about one connection.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
@@ -88,6 +91,7 @@ pub async fn serve(
         }
         let service = Testbed {
             counter: shared.counter(peer.ip()),
+            peer: peer.ip(),
             shared: Arc::clone(&shared),
         };
         match &tls {
@@ -145,6 +149,8 @@ struct Shared {
     /// Requests answered per source address, for `GET /__stats`: what a
     /// test compares with what the load generator says it sent.
     counts: Mutex<BTreeMap<IpAddr, Arc<AtomicU64>>>,
+    /// The event streams of `GET /sse` and `POST /broadcast`.
+    sse: Arc<Hub>,
 }
 
 impl Shared {
@@ -157,6 +163,7 @@ impl Shared {
             error_rate: config.error_rate.get(),
             trivial: config.is_trivial(),
             counts: Mutex::new(BTreeMap::new()),
+            sse: Arc::new(Hub::new(config.sse.clone())),
         }
     }
 
@@ -239,10 +246,11 @@ impl Gate {
 struct Testbed {
     shared: Arc<Shared>,
     counter: Arc<AtomicU64>,
+    peer: IpAddr,
 }
 
 impl Service<Request<Incoming>> for Testbed {
-    type Response = TextResponse;
+    type Response = Response<AnyBody>;
     type Error = Infallible;
     type Future = Reply;
 
@@ -260,7 +268,32 @@ impl Service<Request<Incoming>> for Testbed {
                 .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             return Reply::Ready(future::ready(Ok(response)));
         }
+        if request.method() == Method::GET && request.uri().path() == "/__stats/sse" {
+            let stats = self.shared.sse.stats();
+            let mut response = Response::new(Full::new(Bytes::from(stats)));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            return Reply::Ready(future::ready(Ok(response)));
+        }
         self.counter.fetch_add(1, Ordering::Relaxed);
+        if request.uri().path() == "/sse" && request.method() == Method::GET {
+            let resume = sse::last_event_id(request.headers().get("last-event-id"));
+            return Reply::Stream(Box::pin(subscribe(
+                Arc::clone(&self.shared),
+                self.peer,
+                resume,
+            )));
+        }
+        if request.uri().path() == "/broadcast" && request.method() == Method::POST {
+            let (id, subscribers) = self.shared.sse.broadcast();
+            let text = format!("id {id} subscribers {subscribers}\n");
+            let mut response = Response::new(Full::new(Bytes::from(text)));
+            response
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            return Reply::Ready(future::ready(Ok(response)));
+        }
         // In benchmarks the testbed must cost as little as possible: with no
         // delay, gates or errors configured, and no body to drain, answer
         // right here without boxing a future or touching the Arc.
@@ -271,21 +304,46 @@ impl Service<Request<Incoming>> for Testbed {
     }
 }
 
-/// The future of one request: answered at once, or after doing its work.
+/// The future of one request: answered at once, after doing its work, or
+/// with a held event stream.
 enum Reply {
     Ready(future::Ready<Answer>),
     Work(Pin<Box<dyn Future<Output = Answer> + Send>>),
+    Stream(Pin<Box<dyn Future<Output = Response<SseBody>> + Send>>),
 }
 
 impl Future for Reply {
-    type Output = Answer;
+    type Output = Result<Response<AnyBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let text = |answer: Answer| answer.map(|r| r.map(http_body_util::Either::Left));
         match self.get_mut() {
-            Reply::Ready(ready) => Pin::new(ready).poll(cx),
-            Reply::Work(work) => work.as_mut().poll(cx),
+            Reply::Ready(ready) => Pin::new(ready).poll(cx).map(text),
+            Reply::Work(work) => work.as_mut().poll(cx).map(text),
+            Reply::Stream(stream) => stream
+                .as_mut()
+                .poll(cx)
+                .map(|r| Ok(r.map(http_body_util::Either::Right))),
         }
     }
+}
+
+/// Opens an event stream after the service delay (so `--delay` shows in the
+/// agent's time to subscribe). A held stream takes no pool or admission
+/// permit: it would hold one for its whole life.
+async fn subscribe(shared: Arc<Shared>, peer: IpAddr, resume: Option<u64>) -> Response<SseBody> {
+    let delay = shared.service_delay();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let mut response = Response::new(shared.sse.subscribe(peer, resume));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    response
 }
 
 /// One request that has work to do: drain the body, pass admission and the

@@ -13,6 +13,8 @@ use loadfleet_proto::histogram::{encode, new_histogram};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{ErrorKind, OutcomeClass, UnsentReason};
 
+use crate::client::Phases;
+
 /// One latency histogram per outcome class, as in the report.
 const CLASSES: usize = OutcomeClass::ALL.len();
 
@@ -34,6 +36,68 @@ struct Interval {
     max_in_flight: u64,
     /// Waits for a connection of the worker's pool, by requests that had to.
     pool_wait: Histogram<u64>,
+    phases: PhaseHistograms,
+}
+
+/// Where measured requests' time went on the wire (see
+/// [`crate::client::Phases`]), and how many opened or reused a connection.
+struct PhaseHistograms {
+    connect: Histogram<u64>,
+    tls: Histogram<u64>,
+    ttfb: Histogram<u64>,
+    body: Histogram<u64>,
+    /// Connections opened, warm-up included: a connection opened during
+    /// the warm-up still serves the measured requests.
+    opened: u64,
+    reused: u64,
+}
+
+impl PhaseHistograms {
+    fn new() -> Self {
+        Self {
+            connect: new_histogram(),
+            tls: new_histogram(),
+            ttfb: new_histogram(),
+            body: new_histogram(),
+            opened: 0,
+            reused: 0,
+        }
+    }
+
+    fn add(&mut self, p: &Phases, measured: bool) {
+        if p.new_connection {
+            self.opened += 1;
+        }
+        if p.reused {
+            self.reused += 1;
+        }
+        if !measured {
+            return;
+        }
+        for (h, d) in [
+            (&mut self.connect, p.connect),
+            (&mut self.tls, p.tls),
+            (&mut self.ttfb, p.ttfb),
+            (&mut self.body, p.body),
+        ] {
+            if let Some(d) = d {
+                record(h, d.as_micros() as u64);
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        for h in [
+            &mut self.connect,
+            &mut self.tls,
+            &mut self.ttfb,
+            &mut self.body,
+        ] {
+            h.reset();
+        }
+        self.opened = 0;
+        self.reused = 0;
+    }
 }
 
 /// Adds one to the count for `key` in a short list (a handful of distinct
@@ -62,6 +126,7 @@ impl Interval {
             lag: new_histogram(),
             max_in_flight: 0,
             pool_wait: new_histogram(),
+            phases: PhaseHistograms::new(),
         }
     }
 
@@ -110,6 +175,12 @@ impl Interval {
             max_in_flight: self.max_in_flight.max(gauge.in_flight).max(gauge.at_start),
             pool_saturated_ns: gauge.pool_saturated.as_nanos() as u64,
             pool_wait: encode_or_empty(&self.pool_wait),
+            connect_time: encode_or_empty(&self.phases.connect),
+            tls_time: encode_or_empty(&self.phases.tls),
+            ttfb: encode_or_empty(&self.phases.ttfb),
+            body_time: encode_or_empty(&self.phases.body),
+            connections_opened: self.phases.opened,
+            connections_reused: self.phases.reused,
         }
     }
 }
@@ -171,6 +242,7 @@ pub struct Completion {
     pub warmup: bool,
     /// Completed inside the measurement window.
     pub in_window: bool,
+    pub phases: Phases,
 }
 
 /// The recorder of one worker for one scenario.
@@ -233,6 +305,7 @@ impl Recorder {
             pool_wait_micros,
             warmup,
             in_window,
+            phases,
         } = c;
         let i = self.at(interval);
         i.completed += 1;
@@ -242,6 +315,7 @@ impl Recorder {
         if let Some(wait) = pool_wait_micros {
             record(&mut i.pool_wait, wait);
         }
+        i.phases.add(&phases, !warmup);
         let class = match outcome {
             Outcome::Status(code) => {
                 bump(&mut i.status, code);
@@ -316,6 +390,7 @@ fn reset(mut i: Interval) -> Interval {
     i.warmup_latency.reset();
     i.lag.reset();
     i.pool_wait.reset();
+    i.phases.reset();
     i
 }
 
@@ -388,6 +463,7 @@ mod tests {
             pool_wait_micros,
             warmup: false,
             in_window,
+            phases: Phases::default(),
         }
     }
 

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, HttpClient};
+use crate::client::{ClientConfig, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
 use crate::timer::PreciseTimer;
@@ -114,7 +114,7 @@ struct Shared {
     /// Every scenario's requests in flight on this worker: the cap applies
     /// to the agent, however many scenarios overlap.
     worker_in_flight: Rc<Cell<u64>>,
-    client: HttpClient,
+    client: Transport,
     mix: Arc<RequestMix>,
     rng: Rc<RefCell<SplitMix64>>,
     common_start: Instant,
@@ -157,7 +157,7 @@ async fn run_scenarios(
 ) {
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
     let scenarios = std::mem::take(&mut plan.scenarios);
-    let client = HttpClient::new(plan.client.clone());
+    let client = Transport::new(plan.client.clone());
     let plan = Rc::new(plan);
     let mut tasks = Vec::new();
     let mut flushers = Vec::new();
@@ -619,6 +619,7 @@ async fn one_request(
             pool_wait_micros: exchanged.pool_wait.map(|w| w.as_micros() as u64),
             warmup,
             in_window,
+            phases: exchanged.phases,
         },
     );
     shared.in_flight.set(shared.in_flight.get() - 1);
@@ -633,7 +634,7 @@ async fn one_request(
 async fn flush_loop(
     recorder: Rc<RefCell<Recorder>>,
     in_flight: Rc<Cell<u64>>,
-    pool: Option<(HttpClient, usize)>,
+    pool: Option<(Transport, usize)>,
     start: Instant,
     interval: Duration,
     events: UnboundedSender<WorkerEvent>,

@@ -40,6 +40,14 @@ pub struct Merged {
     pub pool_saturated_ns: u64,
     /// How long requests that found every connection busy waited (µs).
     pub pool_wait: Histogram<u64>,
+    /// Where measured requests' time went on the wire (µs): connect and
+    /// TLS handshake of new connections, time to first byte, body.
+    pub connect_time: Histogram<u64>,
+    pub tls_time: Histogram<u64>,
+    pub ttfb: Histogram<u64>,
+    pub body_time: Histogram<u64>,
+    pub connections_opened: u64,
+    pub connections_reused: u64,
 }
 
 impl Default for Merged {
@@ -61,6 +69,12 @@ impl Default for Merged {
             completed_ok_in_window: 0,
             pool_saturated_ns: 0,
             pool_wait: new_histogram(),
+            connect_time: new_histogram(),
+            tls_time: new_histogram(),
+            ttfb: new_histogram(),
+            body_time: new_histogram(),
+            connections_opened: 0,
+            connections_reused: 0,
         }
     }
 }
@@ -99,6 +113,12 @@ impl Merged {
             completed_ok_in_window: s.completed_ok_in_window,
             pool_saturated_ns: s.pool_saturated_ns,
             pool_wait: decode(&s.pool_wait)?,
+            connect_time: decode(&s.connect_time)?,
+            tls_time: decode(&s.tls_time)?,
+            ttfb: decode(&s.ttfb)?,
+            body_time: decode(&s.body_time)?,
+            connections_opened: s.connections_opened,
+            connections_reused: s.connections_reused,
         })
     }
 
@@ -442,6 +462,8 @@ fn merge_agent(into: &mut Merged, from: &Merged) {
         host_cpu: from.host_cpu,
         completed_ok_in_window: from.completed_ok_in_window,
         pool_saturated_ns: from.pool_saturated_ns,
+        connections_opened: from.connections_opened,
+        connections_reused: from.connections_reused,
         ..Merged::default()
     };
     merge(into, &latency_free);
@@ -477,6 +499,12 @@ fn merge(into: &mut Merged, from: &Merged) {
     into.completed_ok_in_window += from.completed_ok_in_window;
     into.pool_saturated_ns += from.pool_saturated_ns;
     add_hist(&mut into.pool_wait, &from.pool_wait);
+    add_hist(&mut into.connect_time, &from.connect_time);
+    add_hist(&mut into.tls_time, &from.tls_time);
+    add_hist(&mut into.ttfb, &from.ttfb);
+    add_hist(&mut into.body_time, &from.body_time);
+    into.connections_opened += from.connections_opened;
+    into.connections_reused += from.connections_reused;
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 
 use crate::cli::CompareArgs;
 use crate::error::Error;
-use crate::report::model::{Percentiles, RunInfo, Scenario, Totals, Verdict, SCHEMA};
+use crate::report::model::{Percentiles, Phases, RunInfo, Scenario, Totals, Verdict, SCHEMA};
 use crate::report::repeats::{Headline, HeadlinePercentiles, Repeats};
 use loadfleet_proto::vocab::VerdictLevel;
 
@@ -400,6 +400,33 @@ fn figures(inputs: &[Input]) -> Vec<Figure> {
             move |h| h.service_time_ms.as_ref().and_then(headline),
         ));
     }
+    // The phases, k6's connecting / tls_handshaking / waiting: a change in
+    // one of them says where a latency change comes from.
+    type PhasePick = fn(&Phases) -> Option<&Percentiles>;
+    let phases: [(&str, PhasePick); 3] = [
+        ("connect_ms", |p| p.connect_ms.as_ref()),
+        ("tls_handshake_ms", |p| p.tls_handshake_ms.as_ref()),
+        ("ttfb_ms", |p| p.ttfb_ms.as_ref()),
+    ];
+    for (phase, of) in phases {
+        for (name, pick, _) in PERCENTILES
+            .into_iter()
+            .filter(|p| matches!(p.0, "p50" | "p99"))
+        {
+            f.push(Figure {
+                name: format!("{phase} {name}"),
+                unit: Unit::Ms,
+                get: Box::new(move |t| of(&t.phases).map(pick)),
+                headline: None,
+            });
+        }
+    }
+    f.push(Figure {
+        name: "connections_opened".into(),
+        unit: Unit::Count,
+        get: Box::new(|t| count(t.phases.connections_opened)),
+        headline: None,
+    });
     f
 }
 

@@ -25,6 +25,8 @@ fn https_target_with_a_trusted_ca() {
             "2s",
             "--url",
             &url,
+            "--connections",
+            "4",
         ],
         &[("LOADFLEET_CA_CERT", &cert)],
     );
@@ -36,6 +38,19 @@ fn https_target_with_a_trusted_ca() {
         t["errors"].as_object().is_none_or(|e| e.is_empty()),
         "{output}"
     );
+    // The phases: every request either opened a connection or reused one,
+    // keep-alive means a handful were opened (at most 4 per agent), and
+    // each one opened has a connect and a TLS-handshake time.
+    let p = &t["phases"];
+    let opened = u(&p["connections_opened"]);
+    assert!((1..=8).contains(&opened), "{p}");
+    assert_eq!(opened + u(&p["connections_reused"]), 400, "{p}");
+    assert_eq!(u(&p["tls_handshake_ms"]["count"]), opened, "{p}");
+    assert_eq!(u(&p["connect_ms"]["count"]), opened, "{p}");
+    assert_eq!(u(&p["ttfb_ms"]["count"]), 400, "{p}");
+    assert!(p["tls_handshake_ms"]["p50"]
+        .as_f64()
+        .is_some_and(|ms| ms > 0.0));
 }
 
 #[test]

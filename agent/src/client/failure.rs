@@ -5,7 +5,7 @@ use loadfleet_proto::vocab::ErrorKind;
 
 /// The ways a request can fail, kept apart to classify them.
 #[derive(Debug)]
-pub(super) enum ClientFailure {
+pub enum ClientFailure {
     /// The URL has no host to connect to (or one a header cannot carry).
     NoHost,
     /// The host name did not resolve.
@@ -25,7 +25,7 @@ pub(super) enum ClientFailure {
 
 impl ClientFailure {
     /// The report's error kind: what an operator would act on.
-    pub(super) fn kind(&self) -> ErrorKind {
+    pub fn kind(&self) -> ErrorKind {
         match self {
             ClientFailure::NoHost => ErrorKind::InvalidRequest,
             ClientFailure::Dns | ClientFailure::NoAddress => ErrorKind::Dns,

@@ -208,6 +208,16 @@ impl Checks {
                 totals.completed_ok_in_window,
             ),
             ("unsent", unsent, totals.unsent_total()),
+            (
+                "connections_opened",
+                s.connections_opened,
+                totals.connections_opened,
+            ),
+            (
+                "connections_reused",
+                s.connections_reused,
+                totals.connections_reused,
+            ),
         ];
         for (field, v, total) in singles {
             fits(field, v, total)?;
@@ -225,6 +235,17 @@ impl Checks {
             "status + errors",
             s.status.values().chain(s.errors.values()),
         )?;
+        // A request opens a connection or reuses one, never both, and is
+        // counted when it completes.
+        if s.connections_opened.saturating_add(s.connections_reused) > s.completed {
+            return Err(reject(
+                "counts_disagree",
+                format!(
+                    "connections_opened {} + connections_reused {} > completed {}",
+                    s.connections_opened, s.connections_reused, s.completed
+                ),
+            ));
+        }
         if s.sent.checked_add(unsent) != Some(s.intended) {
             return Err(reject(
                 "counts_disagree",

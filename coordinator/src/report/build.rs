@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, IntervalReport, Lag, Percentiles, Report, RunInfo, Scenario,
-    Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo,
+    Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::verdicts;
@@ -131,6 +131,14 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
         latency_ms: percentiles(&all),
         latency_curve_ms: curve(&all),
         service_time_ms: percentiles(&m.service_time),
+        phases: Phases {
+            connect_ms: percentiles(&m.connect_time),
+            tls_handshake_ms: percentiles(&m.tls_time),
+            ttfb_ms: percentiles(&m.ttfb),
+            body_ms: percentiles(&m.body_time),
+            connections_opened: m.connections_opened,
+            connections_reused: m.connections_reused,
+        },
         latency_by_class_ms: m
             .latency
             .iter()

@@ -74,12 +74,34 @@ pub struct Totals {
     pub latency_ms: Option<Percentiles>,
     /// From the actual send time.
     pub service_time_ms: Option<Percentiles>,
+    /// Where the service time went on the wire, and connection reuse.
+    #[serde(default)]
+    pub phases: Phases,
     pub latency_by_class_ms: BTreeMap<String, Percentiles>,
     /// The latency distribution as HdrHistogram plots show it: value at
     /// percentiles 0, 50, 75, 87.5, … (halving the remainder each step) and 100.
     pub latency_curve_ms: Vec<CurvePoint>,
     /// Requests intended during warm-up, reported apart.
     pub warmup: Warmup,
+}
+
+/// Where measured requests' time went on the wire, as k6 splits it
+/// (`http_req_connecting`, `_tls_handshaking`, `_waiting`, `_receiving`).
+/// The wait for the agent's own pool is `pool_wait_ms`, never a phase.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// TCP connect of the requests that opened their connection.
+    pub connect_ms: Option<Percentiles>,
+    /// TLS handshake of the requests that opened a TLS connection.
+    pub tls_handshake_ms: Option<Percentiles>,
+    /// From going on the wire to the response headers.
+    pub ttfb_ms: Option<Percentiles>,
+    /// From the headers to the end of the body.
+    pub body_ms: Option<Percentiles>,
+    /// Requests that opened a new connection, warm-up included.
+    pub connections_opened: u64,
+    /// Requests sent on a connection an earlier request had used.
+    pub connections_reused: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

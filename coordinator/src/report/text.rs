@@ -148,8 +148,26 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         percentile_row(out, class, &Some(p.clone()))?;
     }
     percentile_row(out, "service time", &t.service_time_ms)?;
+    let p = &t.phases;
+    for (name, phase) in [
+        (" connect", &p.connect_ms),
+        (" tls handshake", &p.tls_handshake_ms),
+        (" first byte", &p.ttfb_ms),
+        (" body", &p.body_ms),
+    ] {
+        if phase.is_some() {
+            percentile_row(out, name, phase)?;
+        }
+    }
     if t.pool_wait_ms.is_some() {
         percentile_row(out, "pool wait", &t.pool_wait_ms)?;
+    }
+    if p.connections_opened + p.connections_reused > 0 {
+        writeln!(
+            out,
+            "  connections    {} opened, {} requests on a reused one",
+            p.connections_opened, p.connections_reused
+        )?;
     }
     if t.warmup.seconds > 0.0 {
         percentile_row(out, "warm-up", &t.warmup.latency_ms)?;

@@ -241,6 +241,32 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
         "from the actual send time",
         t.service_time_ms.as_ref(),
     )?;
+    for (name, note, phase) in [
+        (
+            "connect",
+            "TCP connect, requests that opened their connection",
+            &t.phases.connect_ms,
+        ),
+        (
+            "TLS handshake",
+            "requests that opened a TLS connection",
+            &t.phases.tls_handshake_ms,
+        ),
+        (
+            "first byte",
+            "from going on the wire to the response headers",
+            &t.phases.ttfb_ms,
+        ),
+        (
+            "body",
+            "from the headers to the end of the body",
+            &t.phases.body_ms,
+        ),
+    ] {
+        if phase.is_some() {
+            percentile_row(h, name, note, phase.as_ref())?;
+        }
+    }
     for (class, p) in &t.latency_by_class_ms {
         percentile_row(h, &format!("latency, {class}"), "", Some(p))?;
     }
@@ -264,7 +290,17 @@ fn headline(h: &mut String, r: &Report) -> fmt::Result {
             t.warmup.latency_ms.as_ref(),
         )?;
     }
-    writeln!(h, "</table>")
+    writeln!(h, "</table>")?;
+    let p = &t.phases;
+    if p.connections_opened + p.connections_reused > 0 {
+        writeln!(
+            h,
+            "<p>Connections: {} opened, {} requests on a reused one.</p>",
+            count(p.connections_opened),
+            count(p.connections_reused)
+        )?;
+    }
+    Ok(())
 }
 
 fn unsent_reasons(t: &Totals) -> String {

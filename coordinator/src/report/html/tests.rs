@@ -7,8 +7,8 @@ use super::render;
 use crate::report::format::esc;
 use crate::report::format::{count, secs, utc};
 use crate::report::model::{
-    AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Report, RunInfo, Scenario, Totals,
-    Unsent, Verdict, Warmup, Window, SCHEMA,
+    AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo, Scenario,
+    Totals, Unsent, Verdict, Warmup, Window, SCHEMA,
 };
 
 fn pct(base: f64, count: u64) -> Percentiles {
@@ -52,6 +52,12 @@ fn totals(completed: u64) -> Totals {
         pool_wait_ms: None,
         latency_ms: latency.clone(),
         service_time_ms: latency.clone(),
+        phases: Phases {
+            ttfb_ms: latency.clone(),
+            connections_opened: 1,
+            connections_reused: completed.saturating_sub(1),
+            ..Phases::default()
+        },
         latency_by_class_ms: latency
             .clone()
             .map(|p| ("2xx".to_string(), p))

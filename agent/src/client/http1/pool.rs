@@ -8,8 +8,9 @@ use http::Uri;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::failure::ClientFailure;
-use super::{HttpClient, Phase, Progress, Sender};
+use super::{Http1Client, Sender};
+use crate::client::failure::ClientFailure;
+use crate::client::Progress;
 
 /// One slot of the pool, with the connection in it once there is one.
 ///
@@ -18,7 +19,7 @@ use super::{HttpClient, Phase, Progress, Sender};
 /// back: a finished exchange returns its connection for reuse, anything else
 /// closes it. So slots can neither leak nor be counted twice.
 pub(super) struct Lease {
-    client: HttpClient,
+    client: Http1Client,
     key: String,
     sender: Option<Sender>,
     /// The exchange completed, so the connection may be reused.
@@ -40,7 +41,7 @@ impl Drop for Lease {
 }
 
 impl Lease {
-    pub(super) fn new(client: &HttpClient, key: &str, sender: Option<Sender>) -> Self {
+    pub(super) fn new(client: &Http1Client, key: &str, sender: Option<Sender>) -> Self {
         Self {
             client: client.clone(),
             key: key.to_string(),
@@ -71,11 +72,11 @@ impl Lease {
 /// when it gets one or when its time runs out, so the count (and the time
 /// with requests waiting) never includes one that gave up.
 struct Waiting<'a> {
-    client: &'a HttpClient,
+    client: &'a Http1Client,
 }
 
 impl<'a> Waiting<'a> {
-    fn new(client: &'a HttpClient) -> Self {
+    fn new(client: &'a Http1Client) -> Self {
         client.waiting_changed(client.inner.waiting.get() + 1);
         Self { client }
     }
@@ -88,7 +89,7 @@ impl Drop for Waiting<'_> {
     }
 }
 
-impl HttpClient {
+impl Http1Client {
     /// A ready connection to `key`: an idle one, a new one while under the
     /// limit, or the next one (or slot) freed, oldest waiter first.
     pub(super) async fn acquire(
@@ -132,8 +133,7 @@ impl HttpClient {
                 }
             };
             if lease.sender.is_none() {
-                progress.phase.set(Phase::Connecting);
-                lease.sender = Some(self.connect(uri).await?);
+                lease.sender = Some(self.connect(uri, progress).await?);
                 return Ok(lease);
             }
             if lease.ready().await {

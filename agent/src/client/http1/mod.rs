@@ -1,0 +1,323 @@
+//! The HTTP/1.1 transport: one client per worker, over a keep-alive pool
+//! of its own connections ([`pool`]).
+
+mod pool;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::dial::Dialer;
+use super::failure::ClientFailure;
+use super::{Phase, Progress, Saturation};
+use pool::Lease;
+
+/// Keep-alive HTTP/1.1 connections owned by one worker.
+///
+/// Built on hyper's connection-level client rather than its pooled one: a
+/// worker is single-threaded, so its connections sit in a `RefCell` (no
+/// lock, no pool-key parsing, no task per checkout). At most `connections`
+/// are open at once, as with wrk2 or a browser's pool: a request that finds
+/// them all busy waits for the next free one. That wait is not hidden — it
+/// counts in the latency, which runs from the intended instant — and it
+/// keeps a hiccup on the target from turning into a storm of new
+/// connections that the target (and the port space) must absorb.
+#[derive(Clone)]
+pub struct Http1Client {
+    inner: Rc<ClientInner>,
+}
+
+type Sender = SendRequest<Full<Bytes>>;
+
+struct ClientInner {
+    /// Idle connections per `host:port`; one or two hosts in practice, so a
+    /// list beats a map. Each holds one of the `open` slots.
+    idle: RefCell<Vec<(String, VecDeque<Sender>)>>,
+    /// Requests waiting for a connection, oldest first. Each is handed a
+    /// [`Lease`]: a connection to its host, or just a slot to open one.
+    waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
+    /// Slots in use: connections open, being opened, or leased.
+    open: Cell<usize>,
+    /// Requests waiting for a slot right now (live ones only: a request
+    /// that gave up is no longer counted, even while its stale entry still
+    /// sits in `waiters`).
+    waiting: Cell<usize>,
+    saturation: Saturation,
+    max_open: usize,
+    dialer: Dialer,
+}
+
+impl Http1Client {
+    pub fn new(dialer: Dialer, connections: usize) -> Self {
+        Self {
+            inner: Rc::new(ClientInner {
+                idle: RefCell::new(Vec::new()),
+                waiters: RefCell::new(VecDeque::new()),
+                open: Cell::new(0),
+                waiting: Cell::new(0),
+                saturation: Saturation::default(),
+                max_open: connections.max(1),
+                dialer,
+            }),
+        }
+    }
+
+    /// Time during which requests waited for a connection since the last
+    /// call, up to `now`: every connection was busy and load was held back.
+    pub fn take_saturated(&self, now: Instant) -> Duration {
+        self.inner.saturation.take(now)
+    }
+
+    /// One more or one fewer request waiting for a connection; keeps the
+    /// time with any waiting.
+    fn waiting_changed(&self, waiting: usize) {
+        self.inner.waiting.set(waiting);
+        self.inner.saturation.waiting(waiting > 0);
+    }
+
+    /// Sends one request and reads the whole response body; the body is
+    /// part of the latency because a user waits for it too.
+    pub(super) async fn exchange(
+        &self,
+        mut request: Request<Full<Bytes>>,
+        progress: &Progress,
+    ) -> Result<u16, ClientFailure> {
+        let uri = request.uri().clone();
+        let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
+        let key = authority.as_str();
+        let mut lease = self.acquire(key, &uri, progress).await?;
+        let on_wire = progress.went_on_wire();
+        // HTTP/1.1 origin form: the path in the request line, the host in
+        // its header.
+        if !request.headers().contains_key(http::header::HOST) {
+            let host = HeaderValue::from_str(key).map_err(|_| ClientFailure::NoHost)?;
+            request.headers_mut().insert(http::header::HOST, host);
+        }
+        *request.uri_mut() = uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
+        let response = lease
+            .sender()?
+            .send_request(request)
+            .await
+            .map_err(ClientFailure::Http)?;
+        let headers_at = Instant::now();
+        progress.ttfb.set(Some(headers_at - on_wire));
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        while let Some(frame) = body.frame().await {
+            frame.map_err(ClientFailure::Http)?;
+        }
+        progress.body.set(Some(headers_at.elapsed()));
+        lease.finished = true;
+        Ok(status)
+    }
+
+    /// A new connection for `uri`, its connect and TLS times kept in the
+    /// phases of the request that opened it.
+    async fn connect(&self, uri: &Uri, progress: &Progress) -> Result<Sender, ClientFailure> {
+        progress.phase.set(Phase::Connecting);
+        let dialed = self.inner.dialer.dial(uri).await?;
+        progress.connected(&dialed);
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(dialed.io))
+            .await
+            .map_err(ClientFailure::Http)?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{ClientConfig, Kind, Progress, Transport};
+    use crate::recorder::Outcome;
+    use loadfleet_proto::vocab::ErrorKind;
+
+    #[tokio::test]
+    async fn closed_port_is_refused() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let c = client(1, Duration::from_secs(2));
+        assert_eq!(
+            c.send(get(port)).await.outcome,
+            Outcome::Error(ErrorKind::Refused)
+        );
+    }
+
+    /// A bare HTTP/1.1 server that answers every request with 200 after
+    /// `delay`, over keep-alive connections; returns its port and a counter
+    /// of the connections it accepted.
+    async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            tokio::time::sleep(delay).await;
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if stream.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    fn get(port: u16) -> Request<Full<Bytes>> {
+        let mix = crate::request::RequestMix::from_proto(
+            &[loadfleet_proto::v1::RequestTemplate {
+                url: format!("http://127.0.0.1:{port}/"),
+                ..Default::default()
+            }],
+            None,
+            0,
+            &crate::allow::AllowList::default(),
+        )
+        .unwrap();
+        mix.build(0, &mut loadfleet_proto::rng::SplitMix64::new(1))
+            .unwrap()
+    }
+
+    fn client(connections: usize, timeout: Duration) -> Transport {
+        Transport::new(ClientConfig {
+            timeout,
+            connections,
+            source: None,
+            tls: crate::tls::client_config(None).unwrap(),
+        })
+    }
+
+    fn h1(t: &Transport) -> &Http1Client {
+        match &t.kind {
+            Kind::Http1(c) => c,
+        }
+    }
+
+    /// With one connection, concurrent requests queue for it and reuse it:
+    /// all succeed over a single connection, and the slot count returns to
+    /// one open, idle connection.
+    #[tokio::test]
+    async fn requests_beyond_the_pool_wait_and_reuse_the_connection() {
+        let (port, accepted) = slow_server(Duration::from_millis(20)).await;
+        let c = client(1, Duration::from_secs(5));
+        let results = futures::future::join_all((0..5).map(|_| c.send(get(port)))).await;
+        for r in &results {
+            assert_eq!(r.outcome, Outcome::Status(200));
+            assert!(r.on_wire.is_some());
+        }
+        // Four of them found the connection busy and waited for it.
+        assert_eq!(results.iter().filter(|r| r.pool_wait.is_some()).count(), 4);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(h1(&c).inner.open.get(), 1);
+        assert!(h1(&c).inner.waiters.borrow().is_empty());
+    }
+
+    /// Keep-alive shows in the phases: the request that opened the
+    /// connection has a connect time and no reuse, later ones reuse it and
+    /// have no connect time; every answered one has its time to first byte
+    /// and body.
+    #[tokio::test]
+    async fn only_the_request_that_opens_a_connection_has_a_connect_phase() {
+        let (port, _) = slow_server(Duration::from_millis(5)).await;
+        let c = client(1, Duration::from_secs(5));
+        let first = c.send(get(port)).await.phases;
+        assert!(first.new_connection && !first.reused);
+        assert!(first.connect.is_some() && first.tls.is_none());
+        for _ in 0..3 {
+            let next = c.send(get(port)).await.phases;
+            assert!(next.reused && !next.new_connection);
+            assert_eq!(next.connect, None);
+            assert!(next.ttfb.is_some_and(|t| t >= Duration::from_millis(5)));
+            assert!(next.body.is_some());
+        }
+    }
+
+    /// A request that times out while queued for the agent's own pool is
+    /// `pool_timeout`, not a target timeout — and no slot is lost: once the
+    /// busy connection is free, the pool serves again with one connection.
+    #[tokio::test]
+    async fn queued_timeouts_are_named_and_leak_nothing() {
+        let (port, accepted) = slow_server(Duration::from_millis(1)).await;
+        let c = client(1, Duration::from_millis(100));
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let key = uri.authority().unwrap().as_str().to_string();
+        // Hold the only slot, as a long request would.
+        let held = h1(&c).acquire(&key, &uri, &Progress::new()).await.unwrap();
+        let r = c.send(get(port)).await;
+        assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
+        assert!(r.on_wire.is_none(), "never reached a connection");
+        assert!(r.pool_wait.is_some_and(|w| w >= Duration::from_millis(100)));
+        assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(100));
+        assert_eq!(
+            h1(&c).inner.waiting.get(),
+            0,
+            "the one that gave up is not waiting"
+        );
+        assert_eq!(h1(&c).inner.open.get(), 1);
+        drop(held); // unfinished: its connection closes, the slot frees
+        assert_eq!(h1(&c).inner.open.get(), 0);
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert_eq!(h1(&c).inner.open.get(), 1, "one connection, reused");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// The overload the issue saw: one connection, a 100 ms service and a
+    /// 300 ms timeout, with far more requests than the connection can
+    /// carry. A freed connection goes to the oldest waiter, which reaches
+    /// the wire with almost no time left: such requests are `pool_timeout`
+    /// (most of their time went to the agent's own queue), never `timeout`.
+    #[tokio::test]
+    async fn requests_that_mostly_waited_for_the_pool_are_pool_timeouts() {
+        let (port, _) = slow_server(Duration::from_millis(100)).await;
+        let c = client(1, Duration::from_millis(300));
+        let results = futures::future::join_all((0..12).map(|i| {
+            let c = c.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(20 * i)).await;
+                c.send(get(port)).await
+            }
+        }))
+        .await;
+        let count = |kind: Outcome| results.iter().filter(|r| r.outcome == kind).count();
+        assert_eq!(count(Outcome::Error(ErrorKind::Timeout)), 0);
+        assert!(count(Outcome::Error(ErrorKind::PoolTimeout)) >= 6);
+        assert!(count(Outcome::Status(200)) >= 1);
+        assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(300));
+    }
+}

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::allow::{AllowList, TargetRefused};
 use crate::client::ClientConfig;
 use crate::config::AgentConfig;
-use crate::request::{MixError, RequestMix};
+use crate::request::{GrpcContext, MixError, RequestMix};
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
 /// Why this agent refuses an assignment. The message goes back to the
@@ -120,12 +120,20 @@ pub fn plan_workers(
             }
             None => return Err(AssignmentError::NoModel(sc.name.clone())),
         };
-        let mix =
-            RequestMix::from_proto(&sc.requests, sc.data.as_ref(), agent, &config.allow_targets)
-                .map_err(|source| AssignmentError::Requests {
-                    name: sc.name.clone(),
-                    source,
-                })?;
+        let requests_error = |source| AssignmentError::Requests {
+            name: sc.name.clone(),
+            source,
+        };
+        let grpc = GrpcContext::new(&sc.grpc_descriptors, Duration::from_nanos(a.timeout_ns))
+            .map_err(requests_error)?;
+        let mix = RequestMix::from_proto(
+            &sc.requests,
+            sc.data.as_ref(),
+            grpc.as_ref(),
+            agent,
+            &config.allow_targets,
+        )
+        .map_err(requests_error)?;
         parsed.push((i as u32, sc, model, Arc::new(mix)));
     }
     // No more workers than the in-flight cap or the connections allow: each

@@ -8,13 +8,14 @@
 //!
 //! The flow: [`session`] holds the control stream; [`assignment`] vets an
 //! assignment (plan bounds, [`allow`] list) and turns it into worker plans; each [`worker`] thread renders requests
-//! ([`request`]), sends them through its own [`client`] and counts what
-//! happened in its [`recorder`].
+//! ([`request`]; gRPC calls with [`grpc`]), sends them through its own
+//! [`client`] and counts what happened in its [`recorder`].
 
 pub mod allow;
 pub mod assignment;
 pub mod client;
 pub mod config;
+pub mod grpc;
 pub mod recorder;
 pub mod request;
 pub mod session;

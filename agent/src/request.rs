@@ -13,7 +13,13 @@ use loadfleet_proto::template::{TemplateError, Text, Values};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::UnsentReason;
 
+use std::time::Duration;
+
+use loadfleet_proto::grpc::GrpcError;
+use prost_reflect::DescriptorPool;
+
 use crate::allow::AllowList;
+use crate::grpc::{self, Encoder};
 
 /// Why a scenario's request templates cannot be used. The coordinator
 /// checks plans the same way, so reaching one of these means the
@@ -59,6 +65,23 @@ pub enum MixError {
     /// The request weights cannot be interleaved.
     #[error("request weights")]
     Weights(#[source] PartitionError),
+    /// A gRPC request's method or message does not fit the scenario's
+    /// descriptor set.
+    #[error("gRPC request {method:?}")]
+    Grpc {
+        /// The method as given.
+        method: String,
+        /// What is wrong with it.
+        #[source]
+        source: GrpcError,
+    },
+}
+
+/// The gRPC half of a request: its message type, and its JSON message
+/// when that has placeholders (else the framed body is built once).
+struct GrpcSpec {
+    encoder: Encoder,
+    message: Option<Text>,
 }
 
 /// One request of a scenario's mix, parsed once.
@@ -70,10 +93,17 @@ struct RequestSpec {
     static_headers: Option<HeaderMap>,
     body: Option<Text>,
     static_body: Bytes,
+    /// Headers every request of this kind starts with (gRPC's own).
+    base_headers: HeaderMap,
+    grpc: Option<GrpcSpec>,
 }
 
 impl RequestSpec {
-    fn from_proto(t: &v1::RequestTemplate, columns: &[String]) -> Result<Self, MixError> {
+    fn from_proto(
+        t: &v1::RequestTemplate,
+        columns: &[String],
+        grpc: Option<&GrpcContext>,
+    ) -> Result<Self, MixError> {
         let method = if t.method.is_empty() {
             Method::GET
         } else {
@@ -111,6 +141,9 @@ impl RequestSpec {
         } else {
             None
         };
+        if let (false, Some(context)) = (t.grpc_method.is_empty(), grpc) {
+            return Self::grpc(t, columns, context, (method, url, uri, headers, static_headers));
+        }
         // A body that is not UTF-8 (a binary file) is sent as it is.
         let body = match std::str::from_utf8(&t.body) {
             Ok(text) => Some(Text::parse(text, columns).map_err(MixError::BodyTemplate)?)
@@ -125,7 +158,74 @@ impl RequestSpec {
             static_headers,
             body,
             static_body: Bytes::from(t.body.clone()),
+            base_headers: HeaderMap::new(),
+            grpc: None,
         })
+    }
+
+    /// A gRPC call: its JSON message is encoded once when it has no
+    /// placeholders, per request otherwise.
+    fn grpc(
+        t: &v1::RequestTemplate,
+        columns: &[String],
+        context: &GrpcContext,
+        (method, url, uri, headers, static_headers): HttpParts,
+    ) -> Result<Self, MixError> {
+        let fail = |source| MixError::Grpc {
+            method: t.grpc_method.clone(),
+            source,
+        };
+        let encoder = Encoder::new(&context.pool, &t.grpc_method).map_err(fail)?;
+        let json = String::from_utf8_lossy(&t.body);
+        let message = Text::parse(&json, columns).map_err(MixError::BodyTemplate)?;
+        let (message, static_body) = if message.is_static() {
+            (None, encoder.encode(&json).map_err(fail)?)
+        } else {
+            (Some(message), Bytes::new())
+        };
+        Ok(RequestSpec {
+            method,
+            url,
+            uri,
+            headers,
+            static_headers,
+            body: None,
+            static_body,
+            base_headers: grpc::call_headers(context.timeout),
+            grpc: Some(GrpcSpec { encoder, message }),
+        })
+    }
+}
+
+/// The parts of a request that HTTP and gRPC share, as parsed.
+type HttpParts = (
+    Method,
+    Text,
+    Option<Uri>,
+    Vec<(HeaderName, Text)>,
+    Option<HeaderMap>,
+);
+
+/// What a scenario's gRPC requests share: the message types, decoded once,
+/// and the deadline they carry.
+pub struct GrpcContext {
+    pool: DescriptorPool,
+    timeout: Duration,
+}
+
+impl GrpcContext {
+    /// The scenario's descriptor set, decoded; `None` when it has none.
+    pub fn new(descriptors: &[u8], timeout: Duration) -> Result<Option<Self>, MixError> {
+        if descriptors.is_empty() {
+            return Ok(None);
+        }
+        let pool = loadfleet_proto::grpc::decode_descriptors(descriptors).map_err(|source| {
+            MixError::Grpc {
+                method: String::new(),
+                source,
+            }
+        })?;
+        Ok(Some(Self { pool, timeout }))
     }
 }
 
@@ -142,9 +242,13 @@ pub struct RequestMix {
 }
 
 impl RequestMix {
+    /// The mix of `requests`; gRPC ones are encoded with `grpc`'s types
+    /// (a scenario that sends one carries them: the assignment's bounds
+    /// check refuses one that does not).
     pub fn from_proto(
         requests: &[v1::RequestTemplate],
         data: Option<&v1::DataTable>,
+        grpc: Option<&GrpcContext>,
         agent: u32,
         allow: &AllowList,
     ) -> Result<Self, MixError> {
@@ -154,7 +258,7 @@ impl RequestMix {
         let columns: &[String] = data.map_or(&[], |d| d.columns.as_slice());
         let specs = requests
             .iter()
-            .map(|t| RequestSpec::from_proto(t, columns))
+            .map(|t| RequestSpec::from_proto(t, columns, grpc))
             .collect::<Result<Vec<_>, _>>()?;
         let weights: Vec<u32> = requests.iter().map(|r| r.weight.max(1)).collect();
         Ok(Self {
@@ -194,15 +298,25 @@ impl RequestMix {
             rng,
             row,
         };
-        let body = match &spec.body {
-            None => spec.static_body.clone(),
-            Some(t) => {
+        let body = match (&spec.body, &spec.grpc) {
+            (_, Some(GrpcSpec { encoder, message: Some(t) })) => {
+                let mut s = String::new();
+                t.render(&mut values, &mut s);
+                encoder
+                    .encode(&s)
+                    .map_err(|_| UnsentReason::InvalidRequest)?
+            }
+            (Some(t), None) => {
                 let mut s = String::new();
                 t.render(&mut values, &mut s);
                 Bytes::from(s)
             }
+            _ => spec.static_body.clone(),
         };
         let mut req = Request::new(Full::new(body));
+        if spec.grpc.is_some() {
+            req.extensions_mut().insert(grpc::Call);
+        }
         *req.method_mut() = spec.method.clone();
         *req.uri_mut() = match &spec.uri {
             Some(uri) => uri.clone(),
@@ -214,9 +328,18 @@ impl RequestMix {
                 uri
             }
         };
+        if !spec.base_headers.is_empty() {
+            *req.headers_mut() = spec.base_headers.clone();
+        }
         match &spec.static_headers {
-            Some(map) if !map.is_empty() => *req.headers_mut() = map.clone(),
-            Some(_) => {}
+            Some(map) if !map.is_empty() && spec.base_headers.is_empty() => {
+                *req.headers_mut() = map.clone()
+            }
+            Some(map) => {
+                for (name, value) in map {
+                    req.headers_mut().append(name.clone(), value.clone());
+                }
+            }
             None => {
                 for (name, value) in &spec.headers {
                     let mut s = String::new();
@@ -246,6 +369,7 @@ mod tests {
             }],
             body: b"seq={{seq}}".to_vec(),
             weight,
+            grpc_method: String::new(),
         }
     }
 
@@ -278,7 +402,7 @@ mod tests {
     #[test]
     fn bad_urls_name_the_problem() {
         let mix = |url: &str| {
-            RequestMix::from_proto(&[template(url, 1)], Some(&data()), 0, &AllowList::default())
+            RequestMix::from_proto(&[template(url, 1)], Some(&data()), None, 0, &AllowList::default())
         };
         let e = chain(&mix("ftp://x/").err().unwrap());
         assert!(e.contains("scheme"), "{e}");
@@ -294,6 +418,7 @@ mod tests {
         let mix = RequestMix::from_proto(
             &[template("http://h/a/{{seq}}", 3), template("http://h/b", 1)],
             Some(&data()),
+            None,
             5,
             &AllowList::default(),
         )
@@ -320,7 +445,7 @@ mod tests {
         t.headers.clear();
         let mut table = data();
         table.rows[0].values[0] = "a b".into();
-        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &AllowList::default()).unwrap();
+        let mix = RequestMix::from_proto(&[t], Some(&table), None, 0, &AllowList::default()).unwrap();
         let mut rng = SplitMix64::new(1);
         assert_eq!(
             mix.build(0, &mut rng).err(),
@@ -339,7 +464,7 @@ mod tests {
         // The authority is fixed, so only the path changes...
         table.rows[0].values[0] = "@127.0.0.3:8080/".into();
         let allow = AllowList::parse(&["127.0.0.2:8080"]).unwrap();
-        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &allow).unwrap();
+        let mix = RequestMix::from_proto(&[t], Some(&table), None, 0, &allow).unwrap();
         let mut rng = SplitMix64::new(1);
         let req = mix.build(0, &mut rng).unwrap();
         assert_eq!(req.uri().host(), Some("127.0.0.2"));
@@ -348,7 +473,7 @@ mod tests {
         t.headers.clear();
         table.rows[0].values[0] = "http://127.0.0.3:8080/".into();
         table.rows[1].values[0] = "http://127.0.0.2:8080/ok".into();
-        let mix = RequestMix::from_proto(&[t], Some(&table), 0, &allow).unwrap();
+        let mix = RequestMix::from_proto(&[t], Some(&table), None, 0, &allow).unwrap();
         assert_eq!(mix.build(0, &mut rng).err(), Some(UnsentReason::NotAllowed));
         assert_eq!(mix.build(1, &mut rng).unwrap().uri().path(), "/ok");
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass, UnsentReason};
 
 /// Intervals tracked per agent for the plan check: the longest scenario
 /// allowed, in seconds (the snapshot interval is a second).
@@ -26,6 +26,8 @@ pub struct Merged {
     pub completed_in_window: u64,
     pub status: BTreeMap<u32, u64>,
     pub errors: BTreeMap<String, u64>,
+    /// gRPC calls by the name of their grpc-status.
+    pub grpc_status: BTreeMap<String, u64>,
     pub latency: BTreeMap<String, Histogram<u64>>,
     pub service_time: Histogram<u64>,
     pub warmup_latency: Histogram<u64>,
@@ -60,6 +62,7 @@ impl Default for Merged {
             completed_in_window: 0,
             status: BTreeMap::new(),
             errors: BTreeMap::new(),
+            grpc_status: BTreeMap::new(),
             latency: BTreeMap::new(),
             service_time: new_histogram(),
             warmup_latency: new_histogram(),
@@ -100,6 +103,11 @@ impl Merged {
             completed_in_window: s.completed_in_window,
             status: s.status.iter().map(|(k, v)| (*k, *v)).collect(),
             errors: s.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            grpc_status: s
+                .grpc_status
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
             latency,
             service_time: decode(&s.service_time)?,
             warmup_latency: decode(&s.warmup_latency)?,
@@ -130,21 +138,15 @@ impl Merged {
         self.errors.values().sum()
     }
 
-    /// Requests that did not succeed: transport errors and 4xx/5xx answers
-    /// (1xx and 3xx are neither; see docs/report.md).
+    /// Requests that did not succeed: transport errors, 4xx/5xx answers
+    /// and gRPC statuses other than OK (1xx and 3xx are neither; see
+    /// docs/report.md).
     pub fn failures(&self) -> u64 {
-        self.errors_total()
-            + self
-                .status
-                .iter()
-                .filter(|(&code, _)| {
-                    matches!(
-                        class_of(code),
-                        OutcomeClass::ClientError | OutcomeClass::ServerError
-                    )
-                })
-                .map(|(_, n)| n)
-                .sum::<u64>()
+        self.by_class()
+            .into_iter()
+            .filter(|(class, _)| class.is_failure())
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// Latency over every outcome class.
@@ -166,6 +168,9 @@ impl Merged {
         if errors > 0 {
             out.insert(OutcomeClass::Error, errors);
         }
+        for (name, &n) in &self.grpc_status {
+            *out.entry(grpc_class_of(name)).or_default() += n;
+        }
         out
     }
 }
@@ -174,6 +179,14 @@ impl Merged {
 /// large for HTTP is not valid HTTP, like any other out-of-range code.
 pub fn class_of(code: u32) -> OutcomeClass {
     u16::try_from(code).map_or(OutcomeClass::ServerError, OutcomeClass::of_status)
+}
+
+/// The latency class of a grpc-status name from the wire (checked against
+/// the vocabulary on arrival; an unknown one reads as UNKNOWN would).
+pub fn grpc_class_of(name: &str) -> OutcomeClass {
+    name.parse::<GrpcStatus>()
+        .unwrap_or(GrpcStatus::Unknown)
+        .class()
 }
 
 /// Both sides are auto-resizing, so `add` can only fail on a precision
@@ -483,6 +496,9 @@ fn merge(into: &mut Merged, from: &Merged) {
     }
     for (k, v) in &from.errors {
         *into.errors.entry(k.clone()).or_default() += v;
+    }
+    for (k, v) in &from.grpc_status {
+        *into.grpc_status.entry(k.clone()).or_default() += v;
     }
     for (k, h) in &from.latency {
         add_hist(

@@ -35,7 +35,7 @@ use crate::cli::CompareArgs;
 use crate::error::Error;
 use crate::report::model::{Percentiles, Phases, RunInfo, Scenario, Totals, Verdict, SCHEMA};
 use crate::report::repeats::{Headline, HeadlinePercentiles, Repeats};
-use loadfleet_proto::vocab::VerdictLevel;
+use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::CompareInput(msg.into())
@@ -263,9 +263,10 @@ fn error_percent(t: &Totals) -> Option<f64> {
     percent(transport as f64, t.completed as f64)
 }
 
-/// Failures (transport errors, 4xx and 5xx answers) over completed
-/// requests, as the `failures<1%` threshold counts them; counted from the
-/// maps, so a report written before `failures` existed reads the same.
+/// Failures (transport errors, 4xx and 5xx answers, gRPC statuses other
+/// than OK) over completed requests, as the `failures<1%` threshold counts
+/// them; counted from the maps, so a report written before `failures`
+/// existed reads the same.
 fn failure_percent(t: &Totals) -> Option<f64> {
     let transport: u64 = t.errors.values().sum();
     let answers: u64 = t
@@ -274,7 +275,32 @@ fn failure_percent(t: &Totals) -> Option<f64> {
         .filter(|(c, _)| c.starts_with('4') || c.starts_with('5'))
         .map(|(_, n)| n)
         .sum();
-    percent((transport + answers) as f64, t.completed as f64)
+    let grpc: u64 = t.grpc.as_ref().map_or(0, |g| {
+        g.status
+            .iter()
+            .filter(|(name, _)| name.as_str() != GrpcStatus::Ok.as_str())
+            .map(|(_, n)| n)
+            .sum()
+    });
+    percent((transport + answers + grpc) as f64, t.completed as f64)
+}
+
+/// A gRPC status's count, and its share of completed requests as the
+/// `grpc.STATUS<1%` threshold reads it; both unknown (`-`) in a report
+/// without that status.
+fn grpc_figures(status: String) -> [Figure; 2] {
+    let name = status.clone();
+    let count = Figure {
+        name: format!("grpc {status}"),
+        unit: Unit::Count,
+        get: Box::new(move |t| Some(*t.grpc.as_ref()?.status.get(&name)? as f64)),
+        headline: None,
+    };
+    let share = Figure::derived(&format!("grpc {status} %"), move |t| {
+        let n = *t.grpc.as_ref()?.status.get(&status)?;
+        percent(n as f64, t.completed as f64)
+    });
+    [count, share]
 }
 
 fn unsent_percent(t: &Totals) -> Option<f64> {
@@ -380,6 +406,18 @@ fn figures(inputs: &[Input]) -> Vec<Figure> {
             |t| &t.errors,
             kind,
         ));
+    }
+    let grpc: BTreeSet<String> = all_totals(inputs)
+        .filter_map(|t| t.grpc.as_ref())
+        .flat_map(|g| g.status.keys().cloned())
+        .collect();
+    // In the vocabulary's order (OK first), as the report lists them.
+    for status in GrpcStatus::ALL
+        .iter()
+        .map(|s| s.as_str().to_string())
+        .filter(|s| grpc.contains(s))
+    {
+        f.extend(grpc_figures(status));
     }
     for (name, pick, headline) in PERCENTILES {
         f.push(Figure::new(

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod compare;
 pub mod error;
 pub mod fleet;
+pub mod grpc;
 pub mod local;
 pub mod metrics;
 pub mod plan;

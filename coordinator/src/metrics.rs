@@ -131,9 +131,19 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     );
     family(
         &mut out,
+        "loadfleet_grpc_responses_total",
+        "counter",
+        "gRPC calls by grpc-status (OK, UNAVAILABLE, ...), apart from HTTP statuses.",
+        &t.grpc_status
+            .iter()
+            .map(|(k, n)| (label("grpc_status", k), *n as f64))
+            .collect::<Vec<_>>(),
+    );
+    family(
+        &mut out,
         "loadfleet_failures_total",
         "counter",
-        "Requests that did not succeed: transport errors, 4xx and 5xx answers.",
+        "Requests that did not succeed: transport errors, 4xx and 5xx answers, gRPC statuses other than OK.",
         &one(t.failures() as f64),
     );
     family(
@@ -213,5 +223,14 @@ mod tests {
         );
         assert!(text.contains("loadfleet_in_flight 3"));
         assert!(text.contains("loadfleet_failures_total 5"), "{text}");
+        // gRPC statuses are their own family, and the non-OK ones fail.
+        agg.totals.grpc_status.insert("OK".into(), 7);
+        agg.totals.grpc_status.insert("UNAVAILABLE".into(), 2);
+        let text = render(&agg, 3, 1, 1.5);
+        assert!(
+            text.contains(r#"loadfleet_grpc_responses_total{grpc_status="UNAVAILABLE"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains("loadfleet_failures_total 7"), "{text}");
     }
 }

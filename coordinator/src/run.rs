@@ -189,7 +189,7 @@ fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Err
 
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
-    let plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
+    let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
     let token = match (&args.token, local) {
@@ -262,6 +262,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
                 "--delay".to_string(),
                 humantime::format_duration(args.testbed_delay).to_string(),
             ];
+            if args.flags.grpc {
+                tb_args.push("--grpc".to_string());
+            }
             if let Some(pool) = args.testbed_pool {
                 tb_args.extend([
                     "--pool".to_string(),
@@ -278,6 +281,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         }
         url => url.to_string(),
     };
+    if plan.target.grpc_source == Some(plan::GrpcSource::Reflection) && plan.has_grpc() {
+        let descriptors = reflect(&plan, &target).await?;
+        plan.set_grpc_descriptors(descriptors)?;
+    }
     let placement = if local {
         let pinning = match (&split, testbed.is_some()) {
             (Some(s), true) => format!(
@@ -439,6 +446,27 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         }
         _ => Ok(report::exit_status(&report)),
     }
+}
+
+/// How long the target's reflection service may take to give the message
+/// types.
+const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The message types of the plan's gRPC methods, from the target's
+/// reflection service, before any agent is assigned: a target that cannot
+/// say them would only give errors, so the run is refused (exit 2) with
+/// what to do instead.
+async fn reflect(plan: &plan::Plan, target: &str) -> Result<Vec<u8>, Error> {
+    let mut services: Vec<String> = plan
+        .grpc_methods()
+        .iter()
+        .filter_map(|m| loadfleet_proto::grpc::method_name(m).ok())
+        .map(|m| m.service.to_string())
+        .collect();
+    services.dedup();
+    crate::grpc::reflect(target, &services, REFLECTION_TIMEOUT)
+        .await
+        .map_err(|e| error::flags(format!("{e}; nothing was sent")))
 }
 
 /// How long the target's name may take to resolve before the run is

@@ -1,11 +1,13 @@
 //! Pass/fail rules checked against the final report (`p99<500ms`,
-//! `unsent==0`, `failures<1%`, `incomplete==0`, `ok_rps>=900`). Each metric
+//! `unsent==0`, `failures<1%`, `incomplete==0`, `ok_rps>=900`,
+//! `grpc.unavailable<1%`). Each metric
 //! is named as in the report (errors, failures and successful throughput
 //! are defined in docs/report.md).
 
 use std::fmt;
 use std::str::FromStr;
 
+use loadfleet_proto::vocab::GrpcStatus;
 use serde::{Deserialize, Serialize};
 
 /// What a threshold looks at.
@@ -23,8 +25,10 @@ enum Metric {
     Incomplete,
     /// Completions in the window per second.
     Throughput,
-    /// 2xx completions in the window per second.
+    /// 2xx and gRPC OK completions in the window per second.
     ThroughputOk,
+    /// gRPC calls answered with this status (`%` of completed).
+    Grpc(GrpcStatus),
 }
 
 impl Metric {
@@ -34,7 +38,11 @@ impl Metric {
             _ if percent => "%",
             Metric::Latency(_) => "ms",
             Metric::Throughput | Metric::ThroughputOk => "req/s",
-            Metric::Unsent | Metric::Errors | Metric::Failures | Metric::Incomplete => "",
+            Metric::Unsent
+            | Metric::Errors
+            | Metric::Failures
+            | Metric::Incomplete
+            | Metric::Grpc(_) => "",
         }
     }
 }
@@ -71,9 +79,14 @@ impl FromStr for Threshold {
             .find(['<', '>', '='])
             .ok_or_else(|| format!("{s:?}: expected METRIC OP VALUE, e.g. 'p99<500ms'"))?;
         let (name, rest) = text.split_at(pos);
-        let (scenario, name) = match name.rsplit_once('.') {
-            Some((sc, metric)) if !sc.is_empty() => (Some(sc.to_string()), metric),
-            _ => (None, name),
+        // `grpc.STATUS` is one metric name with a dot in it: the scenario,
+        // if any, is what stands before it.
+        let (scenario, name) = match grpc_metric(name) {
+            Some((sc, metric)) => (sc.map(str::to_string), metric),
+            None => match name.rsplit_once('.') {
+                Some((sc, metric)) if !sc.is_empty() => (Some(sc.to_string()), metric),
+                _ => (None, name),
+            },
         };
         let (op, value) = [
             ("<=", Op::Le),
@@ -101,11 +114,29 @@ impl FromStr for Threshold {
             "incomplete" => Metric::Incomplete,
             "rps" | "throughput" => Metric::Throughput,
             "ok_rps" | "throughput_ok" => Metric::ThroughputOk,
-            other => {
-                return Err(format!(
-                    "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps or ok_rps"
-                ))
-            }
+            other => match other.strip_prefix("grpc.") {
+                Some(status) => Metric::Grpc(
+                    GrpcStatus::ALL
+                        .iter()
+                        .copied()
+                        .find(|g| g.threshold_name() == status.to_ascii_lowercase())
+                        .ok_or_else(|| {
+                            format!(
+                                "{s:?}: {status:?} is not a gRPC status; use one of {}",
+                                GrpcStatus::ALL
+                                    .iter()
+                                    .map(|g| g.threshold_name())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        })?,
+                ),
+                None => {
+                    return Err(format!(
+                        "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps, ok_rps or grpc.STATUS (e.g. grpc.unavailable)"
+                    ))
+                }
+            },
         };
         // (number, is a percentage, milliseconds per unit when a time unit)
         let (number, percent, unit) = if let Some(v) = value.strip_suffix('%') {
@@ -132,7 +163,7 @@ impl FromStr for Threshold {
             )
         {
             return Err(format!(
-                "{s:?}: a percentage only applies to unsent, errors, failures and incomplete"
+                "{s:?}: a percentage only applies to unsent, errors, failures, incomplete and grpc.STATUS"
             ));
         }
         if !matches!(metric, Metric::Latency(_)) && unit.is_some() {
@@ -147,6 +178,46 @@ impl FromStr for Threshold {
             percent,
         })
     }
+}
+
+/// Splits `[SCENARIO.]grpc.STATUS` into the scenario and `grpc.STATUS`;
+/// `None` when the name is not about a gRPC status (a scenario named
+/// `grpc` with a plain metric, `grpc.p99`, stays a scenario's metric).
+fn grpc_metric(name: &str) -> Option<(Option<&str>, &str)> {
+    let (scenario, metric) = if let Some(status) = name.strip_prefix("grpc.") {
+        (None, status)
+    } else {
+        let at = name.rfind(".grpc.")?;
+        (Some(&name[..at]), &name[at + ".grpc.".len()..])
+    };
+    let is_status = GrpcStatus::ALL
+        .iter()
+        .any(|g| g.threshold_name() == metric.to_ascii_lowercase());
+    // An unknown word after `grpc.` is still meant as a status (and is
+    // refused as one), unless it is one of the plain metrics.
+    let plain = matches!(
+        metric,
+        "p50"
+            | "p90"
+            | "p95"
+            | "p99"
+            | "p999"
+            | "max"
+            | "mean"
+            | "unsent"
+            | "errors"
+            | "failures"
+            | "incomplete"
+            | "rps"
+            | "throughput"
+            | "ok_rps"
+            | "throughput_ok"
+    );
+    if !is_status && plain {
+        return None;
+    }
+    let metric_at = name.len() - metric.len() - "grpc.".len();
+    Some((scenario, &name[metric_at..]))
 }
 
 impl fmt::Display for Threshold {
@@ -200,6 +271,8 @@ pub struct Figures {
     pub incomplete: u64,
     pub throughput_rps: f64,
     pub throughput_ok_rps: f64,
+    /// gRPC calls per status name ("OK", "UNAVAILABLE", ...).
+    pub grpc: std::collections::BTreeMap<String, u64>,
 }
 
 /// One checked threshold, as it appears in the report.
@@ -239,6 +312,14 @@ impl Threshold {
             Metric::Incomplete => Some(f.incomplete as f64),
             Metric::Throughput => Some(f.throughput_rps),
             Metric::ThroughputOk => Some(f.throughput_ok_rps),
+            Metric::Grpc(status) => {
+                let n = f.grpc.get(status.as_str()).copied().unwrap_or(0);
+                if self.percent {
+                    ratio(n, f.completed)
+                } else {
+                    Some(n as f64)
+                }
+            }
         };
         // A latency threshold with no latency at all fails: nothing was
         // measured, so nothing was shown to be fast enough.
@@ -283,6 +364,7 @@ mod tests {
             incomplete: 10,
             throughput_rps: 99.0,
             throughput_ok_rps: 78.0,
+            grpc: [("OK".to_string(), 970), ("UNAVAILABLE".to_string(), 10)].into(),
         })
     }
 
@@ -302,6 +384,12 @@ mod tests {
             ("rps>=100", false),
             ("ok_rps>=78", true),
             ("throughput_ok>80", false),
+            ("grpc.ok>98%", true),
+            ("grpc.ok>99%", false),
+            ("grpc.unavailable<1%", false),
+            ("grpc.unavailable<=10", true),
+            ("grpc.resource_exhausted==0", true),
+            ("grpc.DEADLINE_EXCEEDED==0", true),
         ] {
             let t: Threshold = text.parse().unwrap();
             assert_eq!(figures(&t).passed, pass, "{text}");
@@ -328,6 +416,16 @@ mod tests {
         let t: Threshold = "checkout.p99<300ms".parse().unwrap();
         assert_eq!(t.scenario(), Some("checkout"));
         assert_eq!("p99<300ms".parse::<Threshold>().unwrap().scenario(), None);
+        let t: Threshold = "grpc.unavailable<1%".parse().unwrap();
+        assert_eq!((t.scenario(), t.metric), (None, Metric::Grpc(GrpcStatus::Unavailable)));
+        let t: Threshold = "checkout.grpc.ok>99%".parse().unwrap();
+        assert_eq!(
+            (t.scenario(), t.metric),
+            (Some("checkout"), Metric::Grpc(GrpcStatus::Ok))
+        );
+        // A scenario that happens to be named grpc keeps its plain metrics.
+        let t: Threshold = "grpc.p99<1s".parse().unwrap();
+        assert_eq!((t.scenario(), t.metric), (Some("grpc"), Metric::Latency("p99")));
     }
 
     #[test]
@@ -338,6 +436,8 @@ mod tests {
             ("p99<fast", "not a number"),
             ("rps>5%", "percentage"),
             ("unsent<5ms", "time units"),
+            ("grpc.unavailible<1%", "not a gRPC status"),
+            ("grpc.ok>5ms", "time units"),
         ] {
             let e = text.parse::<Threshold>().unwrap_err();
             assert!(e.contains(needle), "{text}: {e}");

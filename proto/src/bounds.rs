@@ -74,6 +74,13 @@ pub const MAX_DATA_COLUMNS: usize = 256;
 pub const MAX_DATA_ROWS: usize = 1_000_000;
 /// Largest data file or request body shipped to agents.
 pub const MAX_DATA_BYTES: u64 = 16 * 1024 * 1024;
+/// Largest gRPC descriptor set (an encoded `FileDescriptorSet`) shipped
+/// with a scenario: the message types of a few services with their
+/// imports are tens of KiB; the bound keeps a hostile set from making the
+/// agent decode without end.
+pub const MAX_GRPC_DESCRIPTORS_BYTES: usize = 4 * 1024 * 1024;
+/// Longest gRPC method name (`package.Service/Method`).
+pub const MAX_GRPC_METHOD_BYTES: usize = 1024;
 /// Largest control message either side accepts (an assignment carries the
 /// data files).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -324,7 +331,19 @@ fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsErr
             u64::from(MAX_REQUEST_WEIGHT),
         )?;
         total_weight += u64::from(r.weight.max(1));
+        bytes(&f("grpc_method"), r.grpc_method.len(), MAX_GRPC_METHOD_BYTES)?;
+        if !r.grpc_method.is_empty() && sc.grpc_descriptors.is_empty() {
+            return Err(err(
+                f("grpc_method"),
+                "names a gRPC method but the scenario carries no grpc_descriptors",
+            ));
+        }
     }
+    bytes(
+        &f("grpc_descriptors"),
+        sc.grpc_descriptors.len(),
+        MAX_GRPC_DESCRIPTORS_BYTES,
+    )?;
     if total_weight > MAX_TOTAL_WEIGHT {
         return Err(err(
             f("requests"),
@@ -578,6 +597,16 @@ mod tests {
             (
                 "scenarios[0].requests[0].url",
                 Box::new(|a| a.scenarios[0].requests[0].url = "x".repeat(MAX_URL_BYTES + 1)),
+            ),
+            (
+                "scenarios[0].grpc_descriptors",
+                Box::new(|a| {
+                    a.scenarios[0].grpc_descriptors = vec![0; MAX_GRPC_DESCRIPTORS_BYTES + 1]
+                }),
+            ),
+            (
+                "scenarios[0].requests[0].grpc_method",
+                Box::new(|a| a.scenarios[0].requests[0].grpc_method = "a.B/C".into()),
             ),
             (
                 "scenarios[0].data.rows",

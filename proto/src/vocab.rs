@@ -103,6 +103,15 @@ vocabulary! {
         ServerError => "5xx",
         /// No status at all: a transport error (see [`ErrorKind`]).
         Error => "error",
+        /// A gRPC call answered `OK`.
+        GrpcOk => "grpc_ok",
+        /// A gRPC call refused for something the caller did or must fix,
+        /// the statuses the standard gRPC-to-HTTP mapping gives a 4xx
+        /// (e.g. a fast `RESOURCE_EXHAUSTED` from an admission limit).
+        GrpcClientError => "grpc_client_error",
+        /// A gRPC call the server failed, the statuses that map to a 5xx
+        /// (e.g. `UNAVAILABLE` after a pool wait, `DEADLINE_EXCEEDED`).
+        GrpcServerError => "grpc_server_error",
     }
 }
 
@@ -124,6 +133,113 @@ impl OutcomeClass {
     /// the request path.
     pub const fn index(self) -> usize {
         self as usize
+    }
+
+    /// A success: a 2xx answer or a gRPC `OK`. What the successful
+    /// throughput counts.
+    pub const fn is_ok(self) -> bool {
+        matches!(self, OutcomeClass::Success | OutcomeClass::GrpcOk)
+    }
+
+    /// A failure: a transport error, a 4xx or 5xx answer, or a gRPC status
+    /// other than `OK`. 1xx and 3xx are neither success nor failure.
+    pub const fn is_failure(self) -> bool {
+        !matches!(
+            self,
+            OutcomeClass::Success
+                | OutcomeClass::GrpcOk
+                | OutcomeClass::Informational
+                | OutcomeClass::Redirect
+        )
+    }
+}
+
+vocabulary! {
+    /// The status of a gRPC call, as its `grpc-status` trailer carries it
+    /// (by number) and as reports name it (by the canonical name).
+    GrpcStatus {
+        /// Not an error.
+        Ok => "OK",
+        /// Cancelled, typically by the caller.
+        Cancelled => "CANCELLED",
+        /// An error the server could not classify.
+        Unknown => "UNKNOWN",
+        /// The request message was not acceptable.
+        InvalidArgument => "INVALID_ARGUMENT",
+        /// The deadline (the request's timeout) expired before the answer.
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        /// The entity asked for does not exist.
+        NotFound => "NOT_FOUND",
+        /// The entity to create already exists.
+        AlreadyExists => "ALREADY_EXISTS",
+        /// The caller may not do this.
+        PermissionDenied => "PERMISSION_DENIED",
+        /// A quota or limit was hit (e.g. admission control).
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        /// The system is not in a state the operation needs.
+        FailedPrecondition => "FAILED_PRECONDITION",
+        /// Aborted, typically by a concurrency conflict.
+        Aborted => "ABORTED",
+        /// Past the valid range.
+        OutOfRange => "OUT_OF_RANGE",
+        /// The method is not implemented or not served.
+        Unimplemented => "UNIMPLEMENTED",
+        /// An invariant broke inside the server.
+        Internal => "INTERNAL",
+        /// The service cannot answer now (e.g. a pool wait timed out).
+        Unavailable => "UNAVAILABLE",
+        /// Unrecoverable data loss.
+        DataLoss => "DATA_LOSS",
+        /// The caller has no valid credentials.
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+impl GrpcStatus {
+    /// The status of a `grpc-status` code; codes beyond 16 are not
+    /// defined and read as `UNKNOWN`, as gRPC clients do.
+    pub const fn from_code(code: u32) -> Self {
+        if (code as usize) < GrpcStatus::ALL.len() {
+            GrpcStatus::ALL[code as usize]
+        } else {
+            GrpcStatus::Unknown
+        }
+    }
+
+    /// The numeric code on the wire.
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The lower-case name thresholds use (`grpc.unavailable<1%`).
+    pub fn threshold_name(self) -> String {
+        self.as_str().to_ascii_lowercase()
+    }
+
+    /// The latency class of a call with this status: statuses the standard
+    /// gRPC-to-HTTP mapping gives a 4xx are the caller's, those it gives a
+    /// 5xx the server's, so a fast refusal and a slow failure keep their
+    /// own percentiles as 429 and 503 do.
+    pub const fn class(self) -> OutcomeClass {
+        match self {
+            GrpcStatus::Ok => OutcomeClass::GrpcOk,
+            GrpcStatus::Cancelled
+            | GrpcStatus::InvalidArgument
+            | GrpcStatus::NotFound
+            | GrpcStatus::AlreadyExists
+            | GrpcStatus::PermissionDenied
+            | GrpcStatus::ResourceExhausted
+            | GrpcStatus::FailedPrecondition
+            | GrpcStatus::Aborted
+            | GrpcStatus::OutOfRange
+            | GrpcStatus::Unauthenticated => OutcomeClass::GrpcClientError,
+            GrpcStatus::Unknown
+            | GrpcStatus::DeadlineExceeded
+            | GrpcStatus::Unimplemented
+            | GrpcStatus::Internal
+            | GrpcStatus::Unavailable
+            | GrpcStatus::DataLoss => OutcomeClass::GrpcServerError,
+        }
     }
 }
 
@@ -264,6 +380,31 @@ mod tests {
         round_trips(VerdictLevel::ALL);
         round_trips(VerdictCode::ALL);
         round_trips(AgentStatus::ALL);
+        round_trips(GrpcStatus::ALL);
+    }
+
+    #[test]
+    fn grpc_codes_are_the_canonical_numbers() {
+        assert_eq!(GrpcStatus::ALL.len(), 17);
+        assert_eq!(GrpcStatus::from_code(0), GrpcStatus::Ok);
+        assert_eq!(GrpcStatus::from_code(4), GrpcStatus::DeadlineExceeded);
+        assert_eq!(GrpcStatus::from_code(8), GrpcStatus::ResourceExhausted);
+        assert_eq!(GrpcStatus::from_code(14), GrpcStatus::Unavailable);
+        assert_eq!(GrpcStatus::from_code(16), GrpcStatus::Unauthenticated);
+        assert_eq!(GrpcStatus::from_code(99), GrpcStatus::Unknown);
+        for s in GrpcStatus::ALL {
+            assert_eq!(GrpcStatus::from_code(s.code()), *s);
+        }
+        assert_eq!(
+            GrpcStatus::ResourceExhausted.class(),
+            OutcomeClass::GrpcClientError
+        );
+        assert_eq!(
+            GrpcStatus::Unavailable.class(),
+            OutcomeClass::GrpcServerError
+        );
+        assert!(GrpcStatus::Ok.class().is_ok());
+        assert!(GrpcStatus::Unavailable.class().is_failure());
     }
 
     #[test]

@@ -84,6 +84,14 @@ pub struct Cli {
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<CpuList>,
 
+    /// Serve gRPC (HTTP/2 without TLS) instead of HTTP/1.1: the unary
+    /// method loadfleet.testbed.v1.Testbed/Work with the same delay, pool,
+    /// admission and error knobs (admission answers RESOURCE_EXHAUSTED, the
+    /// pool timeout UNAVAILABLE, injected errors INTERNAL), and reflection.
+    /// On exit it prints `grpc-status NAME COUNT` per status answered.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub grpc: bool,
+
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,

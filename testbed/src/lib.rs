@@ -13,11 +13,15 @@
 //! delay, no gates, no errors) answers from a static body without locks or
 //! per-request allocations of its own.
 //!
+//! With `--grpc` it is a gRPC server instead ([`serve_grpc`]): the same
+//! knobs, answered as gRPC statuses, with reflection.
+//!
 //! Readiness is explicit: after binding, the binary prints one line,
 //! `listening on <addr>`, to stdout, which is how tests and the coordinator
 //! learn the port when listening on port 0.
 
 pub mod cli;
+mod grpc;
 mod server;
 mod sse;
 
@@ -27,6 +31,7 @@ pub use cli::{Cli, CpuList, ErrorRate};
 /// Pinning is shared with the agent; see `loadfleet-sys` for why it must
 /// happen before the runtime is built.
 pub use loadfleet_sys::pin_to_cpus;
+pub use grpc::serve as serve_grpc;
 pub use server::serve;
 pub use sse::SseConfig;
 

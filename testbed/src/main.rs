@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use loadfleet_testbed::{pin_to_cpus, serve, Cli, Config};
+use loadfleet_testbed::{pin_to_cpus, serve, serve_grpc, Cli, Config};
 use tracing_subscriber::EnvFilter;
 
 /// Bad flags or values: what clap itself exits with, for consistency.
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => return fail(EXIT_FAILED, &err),
     };
-    match runtime.block_on(run(cli.listen, Arc::new(cli.config()), tls)) {
+    match runtime.block_on(run(cli.listen, Arc::new(cli.config()), tls, cli.grpc)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => fail(EXIT_FAILED, &err),
     }
@@ -89,6 +89,7 @@ async fn run(
     listen: SocketAddr,
     config: Arc<Config>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    grpc: bool,
 ) -> anyhow::Result<()> {
     // Signal handlers go in before the readiness line, so a signal sent as
     // soon as the line is read still ends the process cleanly.
@@ -103,6 +104,9 @@ async fn run(
         .context("writing the readiness line to stdout")?;
     drop(stdout);
 
+    if grpc {
+        return serve_grpc(listener, config, shutdown).await;
+    }
     serve(listener, config, tls, shutdown).await;
     Ok(())
 }

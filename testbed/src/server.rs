@@ -136,13 +136,14 @@ fn is_connection_error(err: &io::Error) -> bool {
 }
 
 /// State shared by all connections: built once, then only read, so the
-/// request path takes no locks.
-struct Shared {
+/// request path takes no locks. The gRPC side (`crate::grpc`) uses the
+/// same gates and delay.
+pub(crate) struct Shared {
     delay: Duration,
     /// Jitter in nanoseconds, so the random draw is a plain integer range.
     jitter_nanos: u64,
-    pool: Option<Gate>,
-    admission: Option<Gate>,
+    pub(crate) pool: Option<Gate>,
+    pub(crate) admission: Option<Gate>,
     error_rate: f64,
     /// Nothing to do per request: answer without spawning a future.
     trivial: bool,
@@ -154,7 +155,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         Shared {
             delay: config.delay,
             jitter_nanos: u64::try_from(config.delay_jitter.as_nanos()).unwrap_or(u64::MAX),
@@ -190,7 +191,7 @@ impl Shared {
     }
 
     /// This request's service delay: the fixed delay plus its jitter draw.
-    fn service_delay(&self) -> Duration {
+    pub(crate) fn service_delay(&self) -> Duration {
         if self.jitter_nanos == 0 {
             return self.delay;
         }
@@ -199,14 +200,14 @@ impl Shared {
     }
 
     /// Whether this request is one of the injected errors.
-    fn inject_error(&self) -> bool {
+    pub(crate) fn inject_error(&self) -> bool {
         // random() is in [0, 1), so a rate of 1 always strikes and 0 never.
         self.error_rate > 0.0 && rand::random::<f64>() < self.error_rate
     }
 }
 
 /// A semaphore with how long a request may wait for it.
-struct Gate {
+pub(crate) struct Gate {
     permits: Semaphore,
     /// `None` waits without limit; zero does not wait at all.
     timeout: Option<Duration>,
@@ -222,7 +223,7 @@ impl Gate {
 
     /// Takes a permit, waiting at most the gate's timeout; `None` if none
     /// could be had in time.
-    async fn enter(&self) -> Option<SemaphorePermit<'_>> {
+    pub(crate) async fn enter(&self) -> Option<SemaphorePermit<'_>> {
         // Fast path: no timer and no waiter registration when a permit is free.
         match self.permits.try_acquire() {
             Ok(permit) => return Some(permit),

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use loadfleet_proto::bounds::{MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 
 use crate::aggregate::Merged;
 
@@ -186,6 +186,7 @@ impl Checks {
         words::<OutcomeClass>("unknown_class", "latency", s.latency.keys())?;
         words::<UnsentReason>("unknown_reason", "unsent", s.unsent.keys())?;
         words::<ErrorKind>("unknown_error_kind", "errors", s.errors.keys())?;
+        words::<GrpcStatus>("unknown_grpc_status", "grpc_status", s.grpc_status.keys())?;
         if let Some(code) = s.status.keys().find(|c| !(100..=999).contains(*c)) {
             return Err(reject(
                 "bad_status",
@@ -231,9 +232,19 @@ impl Checks {
         for (k, &v) in &s.errors {
             fits("errors", v, totals.errors.get(k).copied().unwrap_or(0))?;
         }
-        sum(
-            "status + errors",
-            s.status.values().chain(s.errors.values()),
+        for (k, &v) in &s.grpc_status {
+            fits(
+                "grpc_status",
+                v,
+                totals.grpc_status.get(k).copied().unwrap_or(0),
+            )?;
+        }
+        let outcomes = sum(
+            "status + errors + grpc_status",
+            s.status
+                .values()
+                .chain(s.errors.values())
+                .chain(s.grpc_status.values()),
         )?;
         // A request opens a connection or reuses one, never both, and is
         // counted when it completes.
@@ -243,6 +254,15 @@ impl Checks {
                 format!(
                     "connections_opened {} + connections_reused {} > completed {}",
                     s.connections_opened, s.connections_reused, s.completed
+                ),
+            ));
+        }
+        if outcomes > s.completed {
+            return Err(reject(
+                "counts_disagree",
+                format!(
+                    "{outcomes} outcomes (status + errors + grpc_status) but {} completed",
+                    s.completed
                 ),
             ));
         }

@@ -20,6 +20,7 @@ use loadfleet_proto::v1;
 use crate::thresholds::Threshold;
 
 mod check;
+mod grpc;
 mod model;
 mod overlay;
 mod raw;
@@ -79,6 +80,12 @@ impl std::str::FromStr for OnAgentLoss {
 /// The special target URL that means "the built-in testbed" (local runs).
 pub const TESTBED_URL: &str = "testbed";
 
+/// The built-in testbed's gRPC method (`loadfleet-testbed --grpc`), which
+/// `run --grpc` calls when no other method is given.
+pub const TESTBED_GRPC_METHOD: &str = "loadfleet.testbed.v1.Testbed/Work";
+/// The message `run --grpc` sends it.
+pub const TESTBED_GRPC_MESSAGE: &str = r#"{"payload": "request {{seq}}"}"#;
+
 /// Where a plan made of flags alone comes from, in messages.
 const FLAGS_SOURCE: &str = "the command line";
 
@@ -103,6 +110,23 @@ pub struct Target {
     pub max_lag: Duration,
     /// The least latency the target can answer with, when known.
     pub latency_floor: Option<Duration>,
+    /// Where the message types of gRPC requests come from; `None` when the
+    /// plan sends none.
+    pub grpc_source: Option<GrpcSource>,
+    /// The encoded `FileDescriptorSet` of those types: read with the plan
+    /// from a descriptor set file, or filled in by `run` from reflection
+    /// ([`Plan::set_grpc_descriptors`]). Empty until known.
+    pub grpc_descriptors: Vec<u8>,
+}
+
+/// Where the message types of a plan's gRPC requests come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrpcSource {
+    /// A descriptor set file (`protoc -o`, `buf build`), read and checked
+    /// with the plan.
+    DescriptorSet(std::path::PathBuf),
+    /// The target's reflection service, asked before any load is sent.
+    Reflection,
 }
 
 /// How the fleet's load is shared among agents.
@@ -146,6 +170,10 @@ impl Model {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestPlan {
+    /// `package.Service/Method` of a gRPC call; `None` for HTTP. A gRPC
+    /// call is a POST of `body` (its JSON message) to `path`
+    /// (`/package.Service/Method`) with `headers` as its metadata.
+    pub grpc: Option<String>,
     pub method: String,
     /// A path joined to the target URL, or an absolute URL.
     pub path: String,
@@ -199,6 +227,41 @@ impl Plan {
             .unwrap_or_default()
     }
 
+    /// Does any scenario send a gRPC call?
+    pub fn has_grpc(&self) -> bool {
+        self.scenarios
+            .iter()
+            .any(|s| s.requests.iter().any(|r| r.grpc.is_some()))
+    }
+
+    /// The gRPC methods the plan calls, each once, for the messages a
+    /// refusal names.
+    pub fn grpc_methods(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self
+            .scenarios
+            .iter()
+            .flat_map(|s| s.requests.iter().filter_map(|r| r.grpc.as_deref()))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Takes the message types asked from the target's reflection service
+    /// and checks every gRPC request's message against them, as the
+    /// validator does for a descriptor set file.
+    pub fn set_grpc_descriptors(&mut self, descriptors: Vec<u8>) -> Result<(), PlanErrors> {
+        let errors = grpc::check_messages(self, &descriptors);
+        if !errors.is_empty() {
+            return Err(PlanErrors {
+                source: "the target's reflection service".into(),
+                errors,
+            });
+        }
+        self.target.grpc_descriptors = descriptors;
+        Ok(())
+    }
+
     /// The wire form of every scenario, with request paths joined to `base`.
     pub fn assignments(&self, base: &str) -> Vec<v1::ScenarioAssignment> {
         self.scenarios
@@ -232,8 +295,15 @@ impl Plan {
                             .collect(),
                         body: r.body.clone(),
                         weight: r.weight,
+                        grpc_method: r.grpc.clone().unwrap_or_default(),
                     })
                     .collect(),
+                // Only scenarios that call gRPC carry the types.
+                grpc_descriptors: if s.requests.iter().any(|r| r.grpc.is_some()) {
+                    self.target.grpc_descriptors.clone()
+                } else {
+                    Vec::new()
+                },
                 data: s.data.as_ref().map(|d| v1::DataTable {
                     columns: d.columns.clone(),
                     rows: d

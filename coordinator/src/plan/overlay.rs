@@ -4,6 +4,7 @@
 //! a value a flag set names the flag.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -12,7 +13,7 @@ use toml::Spanned;
 
 use super::check::PlanError;
 use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget};
-use super::TESTBED_URL;
+use super::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
 use crate::thresholds::Threshold;
 
 /// Rate of a plan made of flags when neither --rate nor --clients is given.
@@ -100,9 +101,34 @@ pub struct Overlay {
     /// Request body.
     #[arg(long)]
     pub body: Option<String>,
+    /// Call this gRPC unary method, package.Service/Method, instead of
+    /// sending an HTTP request; its message types come from
+    /// --descriptor-set or --reflection.
+    #[arg(long, value_name = "METHOD")]
+    pub grpc_method: Option<String>,
+    /// The gRPC request message as JSON, with placeholders like --body
+    /// (default {}).
+    #[arg(long, value_name = "JSON", requires = "grpc_method")]
+    pub grpc_message: Option<String>,
+    /// gRPC metadata, 'key: value' (repeatable).
+    #[arg(long, value_name = "KEY: VALUE", requires = "grpc_method")]
+    pub metadata: Vec<String>,
+    /// gRPC message types from this descriptor set file (protoc
+    /// --include_imports -o FILE, buf build -o FILE).
+    #[arg(long, value_name = "FILE", conflicts_with = "reflection")]
+    pub descriptor_set: Option<PathBuf>,
+    /// gRPC message types from the target's reflection service, asked
+    /// before any load is sent.
+    #[arg(long)]
+    pub reflection: bool,
+    /// Start the built-in testbed as a gRPC server (h2c, with reflection)
+    /// and, without a plan file or --grpc-method, call its Work method.
+    #[arg(long)]
+    pub grpc: bool,
     /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
-    /// 'errors<1%', or per scenario 'checkout.p99<300ms' (repeatable). A
-    /// failed one makes the exit status 1.
+    /// 'errors<1%', 'grpc.unavailable<1%', or per scenario
+    /// 'checkout.p99<300ms' (repeatable). A failed one makes the exit
+    /// status 1.
     #[arg(long = "threshold")]
     pub thresholds: Vec<Threshold>,
 }
@@ -211,18 +237,65 @@ impl Overlay {
             }
         }
         let request = self.method.is_some() || !self.headers.is_empty() || self.body.is_some();
-        if request && from_file {
+        let grpc = self.grpc_method.is_some();
+        if grpc && request {
             laid.err(
-                "--method/--header/--body",
+                "--grpc-method",
+                "a gRPC call takes --grpc-message and --metadata, not --method/--header/--body",
+            );
+        }
+        if (request || grpc) && from_file {
+            laid.err(
+                if grpc {
+                    "--grpc-method/--grpc-message/--metadata"
+                } else {
+                    "--method/--header/--body"
+                },
                 "these describe the request of a plan made of flags; with a plan file, edit its [[scenario.request]]",
             );
-        } else if request {
-            let request = self.request(&mut laid);
+        } else if request || grpc || (self.grpc && !from_file) {
+            let request = if grpc || !request {
+                self.grpc_request(&mut laid)
+            } else {
+                self.request(&mut laid)
+            };
             for s in &mut raw.scenario {
                 s.get_mut().request = vec![flag_value(request.clone())];
             }
         }
         laid
+    }
+
+    /// The gRPC call of a plan made of flags: --grpc-method, or with
+    /// --grpc alone the built-in testbed's Work method.
+    fn grpc_request(&self, laid: &mut Laid) -> RawRequest {
+        let at = |field: &str| format!("scenario[0].request[0].{field}");
+        let mut metadata = BTreeMap::new();
+        for m in &self.metadata {
+            match m.split_once(':') {
+                Some((key, value)) => {
+                    laid.set(at(&format!("metadata.{}", key.trim())), "--metadata");
+                    metadata.insert(key.trim().to_string(), value.trim().to_string());
+                }
+                None => laid.err("--metadata", format!("{m:?}: write it as 'key: value'")),
+            }
+        }
+        laid.set(at("metadata"), "--metadata");
+        laid.set(at("grpc"), "--grpc-method");
+        laid.set(at("message"), "--grpc-message");
+        let (method, message) = match &self.grpc_method {
+            Some(m) => (m.clone(), self.grpc_message.clone()),
+            None => (
+                TESTBED_GRPC_METHOD.to_string(),
+                Some(TESTBED_GRPC_MESSAGE.to_string()),
+            ),
+        };
+        RawRequest {
+            grpc: Some(flag_value(method)),
+            message,
+            metadata,
+            ..RawRequest::default()
+        }
     }
 
     fn lay_target(&self, raw: &mut RawPlan, laid: &mut Laid) {
@@ -258,6 +331,28 @@ impl Overlay {
         if let Some(d) = self.latency_floor {
             t.latency_floor = flag_duration(d);
             laid.set("target.latency_floor", "--latency-floor");
+        }
+        if let Some(path) = &self.descriptor_set {
+            // Relative to where the command runs, not to the plan file.
+            let path = std::env::current_dir()
+                .map(|d| d.join(path))
+                .unwrap_or_else(|_| path.clone());
+            t.descriptor_set = Some(flag_value(path.display().to_string()));
+            t.reflection = None;
+            laid.set("target.descriptor_set", "--descriptor-set");
+        }
+        // --grpc aims at the testbed's service, which serves reflection.
+        let testbed = t.url.as_ref().is_some_and(|u| u.get_ref() == TESTBED_URL);
+        if self.reflection || (self.grpc && testbed && self.descriptor_set.is_none()) {
+            t.reflection = Some(flag_value(true));
+            t.descriptor_set = None;
+            laid.set("target.reflection", "--reflection");
+        }
+        if self.grpc && !testbed {
+            laid.err(
+                "--grpc",
+                "--grpc starts the built-in testbed as a gRPC server; for another target leave --grpc out and give --grpc-method with --descriptor-set or --reflection",
+            );
         }
     }
 

@@ -39,6 +39,11 @@ pub(super) struct RawTarget {
     pub connections: Option<Spanned<i64>>,
     pub max_lag: Option<Spanned<String>>,
     pub latency_floor: Option<Spanned<String>>,
+    /// The message types of gRPC requests: a descriptor set file
+    /// (`protoc -o`, `buf build`) …
+    pub descriptor_set: Option<Spanned<String>>,
+    /// … or the target's reflection service.
+    pub reflection: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +141,14 @@ pub(super) struct RawRequest {
     pub body: Option<String>,
     pub body_file: Option<Spanned<String>>,
     pub weight: Option<Spanned<i64>>,
+    /// A gRPC unary call to `package.Service/Method` instead of an HTTP
+    /// request; it takes `message`/`message_file` and `metadata`.
+    pub grpc: Option<Spanned<String>>,
+    /// The request message as JSON (placeholders allowed).
+    pub message: Option<String>,
+    pub message_file: Option<Spanned<String>>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -56,6 +56,7 @@ pub(super) fn requests(
 ) -> Vec<RequestPlan> {
     if raw.is_empty() {
         return vec![RequestPlan {
+            grpc: None,
             method: "GET".into(),
             path: String::new(),
             headers: Vec::new(),
@@ -97,6 +98,10 @@ fn request(
     columns: &[String],
     base: &Path,
 ) -> RequestPlan {
+    if let Some(method) = &spanned.get_ref().grpc {
+        return super::grpc::request(c, at, spanned, method, columns, base);
+    }
+    super::grpc::not_grpc(c, at, spanned);
     let sp = spanned.span();
     let f = |name: &str| format!("{at}.{name}");
     let r = spanned.get_ref();
@@ -177,6 +182,7 @@ fn request(
         .positive(&f("weight"), &r.weight, i64::from(MAX_REQUEST_WEIGHT))
         .unwrap_or(1);
     RequestPlan {
+        grpc: None,
         method,
         path,
         headers: r
@@ -189,7 +195,7 @@ fn request(
     }
 }
 
-fn body_file(
+pub(super) fn body_file(
     c: &mut Check<'_>,
     field: &str,
     bf: &Spanned<String>,

@@ -15,8 +15,8 @@ use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
-use super::{join_url, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
-use super::{model, requests, shape, timing};
+use super::{join_url, GrpcSource, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
+use super::{grpc, model, requests, shape, timing};
 use crate::thresholds::Threshold;
 
 /// Drain when the plan gives none.
@@ -49,6 +49,7 @@ pub(super) struct Input<'a> {
 }
 
 pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErrors> {
+    let flags = input.flags.clone();
     let mut c = Check::new(input.text, input.flags, input.errors);
     let run = RunSettings {
         warmup: raw
@@ -88,7 +89,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             c.err("target", None, "missing; add a [target] table with url = \"http://HOST:PORT\" (or \"testbed\" for the built-in target), or give --url");
             None
         }
-        Some(t) => Some(target(&mut c, t)),
+        Some(t) => Some(target(&mut c, t, input.base)),
     };
     let shares = raw
         .agents
@@ -142,24 +143,58 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             }
         }
     }
-    match (c.errors.is_empty(), target) {
-        (true, Some(target)) => Ok(Plan {
+    let plan = match (c.errors.is_empty(), target) {
+        (true, Some(target)) => Plan {
             run,
             target,
             shares,
             scenarios,
             thresholds,
-        }),
-        _ => Err(PlanErrors {
-            source: input.source.to_string(),
-            errors: c.errors,
-        }),
+        },
+        _ => {
+            return Err(PlanErrors {
+                source: input.source.to_string(),
+                errors: c.errors,
+            })
+        }
+    };
+    // gRPC messages are checked against their types once the whole plan
+    // stands; with reflection that happens when `run` has asked the target.
+    let errors = match &plan.target.grpc_source {
+        _ if !plan.has_grpc() => Vec::new(),
+        None => vec![PlanError {
+            field: "target".into(),
+            line: None,
+            message: format!(
+                "the plan calls gRPC ({}) but does not say where its message types come from; add descriptor_set = \"FILE\" (from protoc --include_imports -o or buf build) or reflection = true to [target]",
+                plan.grpc_methods().join(", ")
+            ),
+        }],
+        Some(GrpcSource::DescriptorSet(_)) => {
+            grpc::check_messages(&plan, &plan.target.grpc_descriptors)
+        }
+        Some(GrpcSource::Reflection) => Vec::new(),
+    };
+    if errors.is_empty() {
+        return Ok(plan);
     }
+    // Through the checker, so a mistake in a value a flag set names the
+    // flag.
+    let mut c = Check::new(input.text, flags, Vec::new());
+    for e in errors {
+        c.err(e.field, None, e.message);
+    }
+    Err(PlanErrors {
+        source: input.source.to_string(),
+        errors: c.errors,
+    })
 }
 
-fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>) -> Target {
+fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>, base: &Path) -> Target {
     let span = t.span();
     let t = t.get_ref();
+    let mut grpc_descriptors = Vec::new();
+    let grpc_source = grpc::source(c, t, base, &mut grpc_descriptors);
     let url = match &t.url {
         None => {
             c.err(
@@ -202,6 +237,8 @@ fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>) -> Target {
             .filter(|&d| c.at_most("target.max_lag", span_of(&t.max_lag), d, MAX_LAG))
             .unwrap_or(DEFAULT_MAX_LAG),
         latency_floor: c.bounded_duration("target.latency_floor", &t.latency_floor, MAX_TIMEOUT),
+        grpc_source,
+        grpc_descriptors,
     }
 }
 

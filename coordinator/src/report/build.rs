@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo,
-    Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases, Report,
+    RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::verdicts;
@@ -123,6 +123,7 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
         },
         status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         errors: m.errors.clone(),
+        grpc: grpc_of(m),
         failures: m.failures(),
         throughput_rps: per_window(m.completed_in_window),
         throughput_ok_rps: per_window(m.completed_ok_in_window),
@@ -150,6 +151,25 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
             latency_ms: percentiles(&m.warmup_latency),
         },
     }
+}
+
+/// The gRPC figures of `m`; `None` when no call answered a grpc-status,
+/// so an HTTP run's report has no `grpc` key.
+fn grpc_of(m: &Merged) -> Option<Grpc> {
+    let calls: u64 = m.grpc_status.values().sum();
+    if calls == 0 {
+        return None;
+    }
+    let of = m.completed.max(calls) as f64;
+    Some(Grpc {
+        calls,
+        status: m.grpc_status.clone(),
+        rate: m
+            .grpc_status
+            .iter()
+            .map(|(k, &n)| (k.clone(), n as f64 / of))
+            .collect(),
+    })
 }
 
 /// Builds the report and decides the verdicts.
@@ -376,5 +396,10 @@ pub(crate) fn figures(t: &Totals) -> Figures {
         incomplete: t.in_flight_at_end,
         throughput_rps: t.throughput_rps,
         throughput_ok_rps: t.throughput_ok_rps,
+        grpc: t
+            .grpc
+            .as_ref()
+            .map(|g| g.status.clone())
+            .unwrap_or_default(),
     }
 }

@@ -53,6 +53,9 @@ pub struct Totals {
     pub status: BTreeMap<String, u64>,
     /// Transport errors (no HTTP status) by kind.
     pub errors: BTreeMap<String, u64>,
+    /// gRPC calls by grpc-status; absent when nothing answered one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<Grpc>,
     /// Requests that did not succeed: transport errors + 4xx + 5xx.
     #[serde(default)]
     pub failures: u64,
@@ -102,6 +105,21 @@ pub struct Phases {
     pub connections_opened: u64,
     /// Requests sent on a connection an earlier request had used.
     pub connections_reused: u64,
+}
+
+/// The gRPC outcomes of a set of totals: every grpc-status apart, as a
+/// count and as a share of all completions (which also hold the calls that
+/// got an HTTP error status or a transport error instead), so that
+/// `grpc.ok` and `grpc.unavailable` read like `failures` does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Grpc {
+    /// Calls answered with a grpc-status (any).
+    pub calls: u64,
+    /// Calls per status name ("OK", "RESOURCE_EXHAUSTED", ...); only the
+    /// statuses seen.
+    pub status: BTreeMap<String, u64>,
+    /// Each status's count / `completed`, as a fraction 0..1.
+    pub rate: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

@@ -244,7 +244,7 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
         .expect("the representative index comes from the runs");
     main.verdicts = verdicts;
     main.partial = partial;
-    let figures = median_figures(&med);
+    let figures = median_figures(&med, &runs);
     main.thresholds = thresholds
         .iter()
         .map(|th| match th.scenario() {
@@ -288,8 +288,27 @@ fn median_latency(med: &Value) -> Option<Latency> {
     })
 }
 
-/// Threshold figures from the medians.
-fn median_figures(med: &Value) -> Figures {
+/// Threshold figures from the medians; each gRPC status's count is its
+/// median over the runs (0 in a run that never saw it).
+fn median_figures(med: &Value, runs: &[Value]) -> Figures {
+    let mut names = std::collections::BTreeSet::new();
+    for r in runs {
+        if let Some(Value::Object(status)) = r.get("grpc").and_then(|g| g.get("status")) {
+            names.extend(status.keys().cloned());
+        }
+    }
+    let grpc = names
+        .into_iter()
+        .map(|name| {
+            let mut counts: Vec<f64> = runs
+                .iter()
+                .map(|r| get(r, &format!("grpc.status.{name}")).unwrap_or(0.0))
+                .collect();
+            counts.sort_by(f64::total_cmp);
+            let n = median(&counts).round() as u64;
+            (name, n)
+        })
+        .collect();
     let n = |k: &str| get(med, k).unwrap_or(0.0).round() as u64;
     Figures {
         latency: median_latency(med),
@@ -302,6 +321,7 @@ fn median_figures(med: &Value) -> Figures {
         incomplete: n("in_flight_at_end"),
         throughput_rps: get(med, "throughput_rps").unwrap_or(0.0),
         throughput_ok_rps: get(med, "throughput_ok_rps").unwrap_or(0.0),
+        grpc,
     }
 }
 

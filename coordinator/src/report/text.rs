@@ -5,10 +5,10 @@
 
 use std::io::Write;
 
-use loadfleet_proto::vocab::{UnsentReason, VerdictLevel};
+use loadfleet_proto::vocab::{GrpcStatus, UnsentReason, VerdictLevel};
 
 use super::format::{ms, threshold_actual};
-use super::model::{Percentiles, Report};
+use super::model::{Grpc, Percentiles, Report};
 use super::repeats::{Repeats, Unit, COLUMNS};
 
 fn percentile_row(
@@ -30,6 +30,19 @@ fn percentile_row(
         ),
         None => writeln!(out, "  {label:<14} (nothing completed)"),
     }
+}
+
+/// `OK: 950 (95.00%)  UNAVAILABLE: 50 (5.00%)`, statuses in code order.
+fn grpc_line(g: &Grpc) -> String {
+    GrpcStatus::ALL
+        .iter()
+        .filter_map(|s| {
+            let n = g.status.get(s.as_str())?;
+            let rate = g.rate.get(s.as_str()).copied().unwrap_or(0.0);
+            Some(format!("{s}: {n} ({:.2}%)", 100.0 * rate))
+        })
+        .collect::<Vec<_>>()
+        .join("  ")
 }
 
 /// The human summary: verdicts first, then intended/sent/unsent, outcomes,
@@ -127,11 +140,19 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             errors.join("  ")
         }
     )?;
+    if let Some(g) = &t.grpc {
+        writeln!(out, "  grpc      {}", grpc_line(g))?;
+    }
     writeln!(
         out,
-        "  failures  {} ({:.2}% of completed: errors, 4xx and 5xx)",
+        "  failures  {} ({:.2}% of completed: errors, 4xx and 5xx{})",
         t.failures,
-        100.0 * t.failures as f64 / t.completed.max(1) as f64
+        100.0 * t.failures as f64 / t.completed.max(1) as f64,
+        if t.grpc.is_some() {
+            ", gRPC other than OK"
+        } else {
+            ""
+        }
     )?;
     writeln!(out)?;
     if t.latency_lower_bound {

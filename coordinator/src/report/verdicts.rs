@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use loadfleet_proto::vocab::{
-    AgentStatus, ErrorKind, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
+    AgentStatus, ErrorKind, GrpcStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
 };
 
 use super::model::{AgentReport, Report, Totals, Verdict};
@@ -152,10 +152,11 @@ fn health_verdicts(
             }
         }
     }
-    if let (Some(floor), Some(ok)) = (
-        floor,
-        t.latency_by_class_ms.get(OutcomeClass::Success.as_str()),
-    ) {
+    let ok = t
+        .latency_by_class_ms
+        .get(OutcomeClass::Success.as_str())
+        .or_else(|| t.latency_by_class_ms.get(OutcomeClass::GrpcOk.as_str()));
+    if let (Some(floor), Some(ok)) = (floor, ok) {
         let floor_ms = floor.as_secs_f64() * 1000.0;
         if floor_ms > 0.0 && ok.p50 < floor_ms / 2.0 {
             v.push(Verdict {
@@ -204,7 +205,12 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
         .iter()
         .filter(|(c, _)| c.starts_with('2') || c.starts_with('3'))
         .map(|(_, n)| n)
-        .sum();
+        .sum::<u64>()
+        + t.grpc
+            .as_ref()
+            .and_then(|g| g.status.get(GrpcStatus::Ok.as_str()))
+            .copied()
+            .unwrap_or(0);
     if result.started && t.intended == 0 && result.failure.is_none() {
         say(
             VerdictLevel::Error,
@@ -232,12 +238,16 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
                 ),
             );
         } else if served == 0 {
-            let how = if !t.errors.is_empty() && t.status.is_empty() {
+            let how = if !t.errors.is_empty() && t.status.is_empty() && t.grpc.is_none() {
                 let kinds: Vec<String> = t.errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
                 format!("every request failed in transport ({})", kinds.join(", "))
             } else {
-                let codes: Vec<String> =
-                    t.status.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+                let codes: Vec<String> = t
+                    .status
+                    .iter()
+                    .chain(t.grpc.iter().flat_map(|g| &g.status))
+                    .map(|(k, n)| format!("{n}× {k}"))
+                    .collect();
                 format!("no request succeeded (responses: {})", codes.join(", "))
             };
             say(

@@ -4,7 +4,7 @@
 use std::fmt::{self, Write as _};
 
 use super::chart::charts;
-use loadfleet_proto::vocab::{AgentStatus, UnsentReason};
+use loadfleet_proto::vocab::{AgentStatus, GrpcStatus, OutcomeClass, UnsentReason};
 
 use crate::report::format::{count, esc, fin, ms, num, secs, share, utc};
 use crate::report::model::{Lag, Percentiles, Report, Totals};
@@ -434,6 +434,19 @@ fn outcomes(h: &mut String, t: &Totals) -> fmt::Result {
             _ => "#757575",
         };
         rows.push((format!("status {code}"), *n, color));
+    }
+    // gRPC statuses in code order, coloured by their latency class.
+    if let Some(g) = &t.grpc {
+        for status in GrpcStatus::ALL {
+            if let Some(&n) = g.status.get(status.as_str()) {
+                let color = match status.class() {
+                    OutcomeClass::GrpcOk => "#43a047",
+                    OutcomeClass::GrpcClientError => "#f0a30a",
+                    _ => "#c62828",
+                };
+                rows.push((format!("grpc {status}"), n, color));
+            }
+        }
     }
     for (kind, n) in &t.errors {
         rows.push((format!("error: {kind}"), *n, "#8a1c6e"));

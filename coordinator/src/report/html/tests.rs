@@ -45,6 +45,7 @@ fn totals(completed: u64) -> Totals {
             BTreeMap::new()
         },
         errors: BTreeMap::new(),
+        grpc: None,
         failures: 0,
         throughput_rps: completed as f64 / 4.0,
         throughput_ok_rps: completed as f64 / 4.0,

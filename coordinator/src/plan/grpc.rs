@@ -1,0 +1,286 @@
+//! gRPC requests in a plan: `grpc = "package.Service/Method"` with its
+//! JSON `message` and `metadata`, and the message types they are encoded
+//! with (`[target] descriptor_set` or `reflection`). Every message is
+//! checked against its method's input type before anything is sent, so a
+//! misspelt field is a plan error that names it, not a run of errors.
+
+use std::path::Path;
+
+use loadfleet_proto::bounds::{
+    MAX_GRPC_DESCRIPTORS_BYTES, MAX_GRPC_METHOD_BYTES, MAX_HEADERS, MAX_HEADER_BYTES,
+};
+use loadfleet_proto::grpc;
+use loadfleet_proto::rng::SplitMix64;
+use loadfleet_proto::template::{Text, Values};
+use toml::Spanned;
+
+use super::check::{Check, PlanError};
+use super::raw::{RawRequest, RawTarget};
+use super::{GrpcSource, Plan, RequestPlan};
+
+/// Metadata a plan may not set: gRPC itself sends these (the deadline
+/// comes from `timeout`).
+fn reserved(name: &str) -> bool {
+    name.starts_with("grpc-") || matches!(name, "content-type" | "te" | "host")
+}
+
+/// Where `[target]` says message types come from; the descriptor set file
+/// is read (relative to `base`) into `descriptors`.
+pub(super) fn source(
+    c: &mut Check<'_>,
+    t: &RawTarget,
+    base: &Path,
+    descriptors: &mut Vec<u8>,
+) -> Option<GrpcSource> {
+    let reflection = t.reflection.as_ref().filter(|r| *r.get_ref());
+    match (&t.descriptor_set, reflection) {
+        (Some(file), Some(_)) => {
+            c.err(
+                "target.descriptor_set",
+                Some(file.span()),
+                "give descriptor_set or reflection = true, not both",
+            );
+            None
+        }
+        (Some(file), None) => {
+            let path = base.join(file.get_ref());
+            match read_descriptors(&path) {
+                Ok(bytes) => {
+                    *descriptors = bytes;
+                    Some(GrpcSource::DescriptorSet(path))
+                }
+                Err(e) => {
+                    c.err("target.descriptor_set", Some(file.span()), e);
+                    None
+                }
+            }
+        }
+        (None, Some(_)) => Some(GrpcSource::Reflection),
+        (None, None) => None,
+    }
+}
+
+/// Reads a descriptor set file, bounded, and checks that it decodes.
+fn read_descriptors(path: &Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if meta.len() > MAX_GRPC_DESCRIPTORS_BYTES as u64 {
+        return Err(format!(
+            "{shown} is {} bytes, more than the {MAX_GRPC_DESCRIPTORS_BYTES} that can be shipped to agents; build a set of only the services the plan calls",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    grpc::decode_descriptors(&bytes).map_err(|e| {
+        format!("{shown}: {e}; make it with protoc --include_imports -o FILE or buf build -o FILE")
+    })?;
+    Ok(bytes)
+}
+
+/// A `[[scenario.request]]` with `grpc = …`: a POST of its JSON message to
+/// `/package.Service/Method` with its metadata as headers.
+pub(super) fn request(
+    c: &mut Check<'_>,
+    at: &str,
+    spanned: &Spanned<RawRequest>,
+    method: &Spanned<String>,
+    columns: &[String],
+    base: &Path,
+) -> RequestPlan {
+    let sp = spanned.span();
+    let f = |name: &str| format!("{at}.{name}");
+    let r = spanned.get_ref();
+    for (key, given) in [
+        ("method", r.method.is_some()),
+        ("path", r.path.is_some()),
+        ("body", r.body.is_some()),
+        ("body_file", r.body_file.is_some()),
+        ("headers", !r.headers.is_empty()),
+    ] {
+        if given {
+            c.err(
+                f(key),
+                Some(sp.clone()),
+                format!("a gRPC request (grpc = \"{}\") takes message or message_file and metadata, not {key}", method.get_ref()),
+            );
+        }
+    }
+    let name = method.get_ref().trim_start_matches('/').to_string();
+    if name.len() > MAX_GRPC_METHOD_BYTES {
+        c.err(
+            f("grpc"),
+            Some(method.span()),
+            format!("is longer than {MAX_GRPC_METHOD_BYTES} bytes"),
+        );
+    } else if let Err(e) = grpc::method_name(&name) {
+        c.err(f("grpc"), Some(method.span()), e.to_string());
+    }
+    c.at_most_entries(
+        &f("metadata"),
+        Some(sp.clone()),
+        r.metadata.len(),
+        MAX_HEADERS,
+        "send less metadata",
+    );
+    for (key, value) in &r.metadata {
+        let field = f(&format!("metadata.{key}"));
+        if key.len() + value.len() > MAX_HEADER_BYTES {
+            c.err(
+                &field,
+                Some(sp.clone()),
+                format!("key and value are {} bytes, more than {MAX_HEADER_BYTES}; shorten the value", key.len() + value.len()),
+            );
+        }
+        if http::HeaderName::from_bytes(key.as_bytes()).is_err() || key.to_lowercase() != *key {
+            c.err(
+                &field,
+                Some(sp.clone()),
+                format!("{key:?} is not a metadata key; use lower-case letters, digits, - and _"),
+            );
+        } else if reserved(key) {
+            c.err(
+                &field,
+                Some(sp.clone()),
+                format!("{key:?} is set by gRPC itself (the deadline comes from target.timeout); leave it out"),
+            );
+        }
+        if let Err(e) = Text::parse(value, columns) {
+            c.err(&field, Some(sp.clone()), e.to_string());
+        }
+    }
+    let body = match (&r.message, &r.message_file) {
+        (Some(_), Some(file)) => {
+            c.err(
+                f("message_file"),
+                Some(file.span()),
+                "give message or message_file, not both",
+            );
+            Vec::new()
+        }
+        (Some(m), None) => {
+            if let Err(e) = Text::parse(m, columns) {
+                c.err(f("message"), Some(sp.clone()), e.to_string());
+            }
+            m.clone().into_bytes()
+        }
+        (None, Some(file)) => {
+            let bytes = super::requests::body_file(c, &f("message_file"), file, columns, base);
+            if std::str::from_utf8(&bytes).is_err() {
+                c.err(
+                    f("message_file"),
+                    Some(file.span()),
+                    "is not UTF-8 text; the message is JSON",
+                );
+            }
+            bytes
+        }
+        // The empty message: every field at its default.
+        (None, None) => b"{}".to_vec(),
+    };
+    let weight = c
+        .positive(
+            &f("weight"),
+            &r.weight,
+            i64::from(loadfleet_proto::bounds::MAX_REQUEST_WEIGHT),
+        )
+        .unwrap_or(1);
+    RequestPlan {
+        grpc: Some(name.clone()),
+        method: "POST".into(),
+        path: format!("/{name}"),
+        headers: r
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        body,
+        weight,
+    }
+}
+
+/// Refuses the keys of a gRPC request on an HTTP one: without `grpc` they
+/// would be ignored.
+pub(super) fn not_grpc(c: &mut Check<'_>, at: &str, spanned: &Spanned<RawRequest>) {
+    let r = spanned.get_ref();
+    for (key, given) in [
+        ("message", r.message.is_some()),
+        ("message_file", r.message_file.is_some()),
+        ("metadata", !r.metadata.is_empty()),
+    ] {
+        if given {
+            c.err(
+                format!("{at}.{key}"),
+                Some(spanned.span()),
+                format!("{key} belongs to a gRPC request; add grpc = \"package.Service/Method\" (or use body and headers for HTTP)"),
+            );
+        }
+    }
+}
+
+/// Checks every gRPC request of `plan` against the message types in
+/// `descriptors` (an encoded `FileDescriptorSet`): the method must exist and
+/// be unary, and the message, rendered with the first arrival's values
+/// (seq 0, agent 0, the first data row), must be a valid JSON form of its
+/// input type. Rendered values that break the JSON later (another data
+/// row) are counted unsent `invalid_request` by the agents.
+pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> {
+    let mut errors = Vec::new();
+    let mut err = |field: String, message: String| {
+        errors.push(PlanError {
+            field,
+            line: None,
+            message,
+        })
+    };
+    let source_field = match &plan.target.grpc_source {
+        Some(GrpcSource::DescriptorSet(_)) => "target.descriptor_set",
+        _ => "target.reflection",
+    };
+    let pool = match grpc::decode_descriptors(descriptors) {
+        Ok(pool) => pool,
+        Err(e) => {
+            err(source_field.into(), e.to_string());
+            return errors;
+        }
+    };
+    for (i, s) in plan.scenarios.iter().enumerate() {
+        let columns: &[String] = s.data.as_ref().map_or(&[], |d| &d.columns);
+        let row = s.data.as_ref().and_then(|d| d.rows.first()).map(Vec::as_slice);
+        for (k, r) in s.requests.iter().enumerate() {
+            let Some(method) = &r.grpc else { continue };
+            let at = |key: &str| format!("scenario[{i}].request[{k}].{key}");
+            let input = match grpc::input_type(&pool, method) {
+                Ok(input) => input,
+                Err(e) => {
+                    err(at("grpc"), e.to_string());
+                    continue;
+                }
+            };
+            let text = String::from_utf8_lossy(&r.body);
+            let Ok(template) = Text::parse(&text, columns) else {
+                // Already refused by the validator.
+                continue;
+            };
+            let mut rendered = String::new();
+            template.render(
+                &mut Values {
+                    seq: 0,
+                    agent: 0,
+                    rng: &mut SplitMix64::new(s.seed),
+                    row,
+                },
+                &mut rendered,
+            );
+            if let Err(e) = grpc::encode_json(&input, &rendered) {
+                let shown = if template.is_static() {
+                    String::new()
+                } else {
+                    let cut: String = rendered.chars().take(200).collect();
+                    format!(" (as the first request renders it: {cut})")
+                };
+                err(at("message"), format!("{e}{shown}"));
+            }
+        }
+    }
+    errors
+}

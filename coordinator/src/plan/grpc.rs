@@ -284,3 +284,107 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
     }
     errors
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use prost::Message;
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::*;
+
+    use crate::plan::{parse, PlanErrors};
+
+    /// A folder holding `t.protoset`: `package t; message Req { string
+    /// name = 1; }` and a unary `t.S/M`.
+    fn folder() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("loadfleet-plan-grpc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = FileDescriptorSet {
+            file: vec![FileDescriptorProto {
+                name: Some("t.proto".into()),
+                package: Some("t".into()),
+                syntax: Some("proto3".into()),
+                message_type: vec![DescriptorProto {
+                    name: Some("Req".into()),
+                    field: vec![FieldDescriptorProto {
+                        name: Some("name".into()),
+                        number: Some(1),
+                        label: Some(Label::Optional as i32),
+                        r#type: Some(Type::String as i32),
+                        json_name: Some("name".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                service: vec![ServiceDescriptorProto {
+                    name: Some("S".into()),
+                    method: vec![MethodDescriptorProto {
+                        name: Some("M".into()),
+                        input_type: Some(".t.Req".into()),
+                        output_type: Some(".t.Req".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        std::fs::write(dir.join("t.protoset"), set.encode_to_vec()).unwrap();
+        dir
+    }
+
+    fn plan(target: &str, request: &str) -> Result<crate::plan::Plan, PlanErrors> {
+        let text = format!(
+            "[target]\nurl = \"http://127.0.0.1:1\"\n{target}\n[[scenario]]\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\n{request}\n"
+        );
+        parse(&text, "test.toml", &folder())
+    }
+
+    fn refusal(target: &str, request: &str) -> String {
+        let e = plan(target, request).expect_err("refused");
+        e.errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_grpc_request_becomes_a_post_with_its_types() {
+        let p = plan(
+            "descriptor_set = \"t.protoset\"",
+            "grpc = \"t.S/M\"\nmessage = '{\"name\": \"{{seq}}\"}'\nmetadata = { \"x-a\" = \"b\" }",
+        )
+        .unwrap();
+        let a = p.assignments("http://127.0.0.1:1/");
+        let r = &a[0].requests[0];
+        assert_eq!(r.grpc_method, "t.S/M");
+        assert_eq!((r.method.as_str(), r.url.as_str()), ("POST", "http://127.0.0.1:1/t.S/M"));
+        assert_eq!(r.headers[0].name, "x-a");
+        assert!(!a[0].grpc_descriptors.is_empty());
+        // Reflection: checked when run has asked the target.
+        assert!(plan("reflection = true", "grpc = \"t.S/M\"").is_ok());
+    }
+
+    #[test]
+    fn grpc_mistakes_name_the_field() {
+        let set = "descriptor_set = \"t.protoset\"";
+        for (target, request, needle) in [
+            (set, "grpc = \"t.S/M\"\nmessage = '{\"nmae\": 1}'", "scenario[0].request[0].message: the message is not a valid t.Req"),
+            (set, "grpc = \"t.S/X\"", "scenario[0].request[0].grpc: service \"t.S\" has no method \"X\" (methods: M)"),
+            (set, "grpc = \"t.S\"", "scenario[0].request[0].grpc"),
+            (set, "grpc = \"t.S/M\"\nbody = \"{}\"", "scenario[0].request[0].body"),
+            (set, "grpc = \"t.S/M\"\nmetadata = { \"grpc-timeout\" = \"1S\" }", "scenario[0].request[0].metadata.grpc-timeout"),
+            (set, "message = '{}'", "scenario[0].request[0].message: message belongs to a gRPC request"),
+            ("", "grpc = \"t.S/M\"", "target: the plan calls gRPC (t.S/M)"),
+            ("descriptor_set = \"missing.protoset\"", "grpc = \"t.S/M\"", "target.descriptor_set: cannot read"),
+            ("descriptor_set = \"t.protoset\"\nreflection = true", "grpc = \"t.S/M\"", "not both"),
+        ] {
+            let e = refusal(target, request);
+            assert!(e.contains(needle), "{request}: expected {needle:?} in\n{e}");
+        }
+        let e = refusal(set, "grpc = \"t.S/M\"\nmessage = '{\"nmae\": 1}'");
+        assert!(e.contains("nmae"), "{e}");
+    }
+}

@@ -9,7 +9,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(out.join("testbed_descriptors.bin"), descriptors.encode_to_vec())?;
+    std::fs::write(
+        out.join("testbed_descriptors.bin"),
+        descriptors.encode_to_vec(),
+    )?;
     tonic_prost_build::configure()
         .build_client(false)
         .compile_fds(descriptors)?;

@@ -98,12 +98,7 @@ mod tests {
     fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
             .iter()
-            .map(|(k, v)| {
-                (
-                    HeaderName::from_static(k),
-                    HeaderValue::from_static(v),
-                )
-            })
+            .map(|(k, v)| (HeaderName::from_static(k), HeaderValue::from_static(v)))
             .collect()
     }
 
@@ -129,7 +124,10 @@ mod tests {
             outcome(200, &empty, Some(&empty)),
             Outcome::Error(ErrorKind::Protocol)
         );
-        assert_eq!(outcome(200, &map(&[("grpc-status", "x")]), None), Outcome::Error(ErrorKind::Protocol));
+        assert_eq!(
+            outcome(200, &map(&[("grpc-status", "x")]), None),
+            Outcome::Error(ErrorKind::Protocol)
+        );
         // Not gRPC at all: an HTTP status, whatever the headers say.
         assert_eq!(outcome(503, &ok, None), Outcome::Status(503));
     }

@@ -142,7 +142,12 @@ impl RequestSpec {
             None
         };
         if let (false, Some(context)) = (t.grpc_method.is_empty(), grpc) {
-            return Self::grpc(t, columns, context, (method, url, uri, headers, static_headers));
+            return Self::grpc(
+                t,
+                columns,
+                context,
+                (method, url, uri, headers, static_headers),
+            );
         }
         // A body that is not UTF-8 (a binary file) is sent as it is.
         let body = match std::str::from_utf8(&t.body) {
@@ -299,7 +304,13 @@ impl RequestMix {
             row,
         };
         let body = match (&spec.body, &spec.grpc) {
-            (_, Some(GrpcSpec { encoder, message: Some(t) })) => {
+            (
+                _,
+                Some(GrpcSpec {
+                    encoder,
+                    message: Some(t),
+                }),
+            ) => {
                 let mut s = String::new();
                 t.render(&mut values, &mut s);
                 encoder
@@ -402,7 +413,13 @@ mod tests {
     #[test]
     fn bad_urls_name_the_problem() {
         let mix = |url: &str| {
-            RequestMix::from_proto(&[template(url, 1)], Some(&data()), None, 0, &AllowList::default())
+            RequestMix::from_proto(
+                &[template(url, 1)],
+                Some(&data()),
+                None,
+                0,
+                &AllowList::default(),
+            )
         };
         let e = chain(&mix("ftp://x/").err().unwrap());
         assert!(e.contains("scheme"), "{e}");
@@ -445,7 +462,8 @@ mod tests {
         t.headers.clear();
         let mut table = data();
         table.rows[0].values[0] = "a b".into();
-        let mix = RequestMix::from_proto(&[t], Some(&table), None, 0, &AllowList::default()).unwrap();
+        let mix =
+            RequestMix::from_proto(&[t], Some(&table), None, 0, &AllowList::default()).unwrap();
         let mut rng = SplitMix64::new(1);
         assert_eq!(
             mix.build(0, &mut rng).err(),

@@ -103,11 +103,7 @@ impl Merged {
             completed_in_window: s.completed_in_window,
             status: s.status.iter().map(|(k, v)| (*k, *v)).collect(),
             errors: s.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            grpc_status: s
-                .grpc_status
-                .iter()
-                .map(|(k, v)| (k.clone(), *v))
-                .collect(),
+            grpc_status: s.grpc_status.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             latency,
             service_time: decode(&s.service_time)?,
             warmup_latency: decode(&s.warmup_latency)?,

@@ -157,11 +157,11 @@ macro_rules! reflection_version {
     ($name:ident, $pb:path) => {
         mod $name {
             use super::{Asked, Gathered};
-            use tonic::Code;
-            use $pb as pb;
             use pb::server_reflection_client::ServerReflectionClient;
             use pb::server_reflection_request::MessageRequest;
             use pb::server_reflection_response::MessageResponse;
+            use tonic::Code;
+            use $pb as pb;
 
             async fn ask(
                 client: &mut ServerReflectionClient<tonic::transport::Channel>,
@@ -186,7 +186,9 @@ macro_rules! reflection_version {
                         Code::Unimplemented => Asked::Unimplemented,
                         _ => Asked::Failed(s.message().to_string()),
                     })?
-                    .ok_or_else(|| Asked::Failed("the server closed the stream without an answer".into()))?;
+                    .ok_or_else(|| {
+                        Asked::Failed("the server closed the stream without an answer".into())
+                    })?;
                 match answer.message_response {
                     Some(MessageResponse::FileDescriptorResponse(files)) => {
                         Ok(files.file_descriptor_proto)
@@ -195,7 +197,9 @@ macro_rules! reflection_version {
                         "{} (code {})",
                         e.error_message, e.error_code
                     ))),
-                    _ => Err(Asked::Failed("an answer that is not a file descriptor".into())),
+                    _ => Err(Asked::Failed(
+                        "an answer that is not a file descriptor".into(),
+                    )),
                 }
             }
 
@@ -208,12 +212,15 @@ macro_rules! reflection_version {
                 let mut gathered = Gathered::default();
                 let mut missing = Vec::new();
                 for service in services {
-                    let found = ask(&mut client, MessageRequest::FileContainingSymbol(service.clone()))
-                        .await
-                        .map_err(|e| match e {
-                            Asked::Failed(why) => Asked::Failed(format!("service {service:?}: {why}")),
-                            other => other,
-                        })?;
+                    let found = ask(
+                        &mut client,
+                        MessageRequest::FileContainingSymbol(service.clone()),
+                    )
+                    .await
+                    .map_err(|e| match e {
+                        Asked::Failed(why) => Asked::Failed(format!("service {service:?}: {why}")),
+                        other => other,
+                    })?;
                     missing = gathered.add(&found).map_err(Asked::Failed)?;
                 }
                 let mut asked = std::collections::BTreeSet::new();
@@ -226,7 +233,9 @@ macro_rules! reflection_version {
                     let found = ask(&mut client, MessageRequest::FileByFilename(name.clone()))
                         .await
                         .map_err(|e| match e {
-                            Asked::Failed(why) => Asked::Failed(format!("imported file {name:?}: {why}")),
+                            Asked::Failed(why) => {
+                                Asked::Failed(format!("imported file {name:?}: {why}"))
+                            }
                             other => other,
                         })?;
                     missing = gathered.add(&found).map_err(Asked::Failed)?;

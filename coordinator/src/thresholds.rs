@@ -417,7 +417,10 @@ mod tests {
         assert_eq!(t.scenario(), Some("checkout"));
         assert_eq!("p99<300ms".parse::<Threshold>().unwrap().scenario(), None);
         let t: Threshold = "grpc.unavailable<1%".parse().unwrap();
-        assert_eq!((t.scenario(), t.metric), (None, Metric::Grpc(GrpcStatus::Unavailable)));
+        assert_eq!(
+            (t.scenario(), t.metric),
+            (None, Metric::Grpc(GrpcStatus::Unavailable))
+        );
         let t: Threshold = "checkout.grpc.ok>99%".parse().unwrap();
         assert_eq!(
             (t.scenario(), t.metric),
@@ -425,7 +428,10 @@ mod tests {
         );
         // A scenario that happens to be named grpc keeps its plain metrics.
         let t: Threshold = "grpc.p99<1s".parse().unwrap();
-        assert_eq!((t.scenario(), t.metric), (Some("grpc"), Metric::Latency("p99")));
+        assert_eq!(
+            (t.scenario(), t.metric),
+            (Some("grpc"), Metric::Latency("p99"))
+        );
     }
 
     #[test]

@@ -39,7 +39,10 @@ fn start_fixture(args: &[&str]) -> (Proc, String) {
 fn stop_and_count(server: Proc) -> Value {
     signal(server.pid(), libc::SIGTERM);
     let (status, output) = server.wait(Duration::from_secs(20));
-    assert!(status.success(), "the server did not stop cleanly:\n{output}");
+    assert!(
+        status.success(),
+        "the server did not stop cleanly:\n{output}"
+    );
     if let Some(json) = output
         .lines()
         .find_map(|l| l.strip_prefix("[stdout] counts "))
@@ -73,7 +76,8 @@ fn each_status_is_counted_apart_as_the_server_counted_it() {
     let dir = temp_dir("grpc-statuses");
     let set = dir.join("fixture.protoset");
     let set_arg = set.to_string_lossy().into_owned();
-    let (server, addr) = start_fixture(&["--exhausted-share", "0.25", "--descriptor-out", &set_arg]);
+    let (server, addr) =
+        start_fixture(&["--exhausted-share", "0.25", "--descriptor-out", &set_arg]);
     let plan = dir.join("plan.toml");
     std::fs::write(
         &plan,
@@ -141,7 +145,10 @@ weight = 3
     assert_eq!(u(&classes["grpc_client_error"]["count"]), exhausted);
     // OK is the successful throughput.
     assert!(t["throughput_ok_rps"].as_f64().unwrap() > 0.0, "{t}");
-    assert_eq!(report["scenarios"][0]["grpc"]["status"], t["grpc"]["status"]);
+    assert_eq!(
+        report["scenarios"][0]["grpc"]["status"],
+        t["grpc"]["status"]
+    );
     assert!(
         report["thresholds"]
             .as_array()
@@ -228,7 +235,10 @@ fn a_deadline_shorter_than_the_delay_is_deadline_exceeded() {
     let p50 = t["latency_by_class_ms"]["grpc_server_error"]["p50"]
         .as_f64()
         .unwrap();
-    assert!((90.0..450.0).contains(&p50), "deadline at 100 ms, p50 {p50}");
+    assert!(
+        (90.0..450.0).contains(&p50),
+        "deadline at 100 ms, p50 {p50}"
+    );
 }
 
 /// A message that does not fit the method's input type is refused before
@@ -263,7 +273,9 @@ fn a_misspelt_field_is_refused_before_any_call() {
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(2), "{output}");
     assert!(
-        output.contains("--grpc-message") && output.contains("nmae") && output.contains("fixture.v1.Req"),
+        output.contains("--grpc-message")
+            && output.contains("nmae")
+            && output.contains("fixture.v1.Req"),
         "{output}"
     );
     // The same mistake through reflection is refused too.
@@ -286,7 +298,10 @@ fn a_misspelt_field_is_refused_before_any_call() {
     .arg(dir.join("out2"));
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(2), "{output}");
-    assert!(output.contains("Nope") && output.contains("Limited"), "{output}");
+    assert!(
+        output.contains("Nope") && output.contains("Limited"),
+        "{output}"
+    );
     let counts = stop_and_count(server);
     assert_eq!(counts, serde_json::json!({}), "nothing was sent");
 }
@@ -336,7 +351,16 @@ fn the_testbed_answers_grpc_with_its_knobs() {
 fn the_local_run_can_aim_at_the_grpc_testbed() {
     let (status, output, report, _) = run_report(
         "grpc-local",
-        &["run", "--grpc", "--rate", "50", "--duration", "2s", "--local-agents", "2"],
+        &[
+            "run",
+            "--grpc",
+            "--rate",
+            "50",
+            "--duration",
+            "2s",
+            "--local-agents",
+            "2",
+        ],
     );
     let t = &report["totals"];
     assert_eq!(status.code(), Some(0), "{output}");

@@ -331,7 +331,11 @@ fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsErr
             u64::from(MAX_REQUEST_WEIGHT),
         )?;
         total_weight += u64::from(r.weight.max(1));
-        bytes(&f("grpc_method"), r.grpc_method.len(), MAX_GRPC_METHOD_BYTES)?;
+        bytes(
+            &f("grpc_method"),
+            r.grpc_method.len(),
+            MAX_GRPC_METHOD_BYTES,
+        )?;
         if !r.grpc_method.is_empty() && sc.grpc_descriptors.is_empty() {
             return Err(err(
                 f("grpc_method"),

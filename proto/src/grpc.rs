@@ -180,7 +180,9 @@ mod tests {
         assert_eq!((m.service, m.method), ("helloworld.Greeter", "SayHello"));
         assert_eq!(method_name("/a.B/C").unwrap().service, "a.B");
         assert_eq!(method_name("Greeter/Hi").unwrap().service, "Greeter");
-        for bad in ["", "a.B", "a.B/", "/C", "a..B/C", "a.B/C/D", "a B/C", "a.B/C.D"] {
+        for bad in [
+            "", "a.B", "a.B/", "/C", "a..B/C", "a.B/C/D", "a B/C", "a.B/C.D",
+        ] {
             let e = method_name(bad).unwrap_err().to_string();
             assert!(e.contains("package.Service/Method"), "{bad}: {e}");
         }
@@ -243,9 +245,13 @@ mod tests {
         let bytes = encode_json(&input, r#"{"name": "ann", "id": "7"}"#).unwrap();
         // Field 1 (string "ann"), field 2 (varint 7).
         assert_eq!(bytes, vec![0x0a, 3, b'a', b'n', b'n', 0x10, 7]);
-        let e = encode_json(&input, r#"{"nmae": "ann"}"#).unwrap_err().to_string();
+        let e = encode_json(&input, r#"{"nmae": "ann"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.Req") && e.contains("nmae"), "{e}");
-        let e = encode_json(&input, r#"{"id": "x"}"#).unwrap_err().to_string();
+        let e = encode_json(&input, r#"{"id": "x"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.Req"), "{e}");
         assert!(encode_json(&input, r#"{} {}"#).is_err());
     }

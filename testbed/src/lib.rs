@@ -28,10 +28,10 @@ mod sse;
 use std::time::Duration;
 
 pub use cli::{Cli, CpuList, ErrorRate};
+pub use grpc::serve as serve_grpc;
 /// Pinning is shared with the agent; see `loadfleet-sys` for why it must
 /// happen before the runtime is built.
 pub use loadfleet_sys::pin_to_cpus;
-pub use grpc::serve as serve_grpc;
 pub use server::serve;
 pub use sse::SseConfig;
 

@@ -128,7 +128,10 @@ pub(super) fn request(
             c.err(
                 &field,
                 Some(sp.clone()),
-                format!("key and value are {} bytes, more than {MAX_HEADER_BYTES}; shorten the value", key.len() + value.len()),
+                format!(
+                    "key and value are {} bytes, more than {MAX_HEADER_BYTES}; shorten the value",
+                    key.len() + value.len()
+                ),
             );
         }
         if http::HeaderName::from_bytes(key.as_bytes()).is_err() || key.to_lowercase() != *key {
@@ -245,7 +248,11 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
     };
     for (i, s) in plan.scenarios.iter().enumerate() {
         let columns: &[String] = s.data.as_ref().map_or(&[], |d| &d.columns);
-        let row = s.data.as_ref().and_then(|d| d.rows.first()).map(Vec::as_slice);
+        let row = s
+            .data
+            .as_ref()
+            .and_then(|d| d.rows.first())
+            .map(Vec::as_slice);
         for (k, r) in s.requests.iter().enumerate() {
             let Some(method) = &r.grpc else { continue };
             let at = |key: &str| format!("scenario[{i}].request[{k}].{key}");
@@ -360,7 +367,10 @@ mod tests {
         let a = p.assignments("http://127.0.0.1:1/");
         let r = &a[0].requests[0];
         assert_eq!(r.grpc_method, "t.S/M");
-        assert_eq!((r.method.as_str(), r.url.as_str()), ("POST", "http://127.0.0.1:1/t.S/M"));
+        assert_eq!(
+            (r.method.as_str(), r.url.as_str()),
+            ("POST", "http://127.0.0.1:1/t.S/M")
+        );
         assert_eq!(r.headers[0].name, "x-a");
         assert!(!a[0].grpc_descriptors.is_empty());
         // Reflection: checked when run has asked the target.
@@ -371,15 +381,47 @@ mod tests {
     fn grpc_mistakes_name_the_field() {
         let set = "descriptor_set = \"t.protoset\"";
         for (target, request, needle) in [
-            (set, "grpc = \"t.S/M\"\nmessage = '{\"nmae\": 1}'", "scenario[0].request[0].message: the message is not a valid t.Req"),
-            (set, "grpc = \"t.S/X\"", "scenario[0].request[0].grpc: service \"t.S\" has no method \"X\" (methods: M)"),
+            (
+                set,
+                "grpc = \"t.S/M\"\nmessage = '{\"nmae\": 1}'",
+                "scenario[0].request[0].message: the message is not a valid t.Req",
+            ),
+            (
+                set,
+                "grpc = \"t.S/X\"",
+                "scenario[0].request[0].grpc: service \"t.S\" has no method \"X\" (methods: M)",
+            ),
             (set, "grpc = \"t.S\"", "scenario[0].request[0].grpc"),
-            (set, "grpc = \"t.S/M\"\nbody = \"{}\"", "scenario[0].request[0].body"),
-            (set, "grpc = \"t.S/M\"\nmetadata = { \"grpc-timeout\" = \"1S\" }", "scenario[0].request[0].metadata.grpc-timeout"),
-            (set, "message = '{}'", "scenario[0].request[0].message: message belongs to a gRPC request"),
-            ("", "grpc = \"t.S/M\"", "target: the plan calls gRPC (t.S/M)"),
-            ("descriptor_set = \"missing.protoset\"", "grpc = \"t.S/M\"", "target.descriptor_set: cannot read"),
-            ("descriptor_set = \"t.protoset\"\nreflection = true", "grpc = \"t.S/M\"", "not both"),
+            (
+                set,
+                "grpc = \"t.S/M\"\nbody = \"{}\"",
+                "scenario[0].request[0].body",
+            ),
+            (
+                set,
+                "grpc = \"t.S/M\"\nmetadata = { \"grpc-timeout\" = \"1S\" }",
+                "scenario[0].request[0].metadata.grpc-timeout",
+            ),
+            (
+                set,
+                "message = '{}'",
+                "scenario[0].request[0].message: message belongs to a gRPC request",
+            ),
+            (
+                "",
+                "grpc = \"t.S/M\"",
+                "target: the plan calls gRPC (t.S/M)",
+            ),
+            (
+                "descriptor_set = \"missing.protoset\"",
+                "grpc = \"t.S/M\"",
+                "target.descriptor_set: cannot read",
+            ),
+            (
+                "descriptor_set = \"t.protoset\"\nreflection = true",
+                "grpc = \"t.S/M\"",
+                "not both",
+            ),
         ] {
             let e = refusal(target, request);
             assert!(e.contains(needle), "{request}: expected {needle:?} in\n{e}");

@@ -15,8 +15,8 @@ use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
-use super::{join_url, GrpcSource, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use super::{grpc, model, requests, shape, timing};
+use super::{join_url, GrpcSource, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use crate::thresholds::Threshold;
 
 /// Drain when the plan gives none.

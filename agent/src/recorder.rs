@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{encode, new_histogram};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 
 use crate::client::Phases;
 
@@ -29,6 +29,8 @@ struct Interval {
     completed_ok_in_window: u64,
     status: Vec<(u16, u64)>,
     errors: Vec<(ErrorKind, u64)>,
+    /// gRPC calls by their grpc-status.
+    grpc: Vec<(GrpcStatus, u64)>,
     latency: [Histogram<u64>; CLASSES],
     service_time: Histogram<u64>,
     warmup_latency: Histogram<u64>,
@@ -120,6 +122,7 @@ impl Interval {
             completed_ok_in_window: 0,
             status: Vec::new(),
             errors: Vec::new(),
+            grpc: Vec::new(),
             latency: std::array::from_fn(|_| new_histogram()),
             service_time: new_histogram(),
             warmup_latency: new_histogram(),
@@ -153,6 +156,11 @@ impl Interval {
                 .status
                 .iter()
                 .map(|&(c, n)| (u32::from(c), n))
+                .collect(),
+            grpc_status: self
+                .grpc
+                .iter()
+                .map(|&(k, n)| (k.as_str().to_string(), n))
                 .collect(),
             errors: self
                 .errors
@@ -325,8 +333,12 @@ impl Recorder {
                 bump(&mut i.errors, kind);
                 OutcomeClass::Error
             }
+            Outcome::Grpc(status) => {
+                bump(&mut i.grpc, status);
+                status.class()
+            }
         };
-        if in_window && class == OutcomeClass::Success {
+        if in_window && class.is_ok() {
             i.completed_ok_in_window += 1;
         }
         if warmup {
@@ -383,6 +395,7 @@ fn reset(mut i: Interval) -> Interval {
     i.completed_ok_in_window = 0;
     i.status.clear();
     i.errors.clear();
+    i.grpc.clear();
     for h in i.latency.iter_mut() {
         h.reset();
     }
@@ -401,6 +414,8 @@ pub enum Outcome {
     Status(u16),
     /// No response: a transport error of this kind.
     Error(ErrorKind),
+    /// A gRPC call answered with this grpc-status (over HTTP 200).
+    Grpc(GrpcStatus),
 }
 
 #[cfg(test)]
@@ -431,6 +446,7 @@ mod tests {
         assert_eq!(snaps[1].status[&200], 1);
         assert_eq!(snaps[1].status[&503], 1);
         assert_eq!(snaps[1].errors[ErrorKind::Refused.as_str()], 1);
+        assert!(snaps[1].grpc_status.is_empty());
         assert_eq!(
             decode(&snaps[1].latency[OutcomeClass::ServerError.as_str()])
                 .unwrap()
@@ -490,6 +506,37 @@ mod tests {
         assert_eq!(snaps.len(), 1);
         assert_eq!(snaps[0].interval_index, 3);
         assert_eq!(snaps[0].unsent[UnsentReason::Late.as_str()], 1);
+    }
+
+    /// gRPC statuses are counted apart from HTTP statuses, in their own
+    /// latency classes; OK is the successful throughput.
+    #[test]
+    fn grpc_statuses_are_their_own_outcomes() {
+        let mut r = Recorder::new(0);
+        r.completed(0, done(Outcome::Grpc(GrpcStatus::Ok), 10, 10, None, true));
+        r.completed(
+            0,
+            done(
+                Outcome::Grpc(GrpcStatus::ResourceExhausted),
+                20,
+                20,
+                None,
+                true,
+            ),
+        );
+        r.completed(
+            0,
+            done(Outcome::Grpc(GrpcStatus::Unavailable), 30, 30, None, true),
+        );
+        let s = &r.flush(1, Gauge::default())[0];
+        assert!(s.status.is_empty() && s.errors.is_empty());
+        assert_eq!(s.grpc_status["OK"], 1);
+        assert_eq!(s.grpc_status["RESOURCE_EXHAUSTED"], 1);
+        assert_eq!(s.grpc_status["UNAVAILABLE"], 1);
+        assert_eq!((s.completed, s.completed_ok_in_window), (3, 1));
+        for class in ["grpc_ok", "grpc_client_error", "grpc_server_error"] {
+            assert_eq!(decode(&s.latency[class]).unwrap().len(), 1, "{class}");
+        }
     }
 
     #[test]

@@ -178,6 +178,7 @@ impl Transport {
     /// timeout. Also says when the request went onto a connection (for the
     /// service time), how long it waited for one, and its phases.
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Exchanged {
+        let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
         let progress = Progress::new();
         let exchange = async {
             match &self.kind {
@@ -190,6 +191,12 @@ impl Transport {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => Outcome::Error(e.kind()),
             Err(_) => Outcome::Error(timeout_kind(progress.phase.get(), pool_wait, self.timeout)),
+        };
+        // A gRPC call's time is its deadline.
+        let outcome = if grpc {
+            crate::grpc::on_timeout(outcome)
+        } else {
+            outcome
         };
         Exchanged {
             outcome,

@@ -205,6 +205,7 @@ mod tests {
                 ..Default::default()
             }],
             None,
+            None,
             0,
             &crate::allow::AllowList::default(),
         )

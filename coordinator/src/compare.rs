@@ -943,6 +943,27 @@ mod tests {
             .unwrap_or_else(|| panic!("no row {figure:?} in\n{s}"))
     }
 
+    /// gRPC statuses get their count and share rows, `-` where a report
+    /// lacks the status, and non-OK statuses are failures.
+    #[test]
+    fn grpc_statuses_are_rows_of_their_own() {
+        let mut a = report(10.0, 20.0, 1000, json!({}));
+        a["totals"]["grpc"] =
+            json!({"calls": 1000, "status": {"OK": 1000}, "rate": {"OK": 1.0}});
+        let mut b = report(10.0, 20.0, 1000, json!({}));
+        b["totals"]["grpc"] = json!({
+            "calls": 1000,
+            "status": {"OK": 950, "UNAVAILABLE": 50},
+            "rate": {"OK": 0.95, "UNAVAILABLE": 0.05}
+        });
+        let t = Table::build(&[input("a", a), input("b", b)]);
+        let s = text(&t);
+        assert_eq!(t.row("grpc UNAVAILABLE").unwrap().cell(0), "-", "{s}");
+        assert!(line(&s, "grpc UNAVAILABLE %").contains('5'), "{s}");
+        assert!(line(&s, "grpc OK").contains("950"), "{s}");
+        assert!(line(&s, "failure %").contains('5'), "{s}");
+    }
+
     #[test]
     fn compare_table_has_headline_rows_in_order_with_ratios() {
         let a = input("fast", report(10.0, 20.0, 1000, json!({"200": 1000})));

@@ -283,7 +283,23 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     };
     if plan.target.grpc_source == Some(plan::GrpcSource::Reflection) && plan.has_grpc() {
         let descriptors = reflect(&plan, &target).await?;
-        plan.set_grpc_descriptors(descriptors)?;
+        plan.set_grpc_descriptors(descriptors).map_err(|mut e| {
+            // Name the plan file, or the flags that made the request.
+            match &args.plan {
+                Some(path) => e.source = path.display().to_string(),
+                None => {
+                    e.source = "the command line".into();
+                    for err in &mut e.errors {
+                        if err.field.ends_with(".message") {
+                            err.field = "--grpc-message".into();
+                        } else if err.field.ends_with(".grpc") {
+                            err.field = "--grpc-method".into();
+                        }
+                    }
+                }
+            }
+            e
+        })?;
     }
     let placement = if local {
         let pinning = match (&split, testbed.is_some()) {

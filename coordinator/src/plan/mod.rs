@@ -254,8 +254,14 @@ impl Plan {
         let errors = grpc::check_messages(self, &descriptors);
         if !errors.is_empty() {
             return Err(PlanErrors {
-                source: "the target's reflection service".into(),
-                errors,
+                source: "the plan".into(),
+                errors: errors
+                    .into_iter()
+                    .map(|e| PlanError {
+                        message: format!("{} (types from the target's reflection service)", e.message),
+                        ..e
+                    })
+                    .collect(),
             });
         }
         self.target.grpc_descriptors = descriptors;

@@ -948,8 +948,7 @@ mod tests {
     #[test]
     fn grpc_statuses_are_rows_of_their_own() {
         let mut a = report(10.0, 20.0, 1000, json!({}));
-        a["totals"]["grpc"] =
-            json!({"calls": 1000, "status": {"OK": 1000}, "rate": {"OK": 1.0}});
+        a["totals"]["grpc"] = json!({"calls": 1000, "status": {"OK": 1000}, "rate": {"OK": 1.0}});
         let mut b = report(10.0, 20.0, 1000, json!({}));
         b["totals"]["grpc"] = json!({
             "calls": 1000,

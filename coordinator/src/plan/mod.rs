@@ -258,7 +258,10 @@ impl Plan {
                 errors: errors
                     .into_iter()
                     .map(|e| PlanError {
-                        message: format!("{} (types from the target's reflection service)", e.message),
+                        message: format!(
+                            "{} (types from the target's reflection service)",
+                            e.message
+                        ),
                         ..e
                     })
                     .collect(),

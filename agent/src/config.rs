@@ -33,4 +33,7 @@ pub struct AgentConfig {
     pub client_identity: Option<(Vec<u8>, Vec<u8>)>,
     /// Only used by tests: announce this protocol version instead of ours.
     pub protocol_version: u32,
+    /// The open-file limit after raising it at start: every connection and
+    /// held stream takes one.
+    pub open_files: u64,
 }

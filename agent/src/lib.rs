@@ -19,6 +19,7 @@ pub mod grpc;
 pub mod recorder;
 pub mod request;
 pub mod session;
+pub mod sse;
 pub mod tls;
 pub mod worker;
 

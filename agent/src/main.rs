@@ -147,6 +147,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let client_identity = client_identity(&cli)?;
+    let open_files = open_files();
     Ok(AgentConfig {
         coordinator: cli.coordinator,
         token: cli.token,
@@ -169,7 +170,29 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         },
         client_identity,
         protocol_version: cli.protocol_version,
+        open_files,
     })
+}
+
+/// Raises the open-file limit to the hard limit, and says so: each held
+/// stream is a file descriptor, and the default soft limit (often 1,024)
+/// would cap an SSE scenario far below what the agent can hold.
+fn open_files() -> u64 {
+    match sys::raise_open_files() {
+        Ok(limits) => {
+            if limits.now > limits.before {
+                eprintln!(
+                    "loadfleet-agent: open-file limit raised from {} to {} (the hard limit)",
+                    limits.before, limits.now
+                );
+            }
+            limits.now
+        }
+        Err(e) => {
+            eprintln!("loadfleet-agent: warning: cannot raise the open-file limit: {e}");
+            0
+        }
+    }
 }
 
 /// Reads --tls-cert/--tls-key, the identity shown to a coordinator that asks

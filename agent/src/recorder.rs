@@ -189,6 +189,8 @@ impl Interval {
             body_time: encode_or_empty(&self.phases.body),
             connections_opened: self.phases.opened,
             connections_reused: self.phases.reused,
+            // Attached by the worker for subscription scenarios.
+            sse: None,
         }
     }
 }

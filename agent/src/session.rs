@@ -315,13 +315,35 @@ async fn connect(
     }
 }
 
+/// Warns when the open-file limit is below what the assignment may need:
+/// every request in flight (a held stream is one) and every pooled
+/// connection holds a descriptor, and running out shows up as
+/// `local_address` or `connect` errors that are the agent's, not the
+/// target's.
+fn warn_if_few_files(a: &v1::Assignment, open_files: u64) {
+    // The control connection, the runtime, logs and a margin.
+    const OWN: u64 = 64;
+    let needed = u64::from(a.max_in_flight) + u64::from(a.connections) + OWN;
+    if open_files != 0 && open_files < needed {
+        tracing::warn!(
+            "the open-file limit is {open_files}, below the {needed} this assignment may need (max_in_flight {} + connections {} + {OWN}); raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower max_in_flight",
+            a.max_in_flight,
+            a.connections
+        );
+    }
+}
+
 /// Wraps one message for the stream.
 fn message(kind: agent_message::Kind) -> v1::AgentMessage {
     v1::AgentMessage { kind: Some(kind) }
 }
 
 /// Who we are, the first message of every session.
-fn hello(config: &AgentConfig) -> v1::AgentMessage {
+fn hello(config: &AgentConfig, clock: &Clock) -> v1::AgentMessage {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    let wall_minus_mono_ns = i64::try_from(wall - i128::from(clock.now_ns())).unwrap_or(0);
     message(agent_message::Kind::Hello(v1::Hello {
         protocol_version: config.protocol_version,
         agent_id: config.id.clone(),
@@ -334,6 +356,8 @@ fn hello(config: &AgentConfig) -> v1::AgentMessage {
         cpus: config.workers as u32,
         label: config.label.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        wall_minus_mono_ns,
+        open_files: config.open_files,
     }))
 }
 
@@ -344,7 +368,7 @@ pub async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
 
     let (out_tx, out_rx) = mpsc::channel::<v1::AgentMessage>(4096);
     out_tx
-        .send(hello(&config))
+        .send(hello(&config, &clock))
         .await
         .map_err(|_| SessionError::OutboundClosed)?;
     let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
@@ -566,6 +590,7 @@ impl Session<'_> {
             self.refuse(refused.to_string()).await;
             return Err(SessionError::AssignmentRefused(refused));
         }
+        warn_if_few_files(&a, self.config.open_files);
         let start = self.clock.0 + Duration::from_nanos(a.start_at_agent_ns);
         let plans = plan_workers(&a, self.config, start).map_err(SessionError::BadAssignment)?;
         let stop = CancellationToken::new();

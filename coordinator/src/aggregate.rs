@@ -211,6 +211,8 @@ pub struct Aggregate {
     /// (`[agent][scenario][interval]`), to set against the plan when an
     /// agent is lost.
     pub reported: Vec<Vec<Vec<u64>>>,
+    /// Subscription figures per scenario (`None` for request scenarios).
+    pub sse: Vec<Option<crate::sse::SseMerged>>,
 }
 
 /// One second of the run, all agents together.
@@ -289,6 +291,7 @@ impl Aggregate {
             folded_below: 0,
             straggled: Default::default(),
             reported: vec![vec![Vec::new(); scenarios]; agents],
+            sse: vec![None; scenarios],
         }
     }
 
@@ -338,6 +341,12 @@ impl Aggregate {
     pub fn add(&mut self, agent: usize, s: &v1::Snapshot) -> Result<(), CodecError> {
         // Decode once, then add that everywhere.
         let one = Merged::from_snapshot(s)?;
+        if let (Some(figures), Some(sse)) = (&s.sse, self.sse.get_mut(s.scenario as usize)) {
+            // First, and all or nothing: a corrupt histogram here leaves
+            // the rest of the snapshot unmerged too.
+            sse.get_or_insert_with(Default::default)
+                .add(s.interval_index, figures)?;
+        }
         merge(&mut self.totals, &one);
         if let Some(a) = self.agents.get_mut(agent) {
             merge_agent(a, &one);

@@ -19,4 +19,5 @@ pub mod plan;
 pub mod plan_cmd;
 pub mod report;
 pub mod run;
+pub mod sse;
 pub mod thresholds;

@@ -118,6 +118,22 @@ pub const MAX_ADDRESS_BYTES: usize = 64;
 /// that `share = "cores"` weights stay within the fleet's total weight.
 pub const MAX_CPUS: u32 = 4096;
 
+/// Longest hold of an open-model subscriber.
+pub const MAX_HOLD: Duration = MAX_SCENARIO;
+/// Longest reconnection time before the server's own `retry:`.
+pub const MAX_RECONNECT: Duration = Duration::from_secs(3600);
+/// Longest name of the JSON field holding an event's send time, and of the
+/// event type tracked for fan-out.
+pub const MAX_SSE_NAME_BYTES: usize = 128;
+/// Most event ids one snapshot reports for the fan-out spread; an agent
+/// counts the rest as untracked.
+pub const MAX_FANOUT_IDS: usize = 512;
+/// Longest event id tracked for the fan-out spread.
+pub const MAX_FANOUT_ID_BYTES: usize = 64;
+/// Most distinct stream-error kinds in one snapshot (error kinds, plus
+/// `status_<code>` per refused reconnect status).
+pub const MAX_STREAM_ERROR_KINDS: usize = 64;
+
 /// A field outside its bound. The agent sends this back as its refusal, so
 /// it names the field exactly as the wire has it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -308,6 +324,24 @@ fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsErr
             )?;
         }
         None => return Err(err(f("model"), "is neither open nor closed")),
+    }
+    if let Some(sse) = &sc.sse {
+        duration(&f("sse.hold_ns"), sse.hold_ns, Duration::ZERO, MAX_HOLD)?;
+        duration(
+            &f("sse.reconnect_ns"),
+            sse.reconnect_ns,
+            Duration::ZERO,
+            MAX_RECONNECT,
+        )?;
+        bytes(&f("sse.send_time"), sse.send_time.len(), MAX_SSE_NAME_BYTES)?;
+        if !["", "s", "ms", "us", "ns"].contains(&sse.send_time_unit.as_str()) {
+            return Err(err(f("sse.send_time_unit"), "is not s, ms, us or ns"));
+        }
+        bytes(
+            &f("sse.fanout_event"),
+            sse.fanout_event.len(),
+            MAX_SSE_NAME_BYTES,
+        )?;
     }
     count(&f("requests"), sc.requests.len(), 1, MAX_REQUESTS)?;
     let mut total_weight = 0u64;

@@ -146,6 +146,9 @@ async fn session(
         label: String::new(),
         version: env!("CARGO_PKG_VERSION").into(),
         source_address: source.map(|ip| ip.to_string()).unwrap_or_default(),
+        // Simulated agents hold no streams: nothing to set against clocks
+        // or file limits.
+        ..Default::default()
     })))
     .await?;
     let mut request = tonic::Request::new(ReceiverStream::new(rx));

@@ -362,6 +362,14 @@ impl Fleet {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// Our wall clock minus [`Self::now_ns`], read together.
+    fn wall_minus_mono_ns(&self) -> i64 {
+        let wall = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i128);
+        i64::try_from(wall - i128::from(self.now_ns())).unwrap_or(0)
+    }
+
     fn alive(&self) -> usize {
         self.agents.iter().filter(|a| a.alive()).count()
     }
@@ -642,6 +650,7 @@ impl Fleet {
             cut_short: cut_short && started,
             started,
             started_at: self.run_started_at,
+            wall_minus_mono_ns: self.wall_minus_mono_ns(),
             elapsed,
             corrupt_snapshots: std::mem::take(&mut self.corrupt_snapshots),
             protocol: self.checks.ledgers(self.agents.len()),
@@ -890,6 +899,7 @@ impl Fleet {
     /// Hands the settled seconds to the sink (the live outputs), with the
     /// run so far for a partial report.
     fn settle(&mut self, below: u64) {
+        let wall_minus_mono_ns = self.wall_minus_mono_ns();
         let Some(sink) = self.sink.as_mut() else {
             return;
         };
@@ -908,6 +918,7 @@ impl Fleet {
             cut_short: true,
             started: true,
             started_at,
+            wall_minus_mono_ns,
             elapsed: start
                 .map(|s| Instant::now().saturating_duration_since(s))
                 .unwrap_or_default(),

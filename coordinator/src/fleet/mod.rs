@@ -132,6 +132,10 @@ pub struct RunResult {
     /// Whether load was ever scheduled.
     pub started: bool,
     pub started_at: SystemTime,
+    /// The coordinator's wall clock (ns since the Unix epoch) minus its
+    /// monotonic clock, so agents' wall clocks can be set against it
+    /// (`report::sse::wall_offsets`).
+    pub wall_minus_mono_ns: i64,
     /// From the common start to the end of the run.
     pub elapsed: Duration,
     pub corrupt_snapshots: u64,

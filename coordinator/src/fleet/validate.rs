@@ -16,7 +16,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use loadfleet_proto::bounds::{MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT};
+use loadfleet_proto::bounds::{
+    MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT, MAX_STREAM_ERROR_KINDS,
+};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 
@@ -286,6 +288,9 @@ impl Checks {
                 ));
             }
         }
+        if let Some(f) = &s.sse {
+            sse(f)?;
+        }
         for (field, v) in [("cpu_seconds", s.cpu_seconds), ("host_cpu", s.host_cpu)] {
             if !(0.0..=1e9).contains(&v) {
                 return Err(reject(
@@ -296,6 +301,83 @@ impl Checks {
         }
         Ok(())
     }
+}
+
+/// A subscription snapshot part: counts bounded, words from the vocabulary,
+/// lists within their bounds, fan-out receipts in order.
+fn sse(f: &v1::SseFigures) -> Result<(), Rejection> {
+    for (field, v) in [
+        ("sse.opened", f.opened),
+        ("sse.events", f.events),
+        ("sse.ended_by_server", f.ended_by_server),
+        ("sse.reconnects", f.reconnects),
+        ("sse.resumed", f.resumed),
+        ("sse.negative", f.negative),
+        ("sse.no_send_time", f.no_send_time),
+        ("sse.duplicates", f.duplicates),
+        ("sse.comments", f.comments),
+        ("sse.fanout_untracked", f.fanout_untracked),
+    ] {
+        fits(field, v, 0)?;
+    }
+    for (field, v) in [
+        ("sse.open_streams", f.open_streams),
+        ("sse.max_open_streams", f.max_open_streams),
+    ] {
+        if v > u64::from(MAX_IN_FLIGHT) {
+            return Err(reject(
+                "count_out_of_range",
+                format!("{field} = {v} is more than {MAX_IN_FLIGHT}"),
+            ));
+        }
+    }
+    if f.stream_errors.len() + f.refused.len() > MAX_STREAM_ERROR_KINDS {
+        return Err(reject(
+            "count_out_of_range",
+            format!(
+                "sse.stream_errors and sse.refused have more than {MAX_STREAM_ERROR_KINDS} keys"
+            ),
+        ));
+    }
+    words::<ErrorKind>(
+        "unknown_error_kind",
+        "sse.stream_errors",
+        f.stream_errors.keys(),
+    )?;
+    for &v in f.stream_errors.values().chain(f.refused.values()) {
+        fits("sse.stream_errors", v, 0)?;
+    }
+    if let Some(code) = f.refused.keys().find(|c| !(100..=999).contains(*c)) {
+        return Err(reject(
+            "bad_status",
+            format!("sse.refused status {code} is not a 3-digit HTTP status"),
+        ));
+    }
+    if f.fanout.len() > MAX_FANOUT_IDS {
+        return Err(reject(
+            "count_out_of_range",
+            format!(
+                "sse.fanout has {} ids, more than {MAX_FANOUT_IDS}",
+                f.fanout.len()
+            ),
+        ));
+    }
+    for r in &f.fanout {
+        if r.id.len() > MAX_FANOUT_ID_BYTES || r.first_ns > r.last_ns || r.subscribers == 0 {
+            return Err(reject(
+                "bad_fanout",
+                format!(
+                    "sse.fanout id of {} bytes (at most {MAX_FANOUT_ID_BYTES}), {} subscribers, first {} last {}",
+                    r.id.len(),
+                    r.subscribers,
+                    r.first_ns,
+                    r.last_ns
+                ),
+            ));
+        }
+        fits("sse.fanout.subscribers", r.subscribers, 0)?;
+    }
+    Ok(())
 }
 
 /// Every key must be a word of `T`'s vocabulary.

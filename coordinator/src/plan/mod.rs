@@ -26,11 +26,13 @@ mod overlay;
 mod raw;
 mod requests;
 mod shape;
+mod sse;
 mod timing;
 mod validate;
 
 pub use check::{PlanError, PlanErrors};
 pub use overlay::{Overlay, ProcessArg};
+pub use sse::SsePlan;
 
 /// What becomes of a lost agent's share of the schedule
 /// (`--on-agent-loss`, `[run] on_agent_loss`). In every mode the arrivals
@@ -199,6 +201,8 @@ pub struct Scenario {
     pub requests: Vec<RequestPlan>,
     pub data: Option<Data>,
     pub seed: u64,
+    /// Set for a subscription scenario (`kind = "sse"`).
+    pub sse: Option<SsePlan>,
 }
 
 impl Scenario {
@@ -323,6 +327,7 @@ impl Plan {
                     random: d.random,
                 }),
                 seed: s.seed,
+                sse: s.sse.as_ref().map(SsePlan::to_proto),
             })
             .collect()
     }
@@ -548,6 +553,34 @@ mod tests {
     /// Each malformed plan names the field (and its line where it has one)
     /// and nothing panics.
     #[test]
+    fn sse_scenario_becomes_its_assignment() {
+        let plan = parse_str(&format!(
+            "{TARGET}[[scenario]]\nkind = \"sse\"\nrate = 100\nduration = \"10s\"\nhold = \"5s\"\nsend_time = \"data.sent_us\"\nsend_time_unit = \"us\"\nfanout_event = \"broadcast\"\nreconnect = \"250ms\"\n[[scenario.request]]\npath = \"/sse\"\n"
+        ))
+        .unwrap();
+        let a = plan.assignments("http://127.0.0.1:8080");
+        let sse = a[0].sse.as_ref().expect("an sse scenario");
+        assert_eq!(sse.hold_ns, 5_000_000_000);
+        assert_eq!(sse.reconnect_ns, 250_000_000);
+        assert_eq!(
+            (sse.send_time.as_str(), sse.send_time_unit.as_str()),
+            ("sent_us", "us")
+        );
+        assert_eq!(sse.fanout_event, "broadcast");
+        // The last subscriber arrives at 10s and holds until 15s.
+        assert_eq!(a[0].duration_ns, 15_000_000_000);
+        assert_eq!(
+            plan.scenarios[0].sse.as_ref().unwrap().send_time_source(),
+            "data.sent_us (us)"
+        );
+        let plain = parse_str(&format!(
+            "{TARGET}[[scenario]]\nrate = 1\nduration = \"1s\"\n"
+        ))
+        .unwrap();
+        assert!(plain.assignments("http://h:1")[0].sse.is_none());
+    }
+
+    #[test]
     fn bad_plans_name_the_field() {
         let cases: &[(&str, &str, &str)] = &[
             ("wrong type", "[[scenario]]\nrate = \"fast\"\nduration = \"1s\"\n", "invalid type"),
@@ -572,6 +605,11 @@ mod tests {
             ("warm-up too long", "[[scenario]]\nrate = 5\nduration = \"1s\"\nwarmup = \"2s\"\n", "scenario[0].warmup"),
             ("bad threshold", "[[scenario]]\nrate = 5\nduration = \"1s\"\n", "thresholds[0]"),
             ("zero in-flight", "[[scenario]]\nrate = 5\nduration = \"1s\"\n", "target.max_in_flight"),
+            ("unknown kind", "[[scenario]]\nkind = \"websocket\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].kind"),
+            ("hold without sse", "[[scenario]]\nhold = \"5s\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].hold"),
+            ("hold of a closed subscriber", "[[scenario]]\nkind = \"sse\"\nmodel = \"closed\"\nclients = 5\nhold = \"5s\"\nduration = \"1s\"\n", "scenario[0].hold"),
+            ("send time nowhere", "[[scenario]]\nkind = \"sse\"\nsend_time = \"header.date\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].send_time"),
+            ("send time unit", "[[scenario]]\nkind = \"sse\"\nsend_time = \"id\"\nsend_time_unit = \"h\"\nrate = 5\nduration = \"1s\"\n", "scenario[0].send_time_unit"),
         ];
         for (what, body, field) in cases {
             let text = if *what == "zero in-flight" {

@@ -125,6 +125,22 @@ pub struct Overlay {
     /// and, without a plan file or --grpc-method, call its Work method.
     #[arg(long)]
     pub grpc: bool,
+    /// Subscribe instead of sending requests: each arrival (or client)
+    /// holds a Server-Sent Events stream on the URL (`kind = "sse"`).
+    #[arg(long)]
+    pub sse: bool,
+    /// With --sse and --rate: how long each subscriber holds its stream
+    /// (default: until the schedule ends).
+    #[arg(long, value_parser = humantime::parse_duration, requires = "sse")]
+    pub hold: Option<Duration>,
+    /// With --sse: where events carry the server's send time, "id" or
+    /// "data.FIELD" (a JSON number), for the delivery latency.
+    #[arg(long, requires = "sse")]
+    pub send_time: Option<String>,
+    /// With --send-time: its unit since the Unix epoch, s, ms (default),
+    /// us or ns.
+    #[arg(long, requires = "send_time")]
+    pub send_time_unit: Option<String>,
     /// Pass/fail rule checked at the end, e.g. 'p99<500ms', 'unsent==0',
     /// 'errors<1%', 'grpc.unavailable<1%', or per scenario
     /// 'checkout.p99<300ms' (repeatable). A failed one makes the exit
@@ -231,6 +247,18 @@ impl Overlay {
                     "--rate/--clients/--duration/--ramp/--warmup/--process/--seed",
                     format!(
                         "these reshape a single scenario, but the plan has {}; edit the plan instead",
+                        many.len()
+                    ),
+                ),
+            }
+        }
+        if self.sse {
+            match raw.scenario.as_mut_slice() {
+                [only] => self.lay_sse(only.get_mut(), &mut laid),
+                many => laid.err(
+                    "--sse",
+                    format!(
+                        "--sse turns a single scenario into subscriptions, but the plan has {}; set kind = \"sse\" in the plan instead",
                         many.len()
                     ),
                 ),
@@ -410,6 +438,25 @@ impl Overlay {
         }
         if let Some(seed) = self.seed {
             s.seed = Some(seed);
+        }
+    }
+
+    /// `--sse` and its companions on the plan's one scenario.
+    fn lay_sse(&self, s: &mut RawScenario, laid: &mut Laid) {
+        let at = |field: &str| format!("scenario[0].{field}");
+        s.kind = Some(flag_value("sse".to_string()));
+        laid.set(at("kind"), "--sse");
+        if let Some(hold) = self.hold {
+            s.hold = flag_duration(hold);
+            laid.set(at("hold"), "--hold");
+        }
+        if let Some(place) = &self.send_time {
+            s.send_time = Some(flag_value(place.clone()));
+            laid.set(at("send_time"), "--send-time");
+        }
+        if let Some(unit) = &self.send_time_unit {
+            s.send_time_unit = Some(flag_value(unit.clone()));
+            laid.set(at("send_time_unit"), "--send-time-unit");
         }
     }
 

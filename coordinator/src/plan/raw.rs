@@ -77,6 +77,18 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub request: Vec<Spanned<RawRequest>>,
     pub data: Option<Spanned<RawData>>,
+    /// "http" (default) or "sse": held event streams.
+    pub kind: Option<Spanned<String>>,
+    /// Open-model subscribers: how long each holds its stream.
+    pub hold: Option<Spanned<String>>,
+    /// Wait before reconnecting, until the server sends `retry:`.
+    pub reconnect: Option<Spanned<String>>,
+    /// "id" or "data.FIELD": where events carry the server's send time.
+    pub send_time: Option<Spanned<String>>,
+    /// "s", "ms" (default), "us" or "ns" since the Unix epoch.
+    pub send_time_unit: Option<Spanned<String>>,
+    /// Event type whose ids are tracked for the fan-out spread.
+    pub fanout_event: Option<Spanned<String>>,
     /// Flags that reshape a scenario given as `stages` or `steps`; a
     /// constant scenario takes them as its own `rate`/`duration` instead.
     #[serde(skip)]

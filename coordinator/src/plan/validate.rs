@@ -301,6 +301,7 @@ fn scenario(
         );
     }
     let closed = model::is_closed(c, i, s);
+    let sse = super::sse::sse(c, i, s, closed);
     let unit = shape::Unit::of(closed);
     let mut stages = shape::profile(c, i, spanned, unit);
     if c.errors.len() == errors_before && !stages.is_empty() {
@@ -325,7 +326,22 @@ fn scenario(
             );
         }
     }
-    let (model, duration) = modeled?;
+    let (model, mut duration) = modeled?;
+    // An open-model subscriber that arrives last still holds for `hold`:
+    // the scenario lasts that much longer than its schedule.
+    if let (Some(hold), super::Model::Open(_)) = (sse.as_ref().and_then(|s| s.hold), &model) {
+        duration += hold;
+        if duration > MAX_SCENARIO {
+            c.err(
+                format!("scenario[{i}].hold"),
+                s.hold.as_ref().map(Spanned::span),
+                format!(
+                    "the schedule and the last subscriber's hold last longer than {}; shorten one",
+                    humantime::format_duration(MAX_SCENARIO)
+                ),
+            );
+        }
+    }
     if c.errors.len() > errors_before {
         return None;
     }
@@ -338,6 +354,7 @@ fn scenario(
         requests,
         data,
         seed,
+        sse,
     })
 }
 

@@ -17,7 +17,7 @@ use crate::thresholds::{Figures, Latency};
 
 /// Reads a microsecond histogram as milliseconds; `None` when it is empty,
 /// so "nothing completed" is never shown as a latency of 0.
-fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
+pub(crate) fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
     if h.is_empty() {
         return None;
     }
@@ -214,6 +214,16 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 process: info.process.clone(),
                 offered_rps: info.offered_rps,
                 totals: totals_of(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
+                sse: info.sse_send_time.as_ref().map(|send_time| {
+                    let merged = result
+                        .aggregate
+                        .sse
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or_default();
+                    super::sse::report(&merged, send_time, result, 1.0)
+                }),
             }
         })
         .collect();

@@ -151,6 +151,11 @@ pub struct Scenario {
     pub offered_rps: Option<f64>,
     #[serde(flatten)]
     pub totals: Totals,
+    /// Subscription scenarios only: what the subscribers got. Their
+    /// intended/sent/unsent count subscribers, status/errors and latency
+    /// their first subscribe request (latency: time to subscribe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse: Option<super::sse::SseReport>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

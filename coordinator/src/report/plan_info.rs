@@ -86,6 +86,7 @@ impl PlanInfo {
                     }
                     Model::Closed { .. } => None,
                 },
+                sse_send_time: s.sse.as_ref().map(|sse| sse.send_time_source()),
             })
             .collect();
         Self {
@@ -113,4 +114,7 @@ pub struct ScenarioInfo {
     pub warmup: Duration,
     pub process: Option<String>,
     pub offered_rps: Option<f64>,
+    /// Subscription scenarios: where events carry their send time ("none"
+    /// when nowhere); `None` for request scenarios.
+    pub sse_send_time: Option<String>,
 }

@@ -215,6 +215,11 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             percentile_row(out, "", &t.latency_ms)?;
         }
     }
+    for s in &r.scenarios {
+        if let Some(sse) = &s.sse {
+            write_sse(out, &s.name, &s.totals, sse)?;
+        }
+    }
     writeln!(out)?;
     writeln!(out, "  agents:")?;
     for a in &r.agents {
@@ -253,6 +258,95 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
                 paint(VerdictLevel::Error, "FAIL")
             };
             writeln!(out, "  {mark} {} (actual {actual})", c.threshold)?;
+        }
+    }
+    Ok(())
+}
+
+/// A subscription scenario: subscribers, events, delivery latency with
+/// what it rests on, fan-out.
+fn write_sse(
+    out: &mut impl Write,
+    name: &str,
+    t: &super::model::Totals,
+    s: &super::sse::SseReport,
+) -> std::io::Result<()> {
+    let list = |m: &std::collections::BTreeMap<String, u64>| -> String {
+        if m.is_empty() {
+            "-".into()
+        } else {
+            m.iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        }
+    };
+    writeln!(out)?;
+    writeln!(out, "  subscriptions of {name}:")?;
+    writeln!(
+        out,
+        "  subscribers intended {}   opened {}   unsent {} ({} {}, {} {})   not opened {}",
+        t.intended,
+        s.opened,
+        t.unsent.total,
+        UnsentReason::ConcurrencyLimit,
+        t.unsent.concurrency_limit,
+        UnsentReason::Late,
+        t.unsent.late,
+        t.sent.saturating_sub(s.opened)
+    )?;
+    percentile_row(out, "to subscribe", &t.latency_ms)?;
+    percentile_row(out, "to 1st event", &s.first_event_ms)?;
+    let per = s.events_per_subscriber.as_ref().map_or("-".into(), |c| {
+        format!("min {} p50 {} max {}", c.min, c.p50, c.max)
+    });
+    writeln!(
+        out,
+        "  events {}   per subscriber {per}   duplicates {}   keep-alives {}",
+        s.events, s.duplicates, s.comments
+    )?;
+    percentile_row(out, "event gap", &s.gap_ms)?;
+    writeln!(
+        out,
+        "  ended by server {}   reconnects {} ({} with Last-Event-ID)   stream errors {}   refused {}",
+        s.ended_by_server,
+        s.reconnects,
+        s.resumed,
+        list(&s.stream_errors),
+        list(&s.refused)
+    )?;
+    let d = &s.delivery;
+    writeln!(out, "  delivery latency (send time from {}):", d.send_time)?;
+    percentile_row(out, "delivery", &d.latency_ms)?;
+    if d.negative > 0 {
+        percentile_row(out, &format!("NEGATIVE {}", d.negative), &d.negative_ms)?;
+    }
+    if d.no_send_time > 0 {
+        writeln!(
+            out,
+            "  {} events carried no readable send time",
+            d.no_send_time
+        )?;
+    }
+    writeln!(out, "  rests on: {}", d.rests_on)?;
+    let f = &s.fanout;
+    if f.ids > 0 {
+        writeln!(
+            out,
+            "  fan-out: {} event ids reached several subscribers; spread first to last receipt p50 {} max {}",
+            f.ids,
+            f.spread_p50_ms.map_or("-".into(), ms),
+            f.spread_max_ms.map_or("-".into(), ms),
+        )?;
+        for row in f.rows.iter().take(10) {
+            writeln!(
+                out,
+                "    id {:<12} {:>7} subscribers  first t={:.3}s  spread {}",
+                row.id,
+                row.subscribers,
+                row.first_s,
+                ms(row.spread_ms)
+            )?;
         }
     }
     Ok(())

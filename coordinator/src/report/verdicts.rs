@@ -26,6 +26,7 @@ pub fn all(
     v.extend(pool_verdict(t, agents, info));
     v.extend(health_verdicts(result, t, agents, info));
     v.extend(localhost_verdicts(result, info));
+    v.extend(delivery_clock_verdicts(result, info));
     sort(&mut v);
     v
 }
@@ -33,6 +34,47 @@ pub fn all(
 /// Errors first, then warnings, then the rest; otherwise in the order made.
 pub fn sort(v: &mut [Verdict]) {
     v.sort_by_key(|v| v.level);
+}
+
+/// Events that arrived before they were sent, by the clocks' account: the
+/// target's clock and the agents' disagree by at least that much, so every
+/// delivery latency of the scenario is off by an unknown amount. The
+/// figures stay in the report (counted, never clamped); this says so.
+fn delivery_clock_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
+    let offsets = super::sse::wall_offsets(result);
+    let measured = match (
+        offsets.iter().map(|&(o, _)| o).max_by_key(|o| o.unsigned_abs()),
+        offsets.iter().map(|&(_, u)| u).max(),
+    ) {
+        (Some(o), Some(u)) => format!(
+            "the agents' wall clocks agree with the coordinator's to within {:+.3} ms (±{:.3} ms), so the target's clock is the likely culprit",
+            o as f64 / 1e6,
+            u as f64 / 1e6
+        ),
+        _ => "the agents' wall-clock offsets were not measured".to_owned(),
+    };
+    info.scenarios
+        .iter()
+        .zip(&result.aggregate.sse)
+        .filter_map(|(s, m)| Some((s, m.as_ref()?)))
+        .filter(|(_, m)| m.negative > 0)
+        .map(|(s, m)| {
+            let with_time = m.negative + m.latency.len();
+            Verdict {
+                level: VerdictLevel::Warn,
+                code: VerdictCode::Clock,
+                message: format!(
+                    "scenario {}: {} of {} events ({:.1}%) arrived before the target says it sent them, by up to {:.1} ms (p50 {:.1} ms): the target's and the agents' clocks disagree at least that much; {measured}. Delivery latency is off by that much; synchronise the clocks (chrony/NTP) or read it as relative",
+                    s.name,
+                    m.negative,
+                    with_time,
+                    100.0 * m.negative as f64 / with_time.max(1) as f64,
+                    m.negative_latency.max() as f64 / 1000.0,
+                    m.negative_latency.value_at_quantile(0.5) as f64 / 1000.0,
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Agents sharing hardware with each other or with the target: the
@@ -547,6 +589,7 @@ mod tests {
             cut_short: false,
             started: true,
             started_at: std::time::SystemTime::now(),
+            wall_minus_mono_ns: 0,
             elapsed: Duration::from_secs(10),
             corrupt_snapshots: 0,
             protocol: Vec::new(),
@@ -566,6 +609,7 @@ mod tests {
                 warmup: Duration::ZERO,
                 process: Some("uniform".into()),
                 offered_rps: Some(10.0),
+                sse_send_time: None,
             }],
             duration: Duration::from_secs(10),
             drain: Duration::from_secs(1),

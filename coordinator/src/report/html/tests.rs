@@ -119,6 +119,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             process: Some("uniform".into()),
             offered_rps: Some(100.0),
             totals: t.clone(),
+            sse: None,
         }],
         totals: t,
         agents: vec![AgentReport {

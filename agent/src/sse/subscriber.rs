@@ -29,7 +29,27 @@ pub const READ_BUF: usize = 2048;
 pub trait Connect {
     type Io: AsyncRead + AsyncWrite + Unpin;
     /// A connection to the target of `uri`, TLS included for https.
-    fn connect(&self, uri: &::http::Uri) -> impl Future<Output = Result<Self::Io, ErrorKind>>;
+    fn connect(
+        &self,
+        uri: &::http::Uri,
+    ) -> impl Future<Output = Result<Connected<Self::Io>, ErrorKind>>;
+}
+
+/// A connection just opened, with what opening it took.
+pub struct Connected<Io> {
+    pub io: Io,
+    pub connect: Duration,
+    pub tls: Option<Duration>,
+}
+
+/// Where a subscriber's first connection spent its time until the
+/// response headers: its time to subscribe, split as a request's phases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Opening {
+    pub connect: Option<Duration>,
+    pub tls: Option<Duration>,
+    /// From the request going out to the response headers.
+    pub ttfb: Option<Duration>,
 }
 
 /// What every subscriber of one scenario on one worker shares.
@@ -101,6 +121,8 @@ struct State {
     last_numeric_id: Option<u64>,
     reconnect: Duration,
     first_event_seen: bool,
+    /// The phases of the connection being opened.
+    opening: Opening,
 }
 
 impl<C: Connect> Subscribers<'_, C> {
@@ -118,7 +140,7 @@ impl<C: Connect> Subscribers<'_, C> {
         intended: Instant,
         until: Instant,
         stop: &CancellationToken,
-        first: impl FnOnce(Outcome, Instant),
+        first: impl FnOnce(Outcome, Instant, Opening),
     ) {
         let mut state = State {
             parser: Parser::new(),
@@ -127,6 +149,7 @@ impl<C: Connect> Subscribers<'_, C> {
             last_numeric_id: None,
             reconnect: self.spec.reconnect,
             first_event_seen: false,
+            opening: Opening::default(),
         };
         let mut first = Some(first);
         loop {
@@ -144,7 +167,7 @@ impl<C: Connect> Subscribers<'_, C> {
                     // abandoned, as any request in flight).
                     if let Some(first) = first.take() {
                         if !stop.is_cancelled() {
-                            first(Outcome::Error(ErrorKind::Timeout), now);
+                            first(Outcome::Error(ErrorKind::Timeout), now, state.opening);
                         }
                     }
                     break;
@@ -160,7 +183,7 @@ impl<C: Connect> Subscribers<'_, C> {
             if let Some(first) = first.take() {
                 // Never opened: the first attempt's failure is the outcome.
                 if let End::Failed(kind) = end {
-                    first(Outcome::Error(kind), now);
+                    first(Outcome::Error(kind), now, state.opening);
                 }
             }
             let again = now + state.reconnect;
@@ -188,7 +211,7 @@ impl<C: Connect> Subscribers<'_, C> {
         subscription: &Subscription,
         state: &mut State,
         intended: Instant,
-        first: &mut Option<impl FnOnce(Outcome, Instant)>,
+        first: &mut Option<impl FnOnce(Outcome, Instant, Opening)>,
     ) -> End {
         let opened = tokio::time::timeout(self.timeout, self.open(subscription, state)).await;
         let now = Instant::now();
@@ -200,7 +223,7 @@ impl<C: Connect> Subscribers<'_, C> {
         let interval = self.interval(now);
         let is_first = first.is_some();
         if let Some(first) = first.take() {
-            first(Outcome::Status(head.status), now);
+            first(Outcome::Status(head.status), now, state.opening);
         }
         if !(200..300).contains(&head.status) || !head.event_stream {
             if !is_first {
@@ -226,7 +249,11 @@ impl<C: Connect> Subscribers<'_, C> {
         subscription: &Subscription,
         state: &mut State,
     ) -> Result<(C::Io, http::Head), ErrorKind> {
-        let mut io = self.connector.connect(&subscription.uri).await?;
+        state.opening = Opening::default();
+        let Connected { mut io, connect, tls } = self.connector.connect(&subscription.uri).await?;
+        state.opening.connect = Some(connect);
+        state.opening.tls = tls;
+        let sent = Instant::now();
         let last_id = state.parser.last_id();
         let mut request = Vec::with_capacity(subscription.head.len() + 24 + last_id.len());
         request.extend_from_slice(&subscription.head);
@@ -248,7 +275,10 @@ impl<C: Connect> Subscribers<'_, C> {
                 return Err(ErrorKind::Reset);
             }
             match http::parse_head(&state.buf) {
-                Ok(Some(head)) => return Ok((io, head)),
+                Ok(Some(head)) => {
+                    state.opening.ttfb = Some(sent.elapsed());
+                    return Ok((io, head));
+                }
                 Ok(None) if state.buf.len() < MAX_HEAD_BYTES => {}
                 _ => return Err(ErrorKind::Protocol),
             }

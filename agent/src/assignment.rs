@@ -16,6 +16,7 @@ use crate::allow::{AllowList, TargetRefused};
 use crate::client::ClientConfig;
 use crate::config::AgentConfig;
 use crate::request::{GrpcContext, MixError, RequestMix};
+use crate::sse::{SpecError, SseSpec};
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
 /// Why this agent refuses an assignment. The message goes back to the
@@ -71,6 +72,15 @@ pub enum AssignmentError {
     /// A scenario is neither open nor closed.
     #[error("scenario {0:?} has no model")]
     NoModel(String),
+    /// A subscription scenario's settings cannot be used.
+    #[error("scenario {name:?}")]
+    Sse {
+        /// The scenario's name.
+        name: String,
+        /// What is wrong with them.
+        #[source]
+        source: SpecError,
+    },
     /// A scenario's request templates cannot be used.
     #[error("scenario {name:?}")]
     Requests {
@@ -134,7 +144,16 @@ pub fn plan_workers(
             &config.allow_targets,
         )
         .map_err(requests_error)?;
-        parsed.push((i as u32, sc, model, Arc::new(mix)));
+        let sse = match &sc.sse {
+            Some(p) => Some(Arc::new(SseSpec::from_proto(p).map_err(|source| {
+                AssignmentError::Sse {
+                    name: sc.name.clone(),
+                    source,
+                }
+            })?)),
+            None => None,
+        };
+        parsed.push((i as u32, sc, model, Arc::new(mix), sse));
     }
     // No more workers than the in-flight cap or the connections allow: each
     // worker needs at least one of each.
@@ -169,7 +188,7 @@ pub fn plan_workers(
                 },
                 scenarios: parsed
                     .iter()
-                    .map(|(index, sc, model, mix)| ScenarioPlan {
+                    .map(|(index, sc, model, mix, sse)| ScenarioPlan {
                         index: *index,
                         start: start + Duration::from_nanos(sc.start_offset_ns),
                         warmup: Duration::from_nanos(sc.warmup_ns),
@@ -187,6 +206,7 @@ pub fn plan_workers(
                         },
                         mix: mix.clone(),
                         seed: sc.seed,
+                        sse: sse.clone(),
                     })
                     .collect(),
             }

@@ -26,9 +26,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, Transport};
+use crate::client::{ClientConfig, Phases, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
+use crate::sse::hook::Hook;
+use crate::sse::SseSpec;
 use crate::timer::PreciseTimer;
 
 /// Sleeps longer than this also watch for a stop, so a long pause in the
@@ -86,6 +88,9 @@ pub struct ScenarioPlan {
     pub model: Model,
     pub mix: Arc<RequestMix>,
     pub seed: u64,
+    /// Set for a subscription scenario: each arrival or client holds an
+    /// event stream (see [`crate::sse`]).
+    pub sse: Option<Arc<SseSpec>>,
 }
 
 /// Everything one worker needs; shared parts are behind `Arc`.
@@ -116,6 +121,8 @@ struct Shared {
     worker_in_flight: Rc<Cell<u64>>,
     client: Transport,
     mix: Arc<RequestMix>,
+    /// A subscription scenario's streams and figures.
+    sse: Option<Rc<Hook>>,
     rng: Rc<RefCell<SplitMix64>>,
     common_start: Instant,
     interval_ns: u64,
@@ -170,6 +177,16 @@ async fn run_scenarios(
             worker_in_flight: worker_in_flight.clone(),
             client: client.clone(),
             mix: sc.mix.clone(),
+            sse: sc.sse.as_ref().map(|spec| {
+                Rc::new(Hook::new(
+                    spec.clone(),
+                    plan.client.source,
+                    &plan.client.tls,
+                    plan.client.timeout,
+                    plan.start,
+                    interval_ns,
+                ))
+            }),
             rng: Rc::new(RefCell::new(SplitMix64::new(
                 sc.seed ^ ((plan.agent_index as u64) << 32) ^ plan.worker_index as u64,
             ))),
@@ -186,6 +203,7 @@ async fn run_scenarios(
             shared.recorder.clone(),
             shared.in_flight.clone(),
             pool,
+            shared.sse.clone(),
             plan.start,
             plan.interval,
             events.clone(),
@@ -226,7 +244,13 @@ async fn run_scenarios(
             }
             // Drain: give in-flight requests their chance to complete (and
             // count), unless we were told to stop.
-            let deadline = Instant::now() + plan.drain;
+            // Subscribers hold past the last arrival, until the scenario's
+            // end (its schedule plus the hold).
+            let held = match shared.sse {
+                Some(_) => shared.scenario_start + shared.duration,
+                None => Instant::now(),
+            };
+            let deadline = Instant::now().max(held) + plan.drain;
             while shared.in_flight.get() > 0 && Instant::now() < deadline && !stop.is_cancelled() {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(5)) => {}
@@ -249,7 +273,10 @@ async fn run_scenarios(
     let mut pool_saturated = client.take_saturated(Instant::now()) / plan.workers.max(1) as u32;
     for s in &states {
         let gauge = Gauge::new(s.in_flight.get(), std::mem::take(&mut pool_saturated));
-        let snaps = s.recorder.borrow_mut().flush(up_to, gauge);
+        let mut snaps = s.recorder.borrow_mut().flush(up_to, gauge);
+        if let Some(sse) = &s.sse {
+            sse.attach(&mut snaps, up_to);
+        }
         let _ = events.send(WorkerEvent::Snapshots(snaps));
         in_flight_at_end += s.in_flight.get();
     }
@@ -462,6 +489,14 @@ async fn open_loop(
         };
         shared.mark_sent(interval, lag);
         let task_shared = shared.clone();
+        if let Some(hook) = shared.sse.clone() {
+            let until = hook.until(intended, shared.scenario_start + shared.duration);
+            let stop = stop.clone();
+            tokio::task::spawn_local(async move {
+                one_subscriber(&task_shared, &hook, request, intended, until, &stop).await;
+            });
+            continue;
+        }
         tokio::task::spawn_local(async move {
             one_request(&task_shared, request, intended).await;
         });
@@ -516,6 +551,12 @@ async fn closed_loop(
                             continue;
                         };
                         shared.mark_sent(interval, Duration::ZERO);
+                        if let Some(hook) = &shared.sse {
+                            // A subscriber holds until its window ends,
+                            // reconnecting as the standard says.
+                            one_subscriber(&shared, hook, request, intended, end, &stop).await;
+                            break;
+                        }
                         // A request still out at the end of the drain, or at
                         // a stop, is abandoned (counted as in flight at end).
                         tokio::select! {
@@ -628,6 +669,54 @@ async fn one_request(
         .set(shared.worker_in_flight.get() - 1);
 }
 
+/// One subscriber of a subscription scenario: it holds a stream until
+/// `until`. Its first answer is its outcome, recorded like a request's
+/// (latency = time to subscribe, from the intended instant to the response
+/// headers); it stays in flight while it holds on.
+async fn one_subscriber(
+    shared: &Shared,
+    hook: &Hook,
+    request: http::Request<http_body_util::Full<bytes::Bytes>>,
+    intended: Instant,
+    until: Instant,
+    stop: &CancellationToken,
+) {
+    let sent_at = Instant::now();
+    let answered = Cell::new(false);
+    hook.subscribe(&request, intended, until, stop, |outcome, at, opening| {
+        answered.set(true);
+        let in_scenario = at.saturating_duration_since(shared.scenario_start);
+        shared.recorder.borrow_mut().completed(
+            interval_of(shared, at),
+            Completion {
+                outcome,
+                latency_micros: at.saturating_duration_since(intended).as_micros() as u64,
+                service_micros: at.saturating_duration_since(sent_at).as_micros() as u64,
+                pool_wait_micros: None,
+                warmup: intended.saturating_duration_since(shared.scenario_start) < shared.warmup,
+                in_window: in_scenario >= shared.warmup && in_scenario < shared.duration,
+                phases: Phases {
+                    connect: opening.connect,
+                    tls: opening.tls,
+                    ttfb: opening.ttfb,
+                    body: None,
+                    new_connection: opening.connect.is_some(),
+                    reused: false,
+                },
+            },
+        );
+    })
+    .await;
+    // One never answered (stopped first) is abandoned, as a request would
+    // be: it stays in flight at the end.
+    if answered.get() {
+        shared.in_flight.set(shared.in_flight.get() - 1);
+        shared
+            .worker_in_flight
+            .set(shared.worker_in_flight.get() - 1);
+    }
+}
+
 /// Closes each interval at its boundary on the common clock and hands its
 /// snapshots to the session; with the worker's `pool` (and the agent's
 /// number of workers), also the time it held requests waiting.
@@ -635,6 +724,7 @@ async fn flush_loop(
     recorder: Rc<RefCell<Recorder>>,
     in_flight: Rc<Cell<u64>>,
     pool: Option<(Transport, usize)>,
+    sse: Option<Rc<Hook>>,
     start: Instant,
     interval: Duration,
     events: UnboundedSender<WorkerEvent>,
@@ -647,9 +737,12 @@ async fn flush_loop(
         let saturated = pool.as_ref().map_or(Duration::ZERO, |(p, workers)| {
             p.take_saturated(Instant::now()) / (*workers).max(1) as u32
         });
-        let snaps = recorder
+        let mut snaps = recorder
             .borrow_mut()
             .flush(closed, Gauge::new(in_flight.get(), saturated));
+        if let Some(sse) = &sse {
+            sse.attach(&mut snaps, closed);
+        }
         if events.send(WorkerEvent::Snapshots(snaps)).is_err() {
             return;
         }

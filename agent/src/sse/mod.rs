@@ -8,6 +8,7 @@
 //! in-flight cap, unsent accounting) is the worker's, unchanged: a
 //! subscriber is one arrival that stays in flight while it holds its stream.
 
+pub mod hook;
 pub mod http;
 pub mod parser;
 pub mod record;

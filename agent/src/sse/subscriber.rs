@@ -250,7 +250,11 @@ impl<C: Connect> Subscribers<'_, C> {
         state: &mut State,
     ) -> Result<(C::Io, http::Head), ErrorKind> {
         state.opening = Opening::default();
-        let Connected { mut io, connect, tls } = self.connector.connect(&subscription.uri).await?;
+        let Connected {
+            mut io,
+            connect,
+            tls,
+        } = self.connector.connect(&subscription.uri).await?;
         state.opening.connect = Some(connect);
         state.opening.tls = tls;
         let sent = Instant::now();

@@ -203,6 +203,7 @@ enum Unit {
 
 type Getter = Box<dyn Fn(&Totals) -> Option<f64>>;
 type HeadlineGetter = Box<dyn Fn(&Headline) -> Option<f64>>;
+type ScenarioGetter = Box<dyn Fn(&Compared) -> Option<f64>>;
 
 /// A headline figure, read from a report's totals (or a repeat run's).
 struct Figure {
@@ -214,6 +215,9 @@ struct Figure {
     /// their median / min / max must come from the runs (min of a ratio is
     /// not the ratio of the mins).
     headline: Option<HeadlineGetter>,
+    /// A figure of one scenario rather than of the totals (a subscription
+    /// scenario's): read from the whole report.
+    scenario: Option<ScenarioGetter>,
 }
 
 impl Figure {
@@ -228,6 +232,7 @@ impl Figure {
             unit,
             get: Box::new(get),
             headline: Some(Box::new(headline)),
+            scenario: None,
         }
     }
 
@@ -239,6 +244,7 @@ impl Figure {
             unit: Unit::Count,
             get: Box::new(move |t| map(t).get(&key).map(|n| *n as f64)),
             headline: None,
+            scenario: None,
         }
     }
 
@@ -248,6 +254,7 @@ impl Figure {
             unit: Unit::Percent,
             get: Box::new(get),
             headline: None,
+            scenario: None,
         }
     }
 }
@@ -295,6 +302,7 @@ fn grpc_figures(status: String) -> [Figure; 2] {
         unit: Unit::Count,
         get: Box::new(move |t| Some(*t.grpc.as_ref()?.status.get(&name)? as f64)),
         headline: None,
+        scenario: None,
     };
     let share = Figure::derived(&format!("grpc {status} %"), move |t| {
         let n = *t.grpc.as_ref()?.status.get(&status)?;
@@ -456,6 +464,7 @@ fn figures(inputs: &[Input]) -> Vec<Figure> {
                 unit: Unit::Ms,
                 get: Box::new(move |t| of(&t.phases).map(pick)),
                 headline: None,
+                scenario: None,
             });
         }
     }
@@ -464,7 +473,54 @@ fn figures(inputs: &[Input]) -> Vec<Figure> {
         unit: Unit::Count,
         get: Box::new(|t| count(t.phases.connections_opened)),
         headline: None,
+        scenario: None,
     });
+    f.extend(sse_figures(inputs));
+    f
+}
+
+/// The figures of every subscription scenario (by name, over all inputs):
+/// subscribers opened, events, delivery latency, negative deliveries and
+/// the fan-out spread.
+fn sse_figures(inputs: &[Input]) -> Vec<Figure> {
+    let names: BTreeSet<String> = inputs
+        .iter()
+        .flat_map(|i| &i.report.scenarios)
+        .filter(|s| s.sse.is_some())
+        .map(|s| s.name.clone())
+        .collect();
+    type Pick = fn(&crate::report::sse::SseReport) -> Option<f64>;
+    let picks: [(&str, Unit, Pick); 7] = [
+        ("opened", Unit::Count, |s| count(s.opened)),
+        ("events", Unit::Count, |s| count(s.events)),
+        ("reconnects", Unit::Count, |s| count(s.reconnects)),
+        ("delivery p50", Unit::Ms, |s| {
+            s.delivery.latency_ms.as_ref().map(|p| p.p50)
+        }),
+        ("delivery p99", Unit::Ms, |s| {
+            s.delivery.latency_ms.as_ref().map(|p| p.p99)
+        }),
+        ("negative deliveries", Unit::Count, |s| {
+            count(s.delivery.negative)
+        }),
+        ("fan-out spread max", Unit::Ms, |s| s.fanout.spread_max_ms),
+    ];
+    let mut f = Vec::new();
+    for name in names {
+        for (figure, unit, pick) in picks {
+            let of = name.clone();
+            f.push(Figure {
+                name: format!("{name} sse {figure}"),
+                unit,
+                get: Box::new(|_| None),
+                headline: None,
+                scenario: Some(Box::new(move |r: &Compared| {
+                    let s = r.scenarios.iter().find(|s| s.name == of)?;
+                    pick(s.sse.as_ref()?)
+                })),
+            });
+        }
+    }
     f
 }
 
@@ -490,6 +546,12 @@ struct Reading {
 }
 
 fn read(report: &Compared, fig: &Figure) -> Reading {
+    if let Some(of_scenario) = &fig.scenario {
+        return Reading {
+            value: of_scenario(report),
+            range: None,
+        };
+    }
     let from = |pick: fn(&Repeats) -> &Headline| {
         let headline = fig.headline.as_ref()?;
         headline(pick(report.repeats.as_ref()?))

@@ -69,6 +69,7 @@ fn page(h: &mut String, r: &Report, json: &str) -> fmt::Result {
     headline(h, r)?;
     repeats(h, r)?;
     scenarios(h, r)?;
+    subscriptions(h, r)?;
     charts(h, r)?;
     outcomes(h, &r.totals)?;
     agents(h, r)?;
@@ -344,6 +345,119 @@ fn percentile_row(h: &mut String, label: &str, note: &str, p: Option<&Percentile
             esc(label)
         ),
     }
+}
+
+/// Subscription scenarios: subscribers, events, delivery latency with what
+/// it rests on, and the fan-out per event id.
+fn subscriptions(h: &mut String, r: &Report) -> fmt::Result {
+    for s in &r.scenarios {
+        let Some(sse) = &s.sse else { continue };
+        let t = &s.totals;
+        writeln!(h, "<h2>Subscriptions: {}</h2>", esc(&s.name))?;
+        let per = sse.events_per_subscriber.as_ref().map_or("–".into(), |c| {
+            format!("{} / {} / {}", count(c.min), count(c.p50), count(c.max))
+        });
+        let list = |m: &std::collections::BTreeMap<String, u64>| -> String {
+            if m.is_empty() {
+                "–".into()
+            } else {
+                m.iter()
+                    .map(|(k, v)| format!("{} {}", esc(k), count(*v)))
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            }
+        };
+        let rows = [
+            ("subscribers intended", count(t.intended)),
+            ("opened", count(sse.opened)),
+            (
+                "unsent",
+                format!("{} ({})", count(t.unsent.total), unsent_reasons(t)),
+            ),
+            ("events", count(sse.events)),
+            ("events per subscriber (min / p50 / max)", per),
+            ("ended by the server", count(sse.ended_by_server)),
+            (
+                "reconnects (with Last-Event-ID)",
+                format!("{} ({})", count(sse.reconnects), count(sse.resumed)),
+            ),
+            ("duplicates", count(sse.duplicates)),
+            ("stream errors", list(&sse.stream_errors)),
+            ("refused reconnects", list(&sse.refused)),
+        ];
+        writeln!(h, "<table>")?;
+        for (label, value) in rows {
+            writeln!(h, "<tr><th class=\"l\">{label}</th><td>{value}</td></tr>")?;
+        }
+        writeln!(h, "</table>")?;
+        let d = &sse.delivery;
+        writeln!(
+            h,
+            "<table class=\"latency\"><tr><th class=\"l\"></th><th>count</th>\
+             <th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>mean</th></tr>"
+        )?;
+        percentile_row(
+            h,
+            "to subscribe",
+            "intended instant to response headers",
+            t.latency_ms.as_ref(),
+        )?;
+        percentile_row(
+            h,
+            "to first event",
+            "intended instant to the first event",
+            sse.first_event_ms.as_ref(),
+        )?;
+        percentile_row(
+            h,
+            "event gap",
+            "between events of one stream",
+            sse.gap_ms.as_ref(),
+        )?;
+        percentile_row(
+            h,
+            "delivery",
+            &format!("send time from {}", d.send_time),
+            d.latency_ms.as_ref(),
+        )?;
+        if d.negative > 0 {
+            percentile_row(
+                h,
+                "NEGATIVE delivery",
+                "how early, by the clocks' account",
+                d.negative_ms.as_ref(),
+            )?;
+        }
+        writeln!(
+            h,
+            "</table><p>Delivery latency rests on {}.</p>",
+            esc(&d.rests_on)
+        )?;
+        let f = &sse.fanout;
+        if f.ids > 0 {
+            writeln!(
+                h,
+                "<h3>Fan-out</h3><p>{} event ids reached several subscribers; first to last receipt: p50 {}, max {}.</p>\
+                 <table><tr><th class=\"l\">id</th><th>subscribers</th><th>first (s)</th><th>last (s)</th><th>spread</th></tr>",
+                count(f.ids),
+                f.spread_p50_ms.map_or("–".into(), ms),
+                f.spread_max_ms.map_or("–".into(), ms),
+            )?;
+            for row in &f.rows {
+                writeln!(
+                    h,
+                    "<tr><th class=\"l\">{}</th><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{}</td></tr>",
+                    esc(&row.id),
+                    count(row.subscribers),
+                    row.first_s,
+                    row.last_s,
+                    ms(row.spread_ms)
+                )?;
+            }
+            writeln!(h, "</table>")?;
+        }
+    }
+    Ok(())
 }
 
 /// With --repeat: every run's headline figures, then median, min and max.

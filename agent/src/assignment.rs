@@ -10,6 +10,7 @@ use loadfleet_proto::closed::Population;
 use loadfleet_proto::partition::{Interleave, PartitionError};
 use loadfleet_proto::schedule::{ArrivalSchedule, ScheduleError};
 use loadfleet_proto::v1::{self, scenario_assignment};
+use loadfleet_proto::vocab::HttpProtocol;
 use tokio::time::Instant;
 
 use crate::allow::{AllowList, TargetRefused};
@@ -17,6 +18,7 @@ use crate::client::ClientConfig;
 use crate::config::AgentConfig;
 use crate::request::{GrpcContext, MixError, RequestMix};
 use crate::sse::{SpecError, SseSpec};
+use crate::tls::TargetTlsError;
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
 /// Why this agent refuses an assignment. The message goes back to the
@@ -90,6 +92,9 @@ pub enum AssignmentError {
         #[source]
         source: MixError,
     },
+    /// The plan's TLS settings for the target cannot be used.
+    #[error("target TLS")]
+    Tls(#[source] TargetTlsError),
 }
 
 /// A scenario's model, parsed once before being handed to every worker.
@@ -112,6 +117,10 @@ pub fn plan_workers(
         return Err(AssignmentError::NoScenarios);
     }
     let interleave = Arc::new(Interleave::new(&a.weights).map_err(AssignmentError::Weights)?);
+    // Vetted against the vocabulary already: empty means HTTP/1.1.
+    let protocol = a.protocol.parse().unwrap_or(HttpProtocol::Http1);
+    let tls = crate::tls::target_config(&config.target_roots, a.tls.as_ref(), alpn(protocol))
+        .map_err(AssignmentError::Tls)?;
     let agent = a.agent_index;
     // Parse every scenario once; workers share the result.
     let mut parsed = Vec::new();
@@ -184,7 +193,7 @@ pub fn plan_workers(
                     timeout: Duration::from_nanos(a.timeout_ns.max(1)),
                     connections: share(conns).max(1) as usize,
                     source: config.source,
-                    tls: config.tls.clone(),
+                    tls: tls.clone(),
                 },
                 scenarios: parsed
                     .iter()
@@ -212,6 +221,17 @@ pub fn plan_workers(
             }
         })
         .collect())
+}
+
+/// What a TLS connection offers by ALPN for `protocol`. HTTP/2 offers h2
+/// only: a server that does not take it is an error of its own (`no_h2`),
+/// not a silent fall back to HTTP/1.1 that would measure another protocol
+/// than the plan asked for.
+fn alpn(protocol: HttpProtocol) -> &'static [&'static [u8]] {
+    match protocol {
+        HttpProtocol::Http1 => &[b"http/1.1"],
+        HttpProtocol::H2 | HttpProtocol::H2c => &[b"h2"],
+    }
 }
 
 #[cfg(test)]

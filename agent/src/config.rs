@@ -24,8 +24,9 @@ pub struct AgentConfig {
     /// means any. The agent refuses an assignment aimed elsewhere and
     /// never sends a rendered request outside it.
     pub allow_targets: AllowList,
-    /// TLS settings for https:// targets.
-    pub tls: Arc<rustls::ClientConfig>,
+    /// Trust anchors for https:// targets (system store and --ca-cert);
+    /// each assignment adds the plan's TLS settings to them.
+    pub target_roots: Arc<rustls::RootCertStore>,
     /// The --ca-cert PEM, also trusted for an https:// coordinator.
     pub coordinator_ca: Option<Vec<u8>>,
     /// --tls-cert and --tls-key (PEM): the client certificate shown to a

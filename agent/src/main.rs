@@ -160,7 +160,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
         allow_targets: AllowList::parse(&cli.allow_targets)?,
-        tls: loadfleet_agent::tls::client_config(cli.ca_cert.as_deref())?,
+        target_roots: loadfleet_agent::tls::target_roots(cli.ca_cert.as_deref())?,
         coordinator_ca: match &cli.ca_cert {
             Some(path) => Some(
                 std::fs::read(path)

@@ -1,12 +1,16 @@
 //! TLS for https:// targets: the system's trust store plus an optional CA
 //! file, so a staging target with its own CA is tested with its real
-//! certificate checks on, not with verification switched off.
+//! certificate checks on, not with verification switched off. A plan may
+//! add CAs and a client certificate, or switch checks off for a
+//! self-signed test target (`[tls]`, `--insecure`); those come in the
+//! assignment ([`target_config`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Why `--ca-cert` (or the TLS settings) cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -49,8 +53,10 @@ pub enum TlsError {
     Versions(#[source] rustls::Error),
 }
 
-/// The client TLS settings every worker shares (HTTP/1.1 over ALPN).
-pub fn client_config(ca_cert: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+/// The trust anchors for https:// targets: the system's store and
+/// `--ca-cert`. Kept apart from a client config so each assignment can add
+/// the plan's own CAs to them.
+pub fn target_roots(ca_cert: Option<&Path>) -> Result<Arc<rustls::RootCertStore>, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
@@ -80,14 +86,126 @@ pub fn client_config(ca_cert: Option<&Path>) -> Result<Arc<rustls::ClientConfig>
             });
         }
     }
+    Ok(Arc::new(roots))
+}
+
+/// Why the plan's TLS settings (shipped in the assignment) cannot be used.
+/// The coordinator checked the files, so these mean a broken coordinator.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetTlsError {
+    /// `tls.ca_cert` holds something that is not a usable CA certificate.
+    #[error("tls.ca_cert: not a usable PEM CA certificate")]
+    Ca,
+    /// `tls.client_cert` holds no PEM certificate.
+    #[error("tls.client_cert: not a PEM certificate chain")]
+    ClientCert,
+    /// `tls.client_key` holds no PEM private key.
+    #[error("tls.client_key: not a PEM private key")]
+    ClientKey,
+    /// rustls refuses the certificate and key (e.g. they do not match).
+    #[error("tls.client_cert/client_key")]
+    Identity(#[source] rustls::Error),
+    /// The crypto provider supports none of the safe protocol versions.
+    #[error("TLS protocol versions")]
+    Versions(#[source] rustls::Error),
+}
+
+/// The client TLS settings for one assignment's target: `roots` (system
+/// and --ca-cert) plus the plan's CAs, its client certificate, or no
+/// checks at all when it says `insecure`; `alpn` is what the transport
+/// offers, most wanted first.
+pub fn target_config(
+    roots: &rustls::RootCertStore,
+    plan: Option<&loadfleet_proto::v1::TargetTls>,
+    alpn: &[&[u8]],
+) -> Result<Arc<rustls::ClientConfig>, TargetTlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(TlsError::Versions)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        .map_err(TargetTlsError::Versions)?;
+    let builder = match plan {
+        Some(tls) if tls.insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider))),
+        Some(tls) if !tls.ca_cert.is_empty() => {
+            let mut roots = roots.clone();
+            for cert in CertificateDer::pem_slice_iter(&tls.ca_cert) {
+                let cert = cert.map_err(|_| TargetTlsError::Ca)?;
+                roots.add(cert).map_err(|_| TargetTlsError::Ca)?;
+            }
+            builder.with_root_certificates(roots)
+        }
+        _ => builder.with_root_certificates(roots.clone()),
+    };
+    let mut config = match plan {
+        Some(tls) if !tls.client_cert.is_empty() => {
+            let chain = CertificateDer::pem_slice_iter(&tls.client_cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| TargetTlsError::ClientCert)?;
+            if chain.is_empty() {
+                return Err(TargetTlsError::ClientCert);
+            }
+            let key = PrivateKeyDer::from_pem_slice(&tls.client_key)
+                .map_err(|_| TargetTlsError::ClientKey)?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(TargetTlsError::Identity)?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
+}
+
+/// `insecure`: any certificate is taken as the target's, while the
+/// handshake's signatures are still checked (so the connection is at
+/// least encrypted to whoever holds the certificate's key).
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]
@@ -101,9 +219,34 @@ mod tests {
         let empty = dir.join("empty.pem");
         std::fs::write(&empty, "").unwrap();
         for path in [dir.join("missing.pem"), empty] {
-            let e = client_config(Some(&path)).unwrap_err().to_string();
+            let e = target_roots(Some(&path)).unwrap_err().to_string();
             assert!(e.contains("--ca-cert"), "{e}");
         }
-        assert!(client_config(None).is_ok());
+        assert!(target_roots(None).is_ok());
+    }
+
+    #[test]
+    fn plan_tls_builds_or_names_the_field() {
+        let roots = target_roots(None).unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let good = loadfleet_proto::v1::TargetTls {
+            insecure: false,
+            ca_cert: cert.cert.pem().into_bytes(),
+            client_cert: cert.cert.pem().into_bytes(),
+            client_key: cert.key_pair.serialize_pem().into_bytes(),
+        };
+        let config = target_config(&roots, Some(&good), &[b"h2"]).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec()]);
+        let insecure = loadfleet_proto::v1::TargetTls {
+            insecure: true,
+            ..Default::default()
+        };
+        assert!(target_config(&roots, Some(&insecure), &[b"http/1.1"]).is_ok());
+        let bad_key = loadfleet_proto::v1::TargetTls {
+            client_key: b"not a key".to_vec(),
+            ..good
+        };
+        let e = target_config(&roots, Some(&bad_key), &[]).unwrap_err();
+        assert!(e.to_string().contains("tls.client_key"), "{e}");
     }
 }

@@ -50,6 +50,9 @@ pub struct Merged {
     pub body_time: Histogram<u64>,
     pub connections_opened: u64,
     pub connections_reused: u64,
+    /// Connections the agents established, by the protocol spoken on them
+    /// (a `vocab::HttpProtocol` word).
+    pub connections: BTreeMap<String, u64>,
 }
 
 impl Default for Merged {
@@ -78,6 +81,7 @@ impl Default for Merged {
             body_time: new_histogram(),
             connections_opened: 0,
             connections_reused: 0,
+            connections: BTreeMap::new(),
         }
     }
 }
@@ -123,6 +127,7 @@ impl Merged {
             body_time: decode(&s.body_time)?,
             connections_opened: s.connections_opened,
             connections_reused: s.connections_reused,
+            connections: s.connections.iter().map(|(k, v)| (k.clone(), *v)).collect(),
         })
     }
 
@@ -482,6 +487,7 @@ fn merge_agent(into: &mut Merged, from: &Merged) {
         pool_saturated_ns: from.pool_saturated_ns,
         connections_opened: from.connections_opened,
         connections_reused: from.connections_reused,
+        connections: from.connections.clone(),
         ..Merged::default()
     };
     merge(into, &latency_free);
@@ -526,6 +532,9 @@ fn merge(into: &mut Merged, from: &Merged) {
     add_hist(&mut into.body_time, &from.body_time);
     into.connections_opened += from.connections_opened;
     into.connections_reused += from.connections_reused;
+    for (k, v) in &from.connections {
+        *into.connections.entry(k.clone()).or_default() += v;
+    }
 }
 
 #[cfg(test)]

@@ -332,6 +332,8 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         expect_agents: expect,
         repeats: args.repeat as usize,
         on_agent_loss: plan.run.on_agent_loss,
+        protocol: plan.target.protocol,
+        tls: plan.tls.to_proto(),
         agent_timeout: if local {
             Duration::from_secs(20)
         } else {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::partition::MAX_TOTAL_WEIGHT;
 use crate::v1::{self, scenario_assignment};
+use crate::vocab::HttpProtocol;
 
 /// Highest open-model rate, fleet-wide (arrivals per second).
 pub const MAX_RATE: f64 = 10_000_000.0;
@@ -81,6 +82,9 @@ pub const MAX_DATA_BYTES: u64 = 16 * 1024 * 1024;
 pub const MAX_GRPC_DESCRIPTORS_BYTES: usize = 4 * 1024 * 1024;
 /// Longest gRPC method name (`package.Service/Method`).
 pub const MAX_GRPC_METHOD_BYTES: usize = 1024;
+/// Largest PEM file (CA certificates, client certificate chain or key)
+/// a plan's `[tls]` ships to agents: a long chain is a few KiB.
+pub const MAX_PEM_BYTES: usize = 64 * 1024;
 /// Largest control message either side accepts (an assignment carries the
 /// data files).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -269,6 +273,26 @@ pub fn check_assignment(a: &v1::Assignment, agent_now_ns: u64) -> Result<(), Bou
     count("scenarios", a.scenarios.len(), 1, MAX_SCENARIOS)?;
     for (i, sc) in a.scenarios.iter().enumerate() {
         check_scenario(sc, &format!("scenarios[{i}]"))?;
+    }
+    if !a.protocol.is_empty() && a.protocol.parse::<HttpProtocol>().is_err() {
+        return Err(err(
+            "protocol",
+            format!(
+                "{:?} is not one of http1, h2, h2c",
+                a.protocol.chars().take(32).collect::<String>()
+            ),
+        ));
+    }
+    if let Some(tls) = &a.tls {
+        bytes("tls.ca_cert", tls.ca_cert.len(), MAX_PEM_BYTES)?;
+        bytes("tls.client_cert", tls.client_cert.len(), MAX_PEM_BYTES)?;
+        bytes("tls.client_key", tls.client_key.len(), MAX_PEM_BYTES)?;
+        if tls.client_cert.is_empty() != tls.client_key.is_empty() {
+            return Err(err(
+                "tls.client_key",
+                "a client certificate and its key come together or not at all",
+            ));
+        }
     }
     Ok(())
 }
@@ -532,6 +556,7 @@ mod tests {
                 }],
                 ..Default::default()
             }],
+            ..Default::default()
         }
     }
 
@@ -575,6 +600,26 @@ mod tests {
                 Box::new(|a| a.start_at_agent_ns = u64::MAX),
             ),
             ("connections", Box::new(|a| a.connections = u32::MAX)),
+            ("protocol", Box::new(|a| a.protocol = "h3".into())),
+            (
+                "tls.client_cert",
+                Box::new(|a| {
+                    a.tls = Some(v1::TargetTls {
+                        client_cert: vec![b'x'; MAX_PEM_BYTES + 1],
+                        client_key: b"k".to_vec(),
+                        ..Default::default()
+                    })
+                }),
+            ),
+            (
+                "tls.client_key",
+                Box::new(|a| {
+                    a.tls = Some(v1::TargetTls {
+                        client_cert: b"c".to_vec(),
+                        ..Default::default()
+                    })
+                }),
+            ),
             ("max_in_flight", Box::new(|a| a.max_in_flight = 0)),
             ("agent_index", Box::new(|a| a.agent_index = 2)),
             ("weights[0]", Box::new(|a| a.weights[0] = 0)),

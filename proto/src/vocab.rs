@@ -291,8 +291,34 @@ vocabulary! {
         Io => "io",
         /// The request could not be formed (e.g. no host in the URL).
         InvalidRequest => "invalid_request",
+        /// The HTTP/2 peer sent GOAWAY: it is closing the connection and
+        /// refused the streams above its last one (e.g. nginx after
+        /// `keepalive_requests`, or a server shutting down).
+        Goaway => "goaway",
+        /// The HTTP/2 peer reset this one stream (RST_STREAM), e.g.
+        /// REFUSED_STREAM or CANCEL; the connection stays up.
+        StreamReset => "stream_reset",
+        /// The TLS peer did not agree to HTTP/2 by ALPN (it speaks only
+        /// HTTP/1.1): use protocol = "http1" for it.
+        NoH2 => "no_h2",
         /// Anything not covered above.
         Other => "other",
+    }
+}
+
+vocabulary! {
+    /// The HTTP protocol spoken to a target: what a plan asks for
+    /// (`protocol`, `--http2`) and what each connection actually spoke (the
+    /// report's `protocol` counts).
+    HttpProtocol {
+        /// HTTP/1.1, cleartext or over TLS (ALPN http/1.1).
+        Http1 => "http1",
+        /// HTTP/2: over TLS as negotiated by ALPN; asked of an http:// URL,
+        /// cleartext with prior knowledge (a connection that then reports
+        /// as h2c).
+        H2 => "h2",
+        /// HTTP/2 in cleartext with prior knowledge (no upgrade dance).
+        H2c => "h2c",
     }
 }
 
@@ -339,6 +365,9 @@ vocabulary! {
         /// An agent broke the protocol (a message out of bounds, out of
         /// order or out of phase): it was dropped, or its repeats ignored.
         ProtocolViolation => "PROTOCOL_VIOLATION",
+        /// The target's TLS certificates were not checked (`--insecure`):
+        /// nothing proves the answers came from the intended server.
+        InsecureTls => "INSECURE_TLS",
     }
 }
 
@@ -380,6 +409,7 @@ mod tests {
         round_trips(VerdictLevel::ALL);
         round_trips(VerdictCode::ALL);
         round_trips(AgentStatus::ALL);
+        round_trips(HttpProtocol::ALL);
         round_trips(GrpcStatus::ALL);
     }
 

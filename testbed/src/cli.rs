@@ -91,6 +91,11 @@ pub struct Cli {
     /// On exit it prints `grpc-status NAME COUNT` per status answered.
     #[arg(long, conflicts_with = "tls_cert")]
     pub grpc: bool,
+    /// Most concurrent streams per HTTP/2 connection (the
+    /// SETTINGS_MAX_CONCURRENT_STREAMS the testbed announces; hyper's
+    /// default is 200). A client with every stream busy must wait.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub h2_max_streams: Option<u32>,
 
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
@@ -151,6 +156,7 @@ impl Cli {
                 retry: self.sse_retry,
                 clock_skew_us: self.clock_skew,
             },
+            h2_max_streams: self.h2_max_streams,
         }
     }
 }

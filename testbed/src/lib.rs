@@ -22,6 +22,7 @@
 
 pub mod cli;
 mod grpc;
+mod h2;
 mod server;
 mod sse;
 
@@ -51,6 +52,9 @@ pub struct Config {
     pub error_rate: ErrorRate,
     /// The event streams of `GET /sse` (which bypass the gates and errors).
     pub sse: SseConfig,
+    /// Most concurrent streams an HTTP/2 connection may carry (hyper's
+    /// default, 200, when `None`).
+    pub h2_max_streams: Option<u32>,
 }
 
 impl Config {
@@ -75,7 +79,7 @@ pub struct Limit {
 }
 
 /// The TLS acceptor for `--tls-cert`/`--tls-key`, so the testbed can stand
-/// in for an https:// target (HTTP/1.1 over ALPN).
+/// in for an https:// target (h2 or HTTP/1.1 over ALPN).
 pub fn tls_acceptor(
     cert: &std::path::Path,
     key: &std::path::Path,
@@ -103,6 +107,7 @@ pub fn tls_acceptor(
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .context("--tls-key does not match --tls-cert")?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // h2 first: a client offering both gets HTTP/2, as from most servers.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
-use hyper::server::conn::http1;
 use hyper::service::Service;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -39,7 +38,7 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest pause after repeated accept errors.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
-/// Serves HTTP/1.1 on `listener` with the behaviour `config` describes until
+/// Serves HTTP/1.1 and HTTP/2 (h2c, or h2 over TLS) on `listener` with the behaviour `config` describes until
 /// `shutdown` completes.
 ///
 /// One task per connection; keep-alive as hyper does it by default. Accept
@@ -53,11 +52,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let shared = Arc::new(Shared::new(&config));
-    let mut http = http1::Builder::new();
-    // A load generator may leave keep-alive connections idle between bursts;
-    // the target must not be the one closing them. (Also avoids hyper's
-    // default 30s timeout, which needs a timer we do not otherwise use.)
-    http.header_read_timeout(None);
+    // HTTP/1.1 and h2c on one port (see crate::h2).
+    let http = crate::h2::builder(&config);
 
     tokio::pin!(shutdown);
     let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -96,7 +92,9 @@ pub async fn serve(
         };
         match &tls {
             None => {
-                let connection = http.serve_connection(TokioIo::new(stream), service.clone());
+                let connection = http
+                    .serve_connection(TokioIo::new(stream), service.clone())
+                    .into_owned();
                 tokio::spawn(async move {
                     if let Err(err) = connection.await {
                         debug!(%peer, %err, "connection ended with an error");

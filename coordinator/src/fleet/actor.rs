@@ -598,6 +598,8 @@ impl Fleet {
                 connections: self.spec.connections,
                 interval_ns: self.spec.interval.as_nanos() as u64,
                 scenarios: self.spec.scenarios.clone(),
+                protocol: self.spec.protocol.as_str().to_string(),
+                tls: self.spec.tls.clone(),
             };
             if let Err(loss) = a.offer(coordinator_message::Kind::Assignment(assignment)) {
                 deaf.push((i, loss));

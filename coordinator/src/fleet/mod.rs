@@ -42,6 +42,10 @@ pub struct RunSpec {
     pub repeats: usize,
     /// What the fleet does with a lost agent's share.
     pub on_agent_loss: OnAgentLoss,
+    /// The HTTP protocol agents speak to the target.
+    pub protocol: loadfleet_proto::vocab::HttpProtocol,
+    /// TLS towards the target, when the plan sets any.
+    pub tls: Option<v1::TargetTls>,
 }
 
 /// Why an agent was given up on. Its text is what the report shows as the

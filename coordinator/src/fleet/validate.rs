@@ -20,7 +20,7 @@ use loadfleet_proto::bounds::{
     MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT, MAX_STREAM_ERROR_KINDS,
 };
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, HttpProtocol, OutcomeClass, UnsentReason};
 
 use crate::aggregate::Merged;
 
@@ -189,6 +189,7 @@ impl Checks {
         words::<UnsentReason>("unknown_reason", "unsent", s.unsent.keys())?;
         words::<ErrorKind>("unknown_error_kind", "errors", s.errors.keys())?;
         words::<GrpcStatus>("unknown_grpc_status", "grpc_status", s.grpc_status.keys())?;
+        words::<HttpProtocol>("unknown_protocol", "connections", s.connections.keys())?;
         if let Some(code) = s.status.keys().find(|c| !(100..=999).contains(*c)) {
             return Err(reject(
                 "bad_status",
@@ -239,6 +240,13 @@ impl Checks {
                 "grpc_status",
                 v,
                 totals.grpc_status.get(k).copied().unwrap_or(0),
+            )?;
+        }
+        for (k, &v) in &s.connections {
+            fits(
+                "connections",
+                v,
+                totals.connections.get(k).copied().unwrap_or(0),
             )?;
         }
         let outcomes = sum(

@@ -28,11 +28,13 @@ mod requests;
 mod shape;
 mod sse;
 mod timing;
+mod tls;
 mod validate;
 
 pub use check::{PlanError, PlanErrors};
 pub use overlay::{Overlay, ProcessArg};
 pub use sse::SsePlan;
+pub use tls::TargetTls;
 
 /// What becomes of a lost agent's share of the schedule
 /// (`--on-agent-loss`, `[run] on_agent_loss`). In every mode the arrivals
@@ -112,6 +114,8 @@ pub struct Target {
     pub max_lag: Duration,
     /// The least latency the target can answer with, when known.
     pub latency_floor: Option<Duration>,
+    /// The HTTP protocol agents speak to it.
+    pub protocol: loadfleet_proto::vocab::HttpProtocol,
     /// Where the message types of gRPC requests come from; `None` when the
     /// plan sends none.
     pub grpc_source: Option<GrpcSource>,
@@ -219,6 +223,8 @@ pub struct Plan {
     pub shares: Shares,
     pub scenarios: Vec<Scenario>,
     pub thresholds: Vec<Threshold>,
+    /// TLS towards the target (`[tls]`, `--insecure`).
+    pub tls: TargetTls,
 }
 
 impl Plan {

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use loadfleet_proto::bounds::MAX_RATE;
+use loadfleet_proto::vocab::HttpProtocol;
 use toml::Spanned;
 
 use super::check::PlanError;
-use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget};
+use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget, RawTls};
 use super::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
 use crate::thresholds::Threshold;
 
@@ -88,6 +89,15 @@ pub struct Overlay {
     /// Keep-alive connections per agent (default 64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub connections: Option<u32>,
+    /// Speak HTTP/2 to the target (plan: `[target] protocol = "h2"`):
+    /// negotiated by ALPN on https://, with prior knowledge (h2c) on
+    /// http://. Streams are multiplexed on --connections connections.
+    #[arg(long)]
+    pub http2: bool,
+    /// Accept any TLS certificate the target shows (self-signed test
+    /// targets; plan: `[tls] insecure = true`). The report says so.
+    #[arg(long)]
+    pub insecure: bool,
     /// The least latency the target can answer with (its known work); a
     /// run whose successes are far faster is flagged NO_EXPERIMENT.
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -232,6 +242,12 @@ impl Overlay {
     pub(super) fn lay_over(&self, raw: &mut RawPlan, from_file: bool) -> Laid {
         let mut laid = Laid::default();
         self.lay_target(raw, &mut laid);
+        if self.insecure {
+            raw.tls
+                .get_or_insert_with(|| flag_value(RawTls::default()))
+                .get_mut()
+                .insecure = Some(true);
+        }
         if let Some(d) = self.drain {
             raw.run.get_or_insert_default().drain = flag_duration(d);
             laid.set("run.drain", "--drain");
@@ -381,6 +397,10 @@ impl Overlay {
                 "--grpc",
                 "--grpc starts the built-in testbed as a gRPC server; for another target leave --grpc out and give --grpc-method with --descriptor-set or --reflection",
             );
+        }
+        if self.http2 {
+            t.protocol = Some(flag_value(HttpProtocol::H2.as_str().to_string()));
+            laid.set("target.protocol", "--http2");
         }
     }
 

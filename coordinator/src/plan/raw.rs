@@ -14,6 +14,7 @@ pub(super) struct RawPlan {
     pub run: Option<RawRun>,
     pub target: Option<Spanned<RawTarget>>,
     pub agents: Option<RawAgents>,
+    pub tls: Option<Spanned<RawTls>>,
     #[serde(default)]
     pub scenario: Vec<Spanned<RawScenario>>,
     #[serde(default)]
@@ -44,6 +45,18 @@ pub(super) struct RawTarget {
     pub descriptor_set: Option<Spanned<String>>,
     /// … or the target's reflection service.
     pub reflection: Option<Spanned<bool>>,
+    /// "http1" (default), "h2" or "h2c".
+    pub protocol: Option<Spanned<String>>,
+}
+
+/// TLS towards the target; files relative to the plan's folder.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub insecure: Option<bool>,
+    pub ca_cert: Option<Spanned<String>>,
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

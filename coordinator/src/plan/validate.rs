@@ -15,7 +15,7 @@ use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
-use super::{grpc, model, requests, shape, timing};
+use super::{grpc, model, requests, shape, timing, tls};
 use super::{join_url, GrpcSource, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use crate::thresholds::Threshold;
 
@@ -91,6 +91,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
         }
         Some(t) => Some(target(&mut c, t, input.base)),
     };
+    let target_tls = tls::tls(&mut c, raw.tls.as_ref(), input.base);
     let shares = raw
         .agents
         .as_ref()
@@ -150,6 +151,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             shares,
             scenarios,
             thresholds,
+            tls: target_tls,
         },
         _ => {
             return Err(PlanErrors {
@@ -213,7 +215,6 @@ fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>, base: &Path) -> Target {
         }
     };
     Target {
-        url,
         timeout: c
             .nonzero_duration("target.timeout", &t.timeout)
             .filter(|&d| c.at_most("target.timeout", span_of(&t.timeout), d, MAX_TIMEOUT))
@@ -239,6 +240,8 @@ fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>, base: &Path) -> Target {
         latency_floor: c.bounded_duration("target.latency_floor", &t.latency_floor, MAX_TIMEOUT),
         grpc_source,
         grpc_descriptors,
+        protocol: tls::protocol(c, &t.protocol, &url),
+        url,
     }
 }
 

@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases, Report,
-    RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases,
+    ProtocolInfo, Report, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::verdicts;
@@ -269,6 +269,11 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             elapsed_s,
+            protocol: ProtocolInfo {
+                asked: ctx.protocol.as_str().to_string(),
+                connections: result.aggregate.totals.connections.clone(),
+            },
+            tls: ctx.tls.clone(),
         },
         verdicts,
         thresholds,
@@ -328,6 +333,7 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                 } else {
                     0.0
                 },
+                protocol: m.connections.clone(),
                 status: if a.lost.is_some() {
                     AgentStatus::Lost
                 } else if a.finished.as_ref().is_some_and(|f| f.cut_short) {

@@ -115,3 +115,33 @@ pub fn esc(s: &str) -> String {
     }
     out
 }
+
+/// What was asked and spoken, and how TLS was checked; `None` for a report
+/// written before the report said so.
+pub fn protocol_line(r: &super::model::Report) -> Option<String> {
+    let p = &r.run.protocol;
+    if p.asked.is_empty() {
+        return None;
+    }
+    let spoken: Vec<String> = p
+        .connections
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let mut line = format!(
+        "protocol {} asked; connections by protocol spoken: {}",
+        p.asked,
+        if spoken.is_empty() {
+            "none".to_string()
+        } else {
+            spoken.join(", ")
+        }
+    );
+    if r.run.tls.insecure {
+        line.push_str("; target TLS certificates NOT verified (--insecure)");
+    }
+    if r.run.tls.client_cert {
+        line.push_str("; client certificate shown");
+    }
+    Some(line)
+}

@@ -214,6 +214,10 @@ pub struct AgentReport {
     /// every connection was busy and requests waited for one.
     #[serde(default)]
     pub pool_saturated_share: f64,
+    /// Connections the agent established, by the protocol actually spoken
+    /// on them (http1, h2, h2c).
+    #[serde(default)]
+    pub protocol: BTreeMap<String, u64>,
     pub status: AgentStatus,
     pub lost_reason: Option<String>,
 }
@@ -263,6 +267,35 @@ pub struct RunInfo {
     pub local: bool,
     pub started_at_unix: f64,
     pub elapsed_s: f64,
+    /// The HTTP protocol asked for and the one the connections spoke.
+    #[serde(default)]
+    pub protocol: ProtocolInfo,
+    /// TLS towards the target, as the plan set it.
+    #[serde(default)]
+    pub tls: TlsInfo,
+}
+
+/// What the plan asked for and what the target agreed to: a target that
+/// will not speak HTTP/2 shows here (and as `no_h2` errors), never as a
+/// silent HTTP/1.1 run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProtocolInfo {
+    /// `protocol` in the plan (`--http2` makes it h2): http1, h2 or h2c.
+    pub asked: String,
+    /// Connections established by all agents, by the protocol actually
+    /// spoken on them: http1, h2 (over TLS, by ALPN) or h2c (cleartext).
+    pub connections: BTreeMap<String, u64>,
+}
+
+/// TLS towards the target (`[tls]`, `--insecure`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TlsInfo {
+    /// True when target certificates were not checked (`--insecure`).
+    pub insecure: bool,
+    /// True when the plan gave CA certificates of its own.
+    pub ca_cert: bool,
+    /// True when agents showed the plan's client certificate.
+    pub client_cert: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

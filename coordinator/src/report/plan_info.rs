@@ -7,6 +7,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use loadfleet_proto::schedule::Process;
+use loadfleet_proto::vocab::HttpProtocol;
+
+use super::model::TlsInfo;
 
 use crate::plan::{Model, Plan};
 use crate::thresholds::Threshold;
@@ -35,6 +38,10 @@ pub struct PlanInfo {
     pub latency_floor: Option<Duration>,
     /// Where agents and target ran, for the LOCALHOST verdicts.
     pub placement: Placement,
+    /// The HTTP protocol the plan asked for.
+    pub protocol: HttpProtocol,
+    /// TLS towards the target, as the report states it.
+    pub tls: TlsInfo,
 }
 
 /// Where the agents ran relative to the target: shared hardware makes
@@ -100,6 +107,12 @@ impl PlanInfo {
             max_lag: plan.target.max_lag,
             latency_floor,
             placement,
+            protocol: plan.target.protocol,
+            tls: TlsInfo {
+                insecure: plan.tls.insecure,
+                ca_cert: plan.tls.ca_cert.is_some(),
+                client_cert: plan.tls.client.is_some(),
+            },
         }
     }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 
 use loadfleet_proto::vocab::{GrpcStatus, UnsentReason, VerdictLevel};
 
-use super::format::{ms, threshold_actual};
+use super::format::{ms, protocol_line, threshold_actual};
 use super::model::{Grpc, Percentiles, Report};
 use super::repeats::{Repeats, Unit, COLUMNS};
 
@@ -81,6 +81,9 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             "  scenario {:<16} {load}; {:.1}s from t={:.1}s, window {:.1}s..{:.1}s",
             s.name, s.duration_s, s.start_s, s.window.start_s, s.window.end_s
         )?;
+    }
+    if let Some(line) = protocol_line(r) {
+        writeln!(out, "  {line}")?;
     }
     for v in &r.verdicts {
         writeln!(

@@ -27,8 +27,20 @@ pub fn all(
     v.extend(health_verdicts(result, t, agents, info));
     v.extend(localhost_verdicts(result, info));
     v.extend(delivery_clock_verdicts(result, info));
+    v.extend(tls_verdict(info));
     sort(&mut v);
     v
+}
+
+/// `--insecure`: the run measured whoever answered, with no proof that it
+/// was the intended server. Said in every report of such a run, so a
+/// figure taken from it is not mistaken for one taken with checks on.
+fn tls_verdict(info: &PlanInfo) -> Option<Verdict> {
+    info.tls.insecure.then(|| Verdict {
+        level: VerdictLevel::Info,
+        code: VerdictCode::InsecureTls,
+        message: "target TLS certificates were not verified (--insecure / [tls] insecure = true): nothing proves the answers came from the intended server".into(),
+    })
 }
 
 /// Errors first, then warnings, then the rest; otherwise in the order made.
@@ -622,6 +634,8 @@ mod tests {
                 loopback: false,
                 target_ips: Vec::new(),
             },
+            protocol: loadfleet_proto::vocab::HttpProtocol::Http1,
+            tls: Default::default(),
         }
     }
 

@@ -78,6 +78,8 @@ pub fn spec(expect_agents: usize) -> RunSpec {
         agent_timeout: Duration::from_secs(5),
         repeats: 1,
         on_agent_loss: loadfleet_coordinator::plan::OnAgentLoss::Continue,
+        protocol: loadfleet_proto::vocab::HttpProtocol::Http1,
+        tls: None,
     }
 }
 

@@ -110,6 +110,9 @@ fn header(h: &mut String, r: &Report) -> fmt::Result {
         utc(run.started_at_unix),
         secs(run.elapsed_s),
     )?;
+    if let Some(line) = crate::report::format::protocol_line(r) {
+        writeln!(h, "<p class=\"run protocol\">{}</p>", esc(&line))?;
+    }
     for s in &r.scenarios {
         let load = match (s.model.as_str(), s.offered_rps) {
             ("open", Some(rps)) => format!(

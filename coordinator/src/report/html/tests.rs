@@ -99,6 +99,8 @@ fn report(intervals: usize, completed: u64) -> Report {
             local: true,
             started_at_unix: 1_700_000_000.0,
             elapsed_s: intervals as f64,
+            protocol: Default::default(),
+            tls: Default::default(),
         },
         verdicts: vec![Verdict {
             level: VerdictLevel::Warn,
@@ -148,6 +150,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             clock_uncertainty_ms: Some(0.1),
             in_flight_at_end: Some(0),
             pool_saturated_share: 0.0,
+            protocol: Default::default(),
             status: AgentStatus::Finished,
             lost_reason: None,
         }],

@@ -194,6 +194,7 @@ pub fn plan_workers(
                     connections: share(conns).max(1) as usize,
                     source: config.source,
                     tls: tls.clone(),
+                    protocol,
                 },
                 scenarios: parsed
                     .iter()

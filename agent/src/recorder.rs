@@ -176,6 +176,8 @@ impl Interval {
             host_cpu: 0.0,
             // Numbered by the session as it sends the snapshot.
             seq: 0,
+            // Set by the worker on the newest snapshot of its flush.
+            connections: Default::default(),
             scenario,
             // Sends raise the peak; the gauge at either edge of the interval
             // bounds it from below too, so an interval with no sends (all

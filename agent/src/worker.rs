@@ -277,6 +277,7 @@ async fn run_scenarios(
         if let Some(sse) = &s.sse {
             sse.attach(&mut snaps, up_to);
         }
+        attach_connections(&mut snaps, &client);
         let _ = events.send(WorkerEvent::Snapshots(snaps));
         in_flight_at_end += s.in_flight.get();
     }
@@ -743,8 +744,25 @@ async fn flush_loop(
         if let Some(sse) = &sse {
             sse.attach(&mut snaps, closed);
         }
+        if let Some((transport, _)) = &pool {
+            attach_connections(&mut snaps, transport);
+        }
         if events.send(WorkerEvent::Snapshots(snaps)).is_err() {
             return;
+        }
+    }
+}
+
+/// Puts the connections the worker's transport established since the last
+/// flush on the newest snapshot, by the protocol spoken on them; with no
+/// snapshot to carry them they wait for the next flush.
+fn attach_connections(snaps: &mut [v1::Snapshot], transport: &Transport) {
+    if let Some(last) = snaps.last_mut() {
+        for (protocol, n) in transport.take_connections() {
+            *last
+                .connections
+                .entry(protocol.as_str().to_string())
+                .or_default() += n;
         }
     }
 }

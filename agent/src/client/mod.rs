@@ -194,10 +194,14 @@ impl Transport {
         let exchange = async {
             match &self.kind {
                 Kind::Http1(c) => c.exchange(request, &progress).await.map(Outcome::Status),
-                Kind::Http2(c) => c
-                    .exchange(request, false, &progress)
-                    .await
-                    .map(|answer| Outcome::Status(answer.head.status.as_u16())),
+                Kind::Http2(c) => c.exchange(request, false, &progress).await.map(|answer| {
+                    let status = answer.head.status.as_u16();
+                    if grpc {
+                        crate::grpc::outcome(status, &answer.head.headers, answer.trailers.as_ref())
+                    } else {
+                        Outcome::Status(status)
+                    }
+                }),
             }
         };
         let result = tokio::time::timeout(self.timeout, exchange).await;

@@ -373,6 +373,8 @@ mod tests {
         );
         assert_eq!(r.headers[0].name, "x-a");
         assert!(!a[0].grpc_descriptors.is_empty());
+        // gRPC speaks HTTP/2 without being told.
+        assert_eq!(p.target.protocol, loadfleet_proto::vocab::HttpProtocol::H2);
         // Reflection: checked when run has asked the target.
         assert!(plan("reflection = true", "grpc = \"t.S/M\"").is_ok());
     }
@@ -421,6 +423,11 @@ mod tests {
                 "descriptor_set = \"t.protoset\"\nreflection = true",
                 "grpc = \"t.S/M\"",
                 "not both",
+            ),
+            (
+                "descriptor_set = \"t.protoset\"\nprotocol = \"http1\"",
+                "grpc = \"t.S/M\"",
+                "target.protocol: gRPC runs over HTTP/2",
             ),
         ] {
             let e = refusal(target, request);

@@ -11,6 +11,7 @@ use loadfleet_proto::bounds::{
     MAX_SCENARIOS, MAX_TIMEOUT, MAX_URL_BYTES,
 };
 use loadfleet_proto::target::check_url;
+use loadfleet_proto::vocab::HttpProtocol;
 use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
@@ -144,7 +145,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             }
         }
     }
-    let plan = match (c.errors.is_empty(), target) {
+    let mut plan = match (c.errors.is_empty(), target) {
         (true, Some(target)) => Plan {
             run,
             target,
@@ -162,7 +163,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
     };
     // gRPC messages are checked against their types once the whole plan
     // stands; with reflection that happens when `run` has asked the target.
-    let errors = match &plan.target.grpc_source {
+    let mut errors = match &plan.target.grpc_source {
         _ if !plan.has_grpc() => Vec::new(),
         None => vec![PlanError {
             field: "target".into(),
@@ -177,6 +178,18 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
         }
         Some(GrpcSource::Reflection) => Vec::new(),
     };
+    // gRPC runs over HTTP/2: a plan that calls it speaks h2 (by ALPN on
+    // https://, with prior knowledge on http://) unless it says otherwise.
+    if plan.has_grpc() && plan.target.protocol == HttpProtocol::Http1 {
+        match raw.target.as_ref().and_then(|t| t.get_ref().protocol.as_ref()) {
+            None => plan.target.protocol = HttpProtocol::H2,
+            Some(_) => errors.push(PlanError {
+                field: "target.protocol".into(),
+                line: None,
+                message: "gRPC runs over HTTP/2, but the plan asks for http1; use \"h2\" or \"h2c\", or leave protocol out".into(),
+            }),
+        }
+    }
     if errors.is_empty() {
         return Ok(plan);
     }

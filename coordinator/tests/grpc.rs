@@ -107,7 +107,7 @@ weight = 3
     )
     .expect("write plan");
     let plan_arg = plan.to_string_lossy().into_owned();
-    let (status, output, report, _) = run_report(
+    let (status, output, report, out) = run_report(
         "grpc-statuses-run",
         &[
             "run",
@@ -162,6 +162,11 @@ weight = 3
     // schedule may add GENERATOR_SATURATED (3), which is not about gRPC.
     assert_ne!(status.code(), Some(1), "{output}");
     assert!(output.contains("grpc      OK: 195 (81.25%)"), "{output}");
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(
+        page.contains("grpc RESOURCE_EXHAUSTED</td><td>45<"),
+        "the page's outcomes lack the gRPC rows"
+    );
 }
 
 /// Without a descriptor set, the types come from the server's reflection

@@ -372,6 +372,10 @@ fn the_local_run_can_aim_at_the_grpc_testbed() {
     let t = &report["totals"];
     assert_ne!(status.code(), Some(2), "{output}");
     assert_eq!(grpc_count(t, "OK"), 100, "{t}");
-    assert_eq!(report["run"]["protocol"]["asked"], "h2", "{}", report["run"]);
+    assert_eq!(
+        report["run"]["protocol"]["asked"], "h2",
+        "{}",
+        report["run"]
+    );
     assert!(output.contains("--grpc"), "{output}");
 }

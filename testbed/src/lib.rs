@@ -21,6 +21,7 @@
 //! learn the port when listening on port 0.
 
 pub mod cli;
+mod delay;
 mod grpc;
 mod h2;
 mod server;

@@ -21,6 +21,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::sse::{self, Hub, SseBody};
@@ -51,7 +52,11 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let shared = Arc::new(Shared::new(&config));
+    let mut shared = Shared::new(&config);
+    if !config.delay.is_zero() || !config.delay_jitter.is_zero() {
+        shared.precise = crate::delay::Delays::start();
+    }
+    let shared = Arc::new(shared);
     // HTTP/1.1 and h2c on one port (see crate::h2).
     let http = crate::h2::builder(&config);
 
@@ -145,6 +150,8 @@ pub(crate) struct Shared {
     error_rate: f64,
     /// Nothing to do per request: answer without spawning a future.
     trivial: bool,
+    /// The delay's microsecond timer; `None` without a delay (or a timerfd).
+    precise: Option<crate::delay::Delays>,
     /// Requests answered per source address, for `GET /__stats`: what a
     /// test compares with what the load generator says it sent.
     counts: Mutex<BTreeMap<IpAddr, Arc<AtomicU64>>>,
@@ -161,6 +168,7 @@ impl Shared {
             admission: config.admission.as_ref().map(Gate::new),
             error_rate: config.error_rate.get(),
             trivial: config.is_trivial(),
+            precise: None,
             counts: Mutex::new(BTreeMap::new()),
             sse: Arc::new(Hub::new(config.sse.clone())),
         }
@@ -379,7 +387,10 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Answer {
     // holding a pooled connection, which costs time but no CPU.
     let delay = shared.service_delay();
     if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+        match &shared.precise {
+            Some(precise) => precise.sleep_until(Instant::now() + delay).await,
+            None => tokio::time::sleep(delay).await,
+        }
     }
 
     if shared.inject_error() {

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""The runner behind bench/peers.sh (see there for what and why).
+
+Every tool runs as a child of this script, pinned with taskset; its CPU is
+the rusage wait4() returns for it, which counts every descendant it reaped
+(loadfleet's coordinator waits for its local agent). Run sequentially, never
+two generators at once.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("BIN_DIR", ROOT / "target" / "release"))
+OUT = ROOT / "bench" / "out" / "peers"
+
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+SECONDS_RUN = int(os.environ.get("SECONDS_RUN", "10"))
+RATE = int(os.environ.get("RATE", "20000"))
+CONNECTIONS = int(os.environ.get("CONNECTIONS", "64"))
+LADDER = [int(r) for r in os.environ.get(
+    "LADDER", "20000 30000 40000 50000 60000 70000 80000").split()]
+LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
+MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
+MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))
+PARTS = os.environ.get("PARTS", "peers ladder accuracy memory").split()
+GEN_CPU = os.environ.get("GEN_CPU", "0")
+TARGET_CPU = os.environ.get("TARGET_CPU", "1")
+# Extra agent settings for every loadfleet run, e.g. LOADFLEET_WAKE_QUANTUM.
+if "--quick" in sys.argv:
+    ROUNDS, SECONDS_RUN, LADDER, LADDER_SECONDS = 1, 3, [20000, 60000], 3
+    MEMORY_SHORT, MEMORY_LONG = 5, 10
+
+children = []
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_http(url, timeout=10.0):
+    import urllib.request
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except Exception:
+            time.sleep(0.1)
+    raise SystemExit(f"bench: {url} did not answer within {timeout}s")
+
+
+def start_nginx():
+    d = OUT / "nginx"
+    (d / "logs").mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (d / "nginx.conf").write_text(f"""
+worker_processes 1;
+daemon off;
+error_log {d}/logs/error.log warn;
+pid {d}/nginx.pid;
+events {{ worker_connections 20000; }}
+http {{
+    access_log off;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{ return 200 "ok\\n"; }}
+    }}
+}}
+""")
+    p = subprocess.Popen(["taskset", "-c", TARGET_CPU, "nginx", "-c", str(d / "nginx.conf"),
+                          "-p", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children.append(p)
+    url = f"http://127.0.0.1:{port}/"
+    wait_http(url)
+    return url
+
+
+def start_testbed(*args):
+    p = subprocess.Popen([str(BIN / "loadfleet-testbed"), "--listen", "127.0.0.1:0",
+                          "--cpus", TARGET_CPU, "--workers", "1", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    children.append(p)
+    line = p.stdout.readline()
+    if not line.startswith("listening on "):
+        raise SystemExit(f"bench: testbed said {line!r}")
+    return p, f"http://{line.split()[-1]}/"
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if p in children:
+        children.remove(p)
+
+
+def run_measured(cmd, stdout_path, watch_agent=False):
+    """Runs cmd pinned to GEN_CPU; returns (cpu_seconds, wall, peak_agent_rss_kib).
+
+    CPU is user+system of the child and every descendant it reaped (wait4).
+    With watch_agent, the RSS of the child's loadfleet-agent child is
+    sampled every 0.2 s (VmRSS; the last sample before the agent exits is
+    its RSS at the end of the run, the largest its peak)."""
+    t0 = time.time()
+    with open(stdout_path, "w") as out:
+        p = subprocess.Popen(["taskset", "-c", GEN_CPU, *cmd], stdout=out,
+                             stderr=subprocess.STDOUT)
+    rss_last = rss_peak = 0
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            break
+        if watch_agent:
+            for child in children_of(p.pid):
+                rss = vm_rss_kib(child)
+                if rss:
+                    rss_last = rss
+                    rss_peak = max(rss_peak, rss)
+        time.sleep(0.2)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime, time.time() - t0, rss_last, rss_peak
+
+
+def children_of(pid):
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def vm_rss_kib(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+# --- the three tools --------------------------------------------------------
+
+def wrk(url, seconds, tag):
+    out = OUT / f"{tag}.txt"
+    cpu, wall, _, _ = run_measured(["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", url], out)
+    text = out.read_text()
+    done = 0
+    for line in text.splitlines():
+        if "requests in" in line:
+            done = int(line.split()[0])
+    return {"tool": "wrk", "completed": done, "cpu": cpu, "rps": done / seconds}
+
+
+def oha(url, rate, seconds, tag):
+    out = OUT / f"{tag}.json"
+    cmd = ["oha", "--no-tui", "--output-format", "json", "-z", f"{seconds}s",
+           "-c", str(CONNECTIONS), "--latency-correction"]
+    if rate:
+        cmd += ["-q", str(rate)]
+    cpu, wall, _, _ = run_measured(cmd + [url], out)
+    try:
+        j = json.loads(out.read_text())
+    except Exception:
+        return {"tool": "oha", "completed": 0, "cpu": cpu, "rps": 0.0}
+    done = sum(j.get("statusCodeDistribution", {}).values())
+    pct = j.get("latencyPercentiles", {})
+    return {"tool": "oha", "completed": done, "cpu": cpu, "rps": done / seconds,
+            "p50_ms": (pct.get("p50") or 0) * 1000, "p99_ms": (pct.get("p99") or 0) * 1000,
+            "p999_ms": (pct.get("p99.9") or 0) * 1000}
+
+
+def loadfleet(url, rate, seconds, tag, connections=CONNECTIONS, max_in_flight=10000,
+              watch=False, extra=()):
+    d = OUT / tag
+    shutil.rmtree(d, ignore_errors=True)
+    cmd = [str(BIN / "loadfleet-coordinator"), "run", "--url", url, "--rate", str(rate),
+           "--duration", f"{seconds}s", "--local-agents", "1", "--connections",
+           str(connections), "--max-in-flight", str(max_in_flight), "--drain", "3s",
+           "--out", str(d), *extra]
+    cpu, wall, rss_last, rss_peak = run_measured(cmd, OUT / f"{tag}.txt", watch_agent=watch)
+    try:
+        r = json.loads((d / "report.json").read_text())
+    except Exception:
+        return {"tool": "loadfleet", "completed": 0, "cpu": cpu, "rps": 0.0, "unsent": -1,
+                "lag_p99_ms": float("nan")}
+    t = r["totals"]
+    a = r["agents"][0] if r.get("agents") else {}
+    lat = t.get("latency_ms") or {}
+    return {"tool": "loadfleet", "completed": t["completed"], "cpu": cpu,
+            "agent_cpu": a.get("cpu_seconds"), "rps": t["completed"] / seconds,
+            "unsent": t["unsent"]["total"], "sent": t["sent"],
+            "lag_p99_ms": (a.get("lag_ms") or {}).get("p99", float("nan")),
+            "p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"), "p999_ms": lat.get("p999"),
+            "max_in_flight": max((i.get("max_in_flight", 0) for i in r.get("intervals", [])),
+                                 default=None),
+            "rss_last_mib": rss_last / 1024, "rss_peak_mib": rss_peak / 1024}
+
+
+def per_cpu(r):
+    return r["completed"] / r["cpu"] if r["cpu"] > 0 else 0.0
+
+
+def med(xs):
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+# --- the parts --------------------------------------------------------------
+
+lines = []
+
+
+def say(s=""):
+    print(s, flush=True)
+    lines.append(s)
+
+
+def part_peers(nginx):
+    say(f"### Side by side: nginx on CPU {TARGET_CPU}, each generator on CPU {GEN_CPU}, "
+        f"{CONNECTIONS} connections, {SECONDS_RUN} s, {ROUNDS} alternating rounds")
+    say()
+    say("| round | tool | model | completed | req/s | generator CPU s | req per CPU-s | send-lag p99 ms |")
+    say("|---:|---|---|---:|---:|---:|---:|---:|")
+    runs = {"wrk": [], "oha": [], "loadfleet": []}
+    order = ["wrk", "oha", "loadfleet"]
+    for i in range(ROUNDS):
+        for tool in order[i % 3:] + order[:i % 3]:
+            tag = f"peers-{tool}-{i}"
+            if tool == "wrk":
+                r = wrk(nginx, SECONDS_RUN, tag)
+                model = "closed"
+            elif tool == "oha":
+                r = oha(nginx, RATE, SECONDS_RUN, tag)
+                model = f"open {RATE}"
+            else:
+                r = loadfleet(nginx, RATE, SECONDS_RUN, tag)
+                model = f"open {RATE}"
+            runs[tool].append(r)
+            lag = r.get("lag_p99_ms")
+            say(f"| {i + 1} | {tool} | {model} | {r['completed']} | {r['rps']:.0f} | "
+                f"{r['cpu']:.2f} | {per_cpu(r):.0f} | {'' if lag is None else lag} |")
+    say()
+    m = {t: med([per_cpu(r) for r in rs]) for t, rs in runs.items()}
+    lag = med([r["lag_p99_ms"] for r in runs["loadfleet"]])
+    say("| tool | median req per CPU-s | median req/s |")
+    say("|---|---:|---:|")
+    for t in order:
+        say(f"| {t} | {m[t]:.0f} | {med([r['rps'] for r in runs[t]]):.0f} |")
+    say()
+    say(f"loadfleet / oha (P1, goal >= 1.5): **{m['loadfleet'] / m['oha']:.2f}**, "
+        f"loadfleet send-lag p99 median {lag} ms (goal <= 0.5)")
+    say()
+    return runs
+
+
+def part_ladder(nginx):
+    say(f"### Rate ladder: nginx on CPU {TARGET_CPU}, generator on CPU {GEN_CPU}, "
+        f"{LADDER_SECONDS} s a step")
+    say()
+    say("loadfleet holds a step with zero unsent and send-lag p99 <= 1 ms; oha reports "
+        "no lag, so it holds a step when it completes >= 99% of the offered requests.")
+    say()
+    say("| offered req/s | tool | completed req/s | unsent | send-lag p99 ms | generator CPU s | req per CPU-s | held |")
+    say("|---:|---|---:|---:|---:|---:|---:|:--:|")
+    held = {"loadfleet": 0, "oha": 0}
+    failed = {"loadfleet": 0, "oha": 0}
+    for n, rate in enumerate(LADDER):
+        tools = ["loadfleet", "oha"] if n % 2 == 0 else ["oha", "loadfleet"]
+        for tool in tools:
+            if failed[tool] >= 2:
+                continue
+            tag = f"ladder-{tool}-{rate}"
+            if tool == "oha":
+                r = oha(nginx, rate, LADDER_SECONDS, tag)
+                ok = r["completed"] >= 0.99 * rate * LADDER_SECONDS
+                unsent, lag = "", ""
+            else:
+                r = loadfleet(nginx, rate, LADDER_SECONDS, tag)
+                ok = r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
+                unsent, lag = r["unsent"], r["lag_p99_ms"]
+            if ok:
+                held[tool] = max(held[tool], rate)
+            else:
+                failed[tool] += 1
+            say(f"| {rate} | {tool} | {r['rps']:.0f} | {unsent} | {lag} | {r['cpu']:.2f} | "
+                f"{per_cpu(r):.0f} | {'yes' if ok else 'no'} |")
+    say()
+    say(f"Highest rate held on one core: loadfleet **{held['loadfleet']}**, oha **{held['oha']}**")
+    say()
+    return held
+
+
+def part_accuracy():
+    tb, url = start_testbed("--delay", "10ms")
+    try:
+        say("### Accuracy (P3): testbed --delay 10ms on CPU "
+            f"{TARGET_CPU}, 200 req/s for 10 s, generator on CPU {GEN_CPU}")
+        say()
+        say("| tool | p50 ms | p99 ms | p99.9 ms | p50 error ms | p99.9 error ms |")
+        say("|---|---:|---:|---:|---:|---:|")
+        for tool in ["loadfleet", "oha"]:
+            if tool == "oha":
+                r = oha(url, 200, 10, "accuracy-oha")
+            else:
+                r = loadfleet(url, 200, 10, "accuracy-loadfleet", extra=("--warmup", "1s"))
+            p50, p99, p999 = r.get("p50_ms"), r.get("p99_ms"), r.get("p999_ms")
+            say(f"| {tool} | {p50:.3f} | {p99:.3f} | {p999:.3f} | {p50 - 10:+.3f} | "
+                f"{p999 - 10:+.3f} |")
+        say()
+        say("Goal: p50 within 0.3 ms of 10 ms, p99.9 within 2 ms.")
+        say()
+    finally:
+        stop(tb)
+
+
+def part_memory(nginx):
+    say("### Memory (P4): the agent's RSS")
+    say()
+    say("| run | in flight (max) | agent RSS at end MiB | agent peak RSS MiB |")
+    say("|---|---:|---:|---:|")
+    for secs in [MEMORY_SHORT, MEMORY_LONG]:
+        r = loadfleet(nginx, RATE, secs, f"memory-{secs}s", watch=True)
+        say(f"| {RATE} req/s for {secs} s against nginx | {r.get('max_in_flight')} | "
+            f"{r['rss_last_mib']:.1f} | {r['rss_peak_mib']:.1f} |")
+    # 10,000 requests in flight: 5,000 req/s into a 2 s service delay, each
+    # on its own connection.
+    tb, url = start_testbed("--delay", "2s")
+    try:
+        r = loadfleet(url, 5000, 6, "memory-inflight", connections=12000, max_in_flight=20000,
+                      watch=True)
+        say(f"| 5000 req/s for 6 s into a 2 s delay (testbed), 12,000 connections allowed | "
+            f"{r.get('max_in_flight')} | {r['rss_last_mib']:.1f} | {r['rss_peak_mib']:.1f} |")
+    finally:
+        stop(tb)
+    say()
+    say("Goals: flat in run length (within 10%); under 64 MiB at 10,000 in flight.")
+    say()
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                         capture_output=True, text=True).stdout.strip()
+    versions = []
+    for tool in (["oha", "--version"], ["nginx", "-v"]):
+        p = subprocess.run(tool, capture_output=True, text=True)
+        versions.append((p.stdout + p.stderr).strip().splitlines()[0])
+    wrk_v = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
+    versions.append((wrk_v.stdout + wrk_v.stderr).strip().splitlines()[0].split(" [")[0])
+    say(f"Machine: {os.cpu_count()} CPUs, {cpu}, {os.uname().release}; "
+        f"load average before: {os.getloadavg()[0]:.1f}")
+    say(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  loadfleet {rev}  "
+        + ", ".join(versions))
+    say()
+    nginx = start_nginx()
+    try:
+        if "peers" in PARTS:
+            part_peers(nginx)
+        if "ladder" in PARTS:
+            part_ladder(nginx)
+        if "accuracy" in PARTS:
+            part_accuracy()
+        if "memory" in PARTS:
+            part_memory(nginx)
+    finally:
+        for p in list(children):
+            stop(p)
+        (OUT.parent / "peers.md").write_text("\n".join(lines) + "\n")
+    say(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -19,13 +19,17 @@ pub enum ClientFailure {
     NoConnection,
     /// The TLS handshake failed (certificate, protocol, or the peer hung up).
     Tls(std::io::Error),
-    /// hyper failed on an open connection: sending, or reading the answer.
-    Http(hyper::Error),
     /// HTTP/2 failed: a GOAWAY, a reset stream, a protocol error, or the
     /// connection under it.
     H2(h2::Error),
     /// The TLS peer did not agree to h2 by ALPN.
     NoH2,
+    /// Writing the request or reading the answer failed on an open
+    /// connection.
+    Io(std::io::Error),
+    /// The answer was not valid HTTP/1.x, or the connection closed before
+    /// it was whole.
+    Wire(super::http1::wire::WireError),
 }
 
 impl ClientFailure {
@@ -44,24 +48,9 @@ impl ClientFailure {
                 std::io::ErrorKind::InvalidData | std::io::ErrorKind::Other => ErrorKind::Tls,
                 kind => io_kind(kind, true),
             },
-            ClientFailure::Http(h) => {
-                let mut source: Option<&(dyn std::error::Error + 'static)> = Some(h);
-                while let Some(err) = source {
-                    if let Some(io) = err.downcast_ref::<std::io::Error>() {
-                        return io_kind(io.kind(), false);
-                    }
-                    source = err.source();
-                }
-                if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
-                    ErrorKind::Reset
-                } else if h.is_timeout() {
-                    ErrorKind::Timeout
-                } else if h.is_parse() {
-                    ErrorKind::Protocol
-                } else {
-                    ErrorKind::Other
-                }
-            }
+            ClientFailure::Io(io) => io_kind(io.kind(), false),
+            ClientFailure::Wire(super::http1::wire::WireError::Truncated) => ErrorKind::Reset,
+            ClientFailure::Wire(_) => ErrorKind::Protocol,
         }
     }
 }

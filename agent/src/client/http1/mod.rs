@@ -1,7 +1,10 @@
 //! The HTTP/1.1 transport: one client per worker, over a keep-alive pool
-//! of its own connections ([`pool`]).
+//! of its own connections ([`pool`]), each driven by the request holding
+//! it ([`conn`]) and speaking through a lean codec ([`wire`]).
 
+mod conn;
 mod pool;
+pub(super) mod wire;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -9,10 +12,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Uri};
+use http::{Request, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use loadfleet_proto::vocab::HttpProtocol;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -24,9 +25,8 @@ use pool::Lease;
 
 /// Keep-alive HTTP/1.1 connections owned by one worker.
 ///
-/// Built on hyper's connection-level client rather than its pooled one: a
-/// worker is single-threaded, so its connections sit in a `RefCell` (no
-/// lock, no pool-key parsing, no task per checkout). At most `connections`
+/// A worker is single-threaded, so its connections sit in a `RefCell` (no
+/// lock, no pool-key parsing, no task per checkout or per connection). At most `connections`
 /// are open at once, as with wrk2 or a browser's pool: a request that finds
 /// them all busy waits for the next free one. That wait is not hidden — it
 /// counts in the latency, which runs from the intended instant — and it
@@ -37,7 +37,7 @@ pub struct Http1Client {
     inner: Rc<ClientInner>,
 }
 
-type Sender = SendRequest<Full<Bytes>>;
+type Sender = conn::Conn;
 
 struct ClientInner {
     /// Idle connections per `host:port`; one or two hosts in practice, so a
@@ -101,36 +101,23 @@ impl Http1Client {
     /// part of the latency because a user waits for it too.
     pub(super) async fn exchange(
         &self,
-        mut request: Request<Full<Bytes>>,
+        request: Request<Full<Bytes>>,
         progress: &Progress,
     ) -> Result<u16, ClientFailure> {
-        let uri = request.uri().clone();
-        let authority = uri.authority().ok_or(ClientFailure::NoHost)?;
+        let (parts, mut body) = request.into_parts();
+        let authority = parts.uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
-        let mut lease = self.acquire(key, &uri, progress).await?;
+        // A `Full` body is one data frame, ready at once.
+        let body = match body.frame().await {
+            Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+            _ => Bytes::new(),
+        };
+        let mut lease = self.acquire(key, &parts.uri, progress).await?;
         let on_wire = progress.went_on_wire();
-        // HTTP/1.1 origin form: the path in the request line, the host in
-        // its header.
-        if !request.headers().contains_key(http::header::HOST) {
-            let host = HeaderValue::from_str(key).map_err(|_| ClientFailure::NoHost)?;
-            request.headers_mut().insert(http::header::HOST, host);
-        }
-        *request.uri_mut() = uri
-            .path_and_query()
-            .map_or_else(|| Uri::from_static("/"), |pq| Uri::from(pq.clone()));
-        let response = lease
+        let status = lease
             .sender()?
-            .send_request(request)
-            .await
-            .map_err(ClientFailure::Http)?;
-        let headers_at = Instant::now();
-        progress.ttfb.set(Some(headers_at - on_wire));
-        let status = response.status().as_u16();
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            frame.map_err(ClientFailure::Http)?;
-        }
-        progress.body.set(Some(headers_at.elapsed()));
+            .exchange(&parts, key, &body, on_wire, progress)
+            .await?;
         lease.finished = true;
         Ok(status)
     }
@@ -141,16 +128,8 @@ impl Http1Client {
         progress.phase.set(Phase::Connecting);
         let dialed = self.inner.dialer.dial(uri).await?;
         progress.connected(&dialed);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(dialed.io))
-            .await
-            .map_err(ClientFailure::Http)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("connection ended: {e}");
-            }
-        });
         self.inner.established.set(self.inner.established.get() + 1);
-        Ok(sender)
+        Ok(conn::Conn::new(dialed.io))
     }
 }
 

@@ -33,8 +33,9 @@ impl Drop for Lease {
         if !self.armed {
             return;
         }
+        let reusable = self.finished && self.sender.as_mut().is_some_and(|s| !s.is_closed());
         match self.sender.take() {
-            Some(s) if self.finished && !s.is_closed() => self.client.give_back(&self.key, s),
+            Some(s) if reusable => self.client.give_back(&self.key, s),
             _ => self.client.release(),
         }
     }
@@ -56,15 +57,9 @@ impl Lease {
         self.sender.as_mut().ok_or(ClientFailure::NoConnection)
     }
 
-    /// Waits until the connection can take a request; false when it died.
-    /// A connection just handed back is not ready until its task has
-    /// finished the previous exchange, which takes microseconds.
-    async fn ready(&mut self) -> bool {
-        match self.sender.as_mut() {
-            Some(s) if s.is_ready() => true,
-            Some(s) => s.ready().await.is_ok(),
-            None => false,
-        }
+    /// Whether the connection can take a request; false when it died.
+    fn ready(&mut self) -> bool {
+        self.sender.as_mut().is_some_and(|s| !s.is_closed())
     }
 }
 
@@ -101,7 +96,7 @@ impl Http1Client {
         loop {
             if let Some(s) = self.take_idle(key) {
                 let mut lease = Lease::new(self, key, Some(s));
-                if lease.ready().await {
+                if lease.ready() {
                     return Ok(lease);
                 }
                 continue; // it died; dropping the lease freed its slot
@@ -136,7 +131,7 @@ impl Http1Client {
                 lease.sender = Some(self.connect(uri, progress).await?);
                 return Ok(lease);
             }
-            if lease.ready().await {
+            if lease.ready() {
                 return Ok(lease);
             }
         }
@@ -152,8 +147,13 @@ impl Http1Client {
             // Oldest first: the most likely to be ready.
             loop {
                 match list.pop_front() {
-                    Some(s) if s.is_closed() => closed += 1,
-                    other => break other,
+                    Some(mut s) => {
+                        if !s.is_closed() {
+                            break Some(s);
+                        }
+                        closed += 1;
+                    }
+                    None => break None,
                 }
             }
         };

@@ -33,11 +33,12 @@ pub(super) fn render(request: &Parts, host: &str, body: &Bytes, out: &mut Vec<u8
     out.clear();
     out.extend_from_slice(request.method.as_str().as_bytes());
     out.push(b' ');
-    let path = request
-        .uri
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str());
-    out.extend_from_slice(if path.is_empty() { b"/" } else { path.as_bytes() });
+    let path = request.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    out.extend_from_slice(if path.is_empty() {
+        b"/"
+    } else {
+        path.as_bytes()
+    });
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let headers = &request.headers;
     if !headers.contains_key(HOST) {
@@ -52,10 +53,7 @@ pub(super) fn render(request: &Parts, host: &str, body: &Bytes, out: &mut Vec<u8
         out.extend_from_slice(b"\r\n");
     }
     let framed = headers.contains_key(CONTENT_LENGTH) || headers.contains_key(TRANSFER_ENCODING);
-    let wants_length = matches!(
-        request.method,
-        Method::POST | Method::PUT | Method::PATCH
-    );
+    let wants_length = matches!(request.method, Method::POST | Method::PUT | Method::PATCH);
     if !framed && (!body.is_empty() || wants_length) {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(body.len().to_string().as_bytes());
@@ -420,7 +418,13 @@ mod tests {
     fn content_length_body_in_any_split() {
         let r = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
         let (done, used) = every_step(&Method::GET, r);
-        assert_eq!(done, Complete { status: 200, reusable: true });
+        assert_eq!(
+            done,
+            Complete {
+                status: 200,
+                reusable: true
+            }
+        );
         assert_eq!(used, r.len());
     }
 
@@ -429,7 +433,13 @@ mod tests {
         let r = b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n\
                   4;ext=1\r\nwiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nx-trailer: 1\r\n\r\n";
         let (done, used) = every_step(&Method::GET, r);
-        assert_eq!(done, Complete { status: 201, reusable: true });
+        assert_eq!(
+            done,
+            Complete {
+                status: 201,
+                reusable: true
+            }
+        );
         assert_eq!(used, r.len());
     }
 
@@ -449,7 +459,13 @@ mod tests {
     fn body_until_close() {
         let r = b"HTTP/1.1 200 OK\r\n\r\nall of this until the end";
         let (done, used) = every_step(&Method::GET, r);
-        assert_eq!(done, Complete { status: 200, reusable: false });
+        assert_eq!(
+            done,
+            Complete {
+                status: 200,
+                reusable: false
+            }
+        );
         assert_eq!(used, r.len());
         // Closed in the middle of a framed body: truncated.
         let mut reader = ResponseReader::new(&Method::GET);
@@ -469,12 +485,27 @@ mod tests {
             &b"HTTP/1.1 204 No Content\r\ncontent-length: 10\r\n\r\n"[..],
             b"HTTP/1.1 304 Not Modified\r\n\r\n",
         ] {
-            assert_eq!(every_step(&Method::GET, r), (Complete { status: r[9..12].iter().fold(0, |a, d| a * 10 + u16::from(d - b'0')), reusable: true }, r.len()));
+            assert_eq!(
+                every_step(&Method::GET, r),
+                (
+                    Complete {
+                        status: r[9..12].iter().fold(0, |a, d| a * 10 + u16::from(d - b'0')),
+                        reusable: true
+                    },
+                    r.len()
+                )
+            );
         }
         let r = b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n";
         assert_eq!(
             every_step(&Method::HEAD, r),
-            (Complete { status: 200, reusable: true }, r.len())
+            (
+                Complete {
+                    status: 200,
+                    reusable: true
+                },
+                r.len()
+            )
         );
     }
 
@@ -484,7 +515,13 @@ mod tests {
                   HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         assert_eq!(
             every_step(&Method::POST, r),
-            (Complete { status: 200, reusable: true }, r.len())
+            (
+                Complete {
+                    status: 200,
+                    reusable: true
+                },
+                r.len()
+            )
         );
     }
 
@@ -493,7 +530,8 @@ mod tests {
     #[test]
     fn pipelined_responses_are_taken_one_at_a_time() {
         let first = &b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\none"[..];
-        let second = &b"HTTP/1.1 503 Busy\r\ntransfer-encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n"[..];
+        let second =
+            &b"HTTP/1.1 503 Busy\r\ntransfer-encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n"[..];
         let both = [first, second].concat();
         let mut reader = ResponseReader::new(&Method::GET);
         let Ok(Fed::Done(n, done)) = reader.feed(&both) else {
@@ -503,27 +541,68 @@ mod tests {
         let mut reader = ResponseReader::new(&Method::GET);
         assert_eq!(
             reader.feed(&both[n..]),
-            Ok(Fed::Done(second.len(), Complete { status: 503, reusable: true }))
+            Ok(Fed::Done(
+                second.len(),
+                Complete {
+                    status: 503,
+                    reusable: true
+                }
+            ))
         );
     }
 
     #[test]
     fn malformed_heads_and_framing_are_errors() {
         let bad: &[(&[u8], WireError)] = &[
-            (b"HTTP/2 200 OK\r\n\r\n", WireError::Malformed("not HTTP/1.x")),
-            (b"SSH-2.0-OpenSSH\r\n\r\n", WireError::Malformed("not HTTP/1.x")),
-            (b"HTTP/1.1 abc OK\r\n\r\n", WireError::Malformed("invalid status")),
-            (b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n", WireError::Malformed("invalid header name")),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 1x\r\n\r\n", WireError::BadLength),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", WireError::BadLength),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\n", WireError::BadLength),
-            (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n", WireError::BadLength),
-            (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n", WireError::BadChunk),
-            (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXY", WireError::BadChunk),
+            (
+                b"HTTP/2 200 OK\r\n\r\n",
+                WireError::Malformed("not HTTP/1.x"),
+            ),
+            (
+                b"SSH-2.0-OpenSSH\r\n\r\n",
+                WireError::Malformed("not HTTP/1.x"),
+            ),
+            (
+                b"HTTP/1.1 abc OK\r\n\r\n",
+                WireError::Malformed("invalid status"),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
+                WireError::Malformed("invalid header name"),
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1x\r\n\r\n",
+                WireError::BadLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+                WireError::BadLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+                WireError::BadLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+                WireError::BadLength,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                WireError::BadChunk,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXY",
+                WireError::BadChunk,
+            ),
         ];
         for (bytes, want) in bad {
             let got = ResponseReader::new(&Method::GET).feed(bytes);
-            assert_eq!(got.as_ref().err(), Some(want), "{}", String::from_utf8_lossy(bytes));
+            assert_eq!(
+                got.as_ref().err(),
+                Some(want),
+                "{}",
+                String::from_utf8_lossy(bytes)
+            );
         }
         let mut many = b"HTTP/1.1 200 OK\r\n".to_vec();
         for i in 0..=MAX_HEADERS {
@@ -551,7 +630,13 @@ mod tests {
         let r = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
         assert_eq!(
             every_step(&Method::GET, r),
-            (Complete { status: 200, reusable: false }, r.len())
+            (
+                Complete {
+                    status: 200,
+                    reusable: false
+                },
+                r.len()
+            )
         );
     }
 
@@ -562,9 +647,8 @@ mod tests {
     #[test]
     fn requests_render_in_origin_form() {
         let mut out = Vec::new();
-        let request = parts(
-            http::Request::get("http://example.test:8080/a/b?c=1").header("x-one", "1"),
-        );
+        let request =
+            parts(http::Request::get("http://example.test:8080/a/b?c=1").header("x-one", "1"));
         render(&request, "example.test:8080", &Bytes::new(), &mut out);
         assert_eq!(
             out,
@@ -578,6 +662,9 @@ mod tests {
         );
         let request = parts(http::Request::post("http://h"));
         render(&request, "h", &Bytes::new(), &mut out);
-        assert_eq!(out, b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(
+            out,
+            b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 0\r\n\r\n"
+        );
     }
 }

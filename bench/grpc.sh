@@ -2,7 +2,7 @@
 # gRPC benchmark: one agent on one core calling the built-in testbed's gRPC
 # service (loadfleet-testbed --grpc, no delay) over h2c.
 #
-# Layout as bench/run.sh: the testbed is pinned to CPU 0 (one worker), the
+# Layout: the testbed is pinned to CPU 0 (one worker), the
 # coordinator and one agent to CPU 1. For each rate the run is repeated
 # REPEATS times; the table gives the medians of requests per agent
 # CPU-second and of send-lag p99. A rate is "held" when, in the median run,

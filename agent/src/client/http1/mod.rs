@@ -321,4 +321,99 @@ mod tests {
         assert!(count(Outcome::Status(200)) >= 1);
         assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(300));
     }
+
+    /// A server that answers the n-th request on each connection with
+    /// `replies[n]`, written in small pieces, then closes after the last.
+    async fn scripted_server(
+        replies: Vec<Vec<u8>>,
+    ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let replies = replies.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    for reply in replies {
+                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        pending.clear();
+                        for piece in reply.chunks(1000) {
+                            if stream.write_all(piece).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    /// Large bodies (chunked and by length) arrive in many reads and leave
+    /// the connection reusable; `Connection: close` ends it, so the next
+    /// request opens a new one; a response cut short is `reset`.
+    #[tokio::test]
+    async fn large_bodies_close_and_truncation_over_a_real_socket() {
+        let big = vec![b'x'; 300_000];
+        let mut chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for piece in big.chunks(7000) {
+            chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            chunked.extend_from_slice(piece);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let mut sized = format!(
+            "HTTP/1.1 201 Created\r\ncontent-length: {}\r\n\r\n",
+            big.len()
+        )
+        .into_bytes();
+        sized.extend_from_slice(&big);
+        let close =
+            b"HTTP/1.1 503 Busy\r\nconnection: close\r\ncontent-length: 2\r\n\r\nno".to_vec();
+        let (port, accepted) = scripted_server(vec![chunked, sized, close]).await;
+        let c = client(1, Duration::from_secs(5));
+        let statuses: Vec<Outcome> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                out.push(c.send(get(port)).await.outcome);
+            }
+            out
+        };
+        assert_eq!(
+            statuses,
+            [
+                Outcome::Status(200),
+                Outcome::Status(201),
+                Outcome::Status(503)
+            ]
+        );
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The close was honoured: the next request needs a new connection,
+        // whose first answer is again the chunked one.
+        let next = c.send(get(port)).await;
+        assert_eq!(next.outcome, Outcome::Status(200));
+        assert!(next.phases.new_connection);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Truncation: a server that sends only part of a framed body.
+        let (port, _) = scripted_server(vec![
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc".to_vec()
+        ])
+        .await;
+        let c = client(1, Duration::from_secs(5));
+        assert_eq!(
+            c.send(get(port)).await.outcome,
+            Outcome::Error(ErrorKind::Reset)
+        );
+    }
 }

@@ -19,7 +19,8 @@ STEP_SECONDS=${STEP_SECONDS:-5}
 RATES=${RATES:-"5000 10000 20000 30000"}
 REPEATS=${REPEATS:-3}
 BIN=${BIN:-$ROOT/target/release}
-[[ -x $BIN/loadfleet-coordinator ]] || cargo build --release --workspace --bins
+COORD=${COORD:-$BIN/loadfleet-coordinator}
+[[ -x $COORD ]] || cargo build --release --workspace --bins
 
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
@@ -36,7 +37,7 @@ URL="http://$(sed -n 's/^listening on //p' "$OUT/testbed.out")"
 # One run: prints "unsent lag_p99_ms req_per_cpu_s ok".
 step() {
     local rate=$1 dir=$2
-    taskset -c 1 "$BIN/loadfleet-coordinator" run --url "$URL" --reflection \
+    taskset -c 1 "$COORD" run --url "$URL" --reflection \
         --grpc-method loadfleet.testbed.v1.Testbed/Work --grpc-message '{"payload": "x"}' \
         --rate "$rate" --duration "${STEP_SECONDS}s" --local-agents 1 --max-in-flight 10000 \
         --drain 2s --out "$dir" > "$dir.txt" 2>&1 || true

@@ -193,6 +193,7 @@ pub fn plan_workers(
                     timeout: Duration::from_nanos(a.timeout_ns.max(1)),
                     connections: share(conns).max(1) as usize,
                     source: config.source,
+                    more_sources: config.more_sources.clone(),
                     tls: tls.clone(),
                     protocol,
                 },

@@ -16,6 +16,8 @@ pub struct AgentConfig {
     pub id: String,
     pub label: String,
     pub source: Option<IpAddr>,
+    /// Further `--bind` addresses, used when `source` runs out of ports.
+    pub more_sources: Vec<IpAddr>,
     pub workers: usize,
     pub connect_timeout: Duration,
     /// Shortest time between two wake-ups of a worker's open-model loop.

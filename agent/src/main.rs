@@ -28,9 +28,12 @@ struct Cli {
     #[arg(long, default_value = "")]
     label: String,
     /// Local address to send load from (e.g. 127.0.0.2), so several agents on
-    /// one machine look like distinct hosts to the target.
-    #[arg(long)]
-    bind: Option<IpAddr>,
+    /// one machine look like distinct hosts to the target. Several
+    /// (comma-separated or repeated): connections go from the first until it
+    /// has no port left for the target, then from the next, and so on, so
+    /// one agent can hold more than one address's ~28,000 ports.
+    #[arg(long, value_delimiter = ',')]
+    bind: Vec<IpAddr>,
     /// Pin the agent to these CPUs (e.g. 1 or 2-3), before any thread starts.
     #[arg(long)]
     cpus: Option<String>,
@@ -155,7 +158,8 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
             .id
             .unwrap_or_else(|| format!("{}-{}", sys::hostname(), std::process::id())),
         label: cli.label,
-        source: cli.bind,
+        source: cli.bind.first().copied(),
+        more_sources: cli.bind.iter().skip(1).copied().collect(),
         workers,
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,

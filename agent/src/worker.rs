@@ -180,9 +180,7 @@ async fn run_scenarios(
             sse: sc.sse.as_ref().map(|spec| {
                 Rc::new(Hook::new(
                     spec.clone(),
-                    plan.client.source,
-                    &plan.client.tls,
-                    plan.client.timeout,
+                    &plan.client,
                     plan.start,
                     interval_ns,
                 ))

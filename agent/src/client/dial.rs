@@ -44,6 +44,12 @@ pub struct Dialer {
 
 struct DialerInner {
     source: Option<IpAddr>,
+    /// Further source addresses (`--bind A,B,…`), used in turn once the
+    /// current one has no port left for a destination.
+    more_sources: Vec<IpAddr>,
+    /// Which of `source` (0) and `more_sources` (1..) new connections try
+    /// first: the last one that had a port.
+    current: std::cell::Cell<usize>,
     tls: Arc<rustls::ClientConfig>,
     /// Resolved names per `host:port`: one lookup per host, shared by
     /// every connection that needs it (see [`Dialer::resolve`]).
@@ -72,7 +78,31 @@ impl Dialer {
         Self {
             inner: Rc::new(DialerInner {
                 source,
+                more_sources: Vec::new(),
+                current: std::cell::Cell::new(0),
                 tls,
+                names: RefCell::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Adds source addresses to fall back on, in order, when `source` (and
+    /// then each of these) runs out of ports. Only addresses of `source`'s
+    /// family are kept: the others could not reach the same targets.
+    pub fn with_more_sources(self, more: Vec<IpAddr>) -> Self {
+        let Some(first) = self.inner.source else {
+            return self;
+        };
+        let more = more
+            .into_iter()
+            .filter(|ip| ip.is_ipv4() == first.is_ipv4())
+            .collect();
+        Self {
+            inner: Rc::new(DialerInner {
+                source: self.inner.source,
+                more_sources: more,
+                current: std::cell::Cell::new(0),
+                tls: self.inner.tls.clone(),
                 names: RefCell::new(Vec::new()),
             }),
         }
@@ -192,14 +222,50 @@ impl Dialer {
         lookup.addrs.clone()
     }
 
+    /// A TCP connection from the current source address; when that one has
+    /// no port left (or cannot be used at all), from the next, round the
+    /// list once. The address that worked stays current.
     async fn open_tcp(&self, addr: SocketAddr) -> Result<TcpStream, ClientFailure> {
+        let inner = &self.inner;
+        let Some(first) = inner.source else {
+            return self.open_tcp_from(None, addr).await;
+        };
+        let count = 1 + inner.more_sources.len();
+        let start = inner.current.get();
+        let mut failure = None;
+        for k in 0..count {
+            let i = (start + k) % count;
+            let ip = if i == 0 {
+                first
+            } else {
+                inner.more_sources[i - 1]
+            };
+            match self.open_tcp_from(Some(ip), addr).await {
+                Ok(stream) => {
+                    inner.current.set(i);
+                    return Ok(stream);
+                }
+                Err(ClientFailure::Connect(e)) if out_of_addresses(&e) && count > 1 => {
+                    failure = Some(ClientFailure::Connect(e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(failure.unwrap_or(ClientFailure::NoAddress))
+    }
+
+    async fn open_tcp_from(
+        &self,
+        source: Option<IpAddr>,
+        addr: SocketAddr,
+    ) -> Result<TcpStream, ClientFailure> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()
         } else {
             TcpSocket::new_v6()
         }
         .map_err(ClientFailure::Connect)?;
-        if let Some(ip) = self.inner.source {
+        if let Some(ip) = source {
             defer_port_choice(&socket);
             socket
                 .bind(SocketAddr::new(ip, 0))
@@ -210,6 +276,15 @@ impl Dialer {
     }
 }
 
+/// The source address has no port left for this destination, or cannot be
+/// used at all: another source address may do.
+fn out_of_addresses(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::AddrNotAvailable | std::io::ErrorKind::AddrInUse
+    )
+}
+
 /// Lets `bind(ip, 0)` leave the port to `connect()`. Otherwise the kernel
 /// must pick a port unique for the source address alone, scanning every
 /// socket (TIME_WAIT ones too) bound to it: slow, and exhausted after ~28k
@@ -217,5 +292,40 @@ impl Dialer {
 fn defer_port_choice(socket: &TcpSocket) {
     if let Err(err) = crate::sys::bind_address_no_port(socket) {
         tracing::debug!("port choice not deferred to connect(): {err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source address that cannot be used (not this host's) is passed
+    /// over for the next one, which then stays current.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_unusable_source_falls_back_to_the_next() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tls = crate::tls::client_config(None).unwrap();
+        // 192.0.2.1 (TEST-NET-1) is nobody's address: bind() refuses it.
+        let dialer = Dialer::new(Some("192.0.2.1".parse().unwrap()), tls)
+            .with_more_sources(vec!["127.0.0.1".parse().unwrap()]);
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let Ok(dialed) = dialer.dial(&uri).await else {
+            panic!("no connection from the fallback address")
+        };
+        let Either::Left(stream) = dialed.io else {
+            panic!("plain TCP expected")
+        };
+        assert_eq!(stream.local_addr().unwrap().ip().to_string(), "127.0.0.1");
+        assert_eq!(dialer.inner.current.get(), 1);
+        // Without a fallback, the same failure is the connection's.
+        let alone = Dialer::new(
+            Some("192.0.2.1".parse().unwrap()),
+            crate::tls::client_config(None).unwrap(),
+        );
+        assert!(matches!(
+            alone.dial(&uri).await,
+            Err(ClientFailure::Connect(_))
+        ));
     }
 }

@@ -36,6 +36,8 @@ pub struct ClientConfig {
     /// Local address to send from, so agents on one machine can appear as
     /// distinct hosts (127.0.0.2, 127.0.0.3, …).
     pub source: Option<IpAddr>,
+    /// Addresses to send from, in turn, once `source` has no port left.
+    pub more_sources: Vec<IpAddr>,
     /// Trust and ALPN settings for https:// targets.
     pub tls: Arc<rustls::ClientConfig>,
     /// HTTP/1.1, or HTTP/2 (h2 by ALPN on https://, h2c on http://).
@@ -172,7 +174,7 @@ pub struct Exchanged {
 
 impl Transport {
     pub fn new(config: ClientConfig) -> Self {
-        let dialer = Dialer::new(config.source, config.tls);
+        let dialer = Dialer::new(config.source, config.tls).with_more_sources(config.more_sources);
         let kind = match config.protocol {
             HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.connections)),
             HttpProtocol::H2 | HttpProtocol::H2c => {

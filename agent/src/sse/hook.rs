@@ -30,24 +30,24 @@ pub struct Hook {
 }
 
 impl Hook {
-    /// `tls` is the agent's trust; held streams offer only HTTP/1.1 over
-    /// ALPN, whatever the other transports offer, since that is what they
-    /// speak.
+    /// Connections go out as the worker's `client` says (source addresses,
+    /// trust, the timeout for the first answer), but offer only HTTP/1.1
+    /// over ALPN, whatever the other transports offer: that is what a held
+    /// stream speaks.
     pub fn new(
         spec: Arc<SseSpec>,
-        source: Option<std::net::IpAddr>,
-        tls: &rustls::ClientConfig,
-        timeout: Duration,
+        client: &crate::client::ClientConfig,
         common_start: Instant,
         interval_ns: u64,
     ) -> Self {
-        let mut tls = tls.clone();
+        let mut tls = (*client.tls).clone();
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         Hook {
             spec,
             recorder: RefCell::new(SseRecorder::new()),
-            dialer: Dialer::new(source, Arc::new(tls)),
-            timeout,
+            dialer: Dialer::new(client.source, Arc::new(tls))
+                .with_more_sources(client.more_sources.clone()),
+            timeout: client.timeout,
             common_start,
             interval_ns,
         }

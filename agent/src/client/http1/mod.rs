@@ -212,6 +212,7 @@ mod tests {
             timeout,
             connections,
             source: None,
+            more_sources: Vec::new(),
             tls: crate::tls::target_config(
                 &crate::tls::target_roots(None).unwrap(),
                 None,

@@ -629,6 +629,7 @@ mod tests {
             timeout,
             connections,
             source: None,
+            more_sources: Vec::new(),
             tls,
             protocol: HttpProtocol::H2,
         })

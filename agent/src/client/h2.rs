@@ -69,8 +69,6 @@ struct Inner {
     opening: Cell<usize>,
     /// Requests waiting for a stream, oldest first.
     waiters: RefCell<VecDeque<Waiter>>,
-    /// Live waiters (a request that gave up is no longer counted).
-    waiting: Cell<usize>,
     saturation: Saturation,
     /// Connections established since last taken: over TLS (h2), cleartext
     /// (h2c).
@@ -147,26 +145,6 @@ impl Drop for OpenSlot {
     }
 }
 
-/// A request counted as waiting while it lives (see the HTTP/1.1 pool's
-/// `Waiting`): the time with any waiting is the pool's saturated time.
-struct Waiting<'a> {
-    client: &'a Http2Client,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(client: &'a Http2Client) -> Self {
-        client.waiting_changed(client.inner.waiting.get() + 1);
-        Self { client }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let waiting = self.client.inner.waiting.get().saturating_sub(1);
-        self.client.waiting_changed(waiting);
-    }
-}
-
 impl Http2Client {
     pub fn new(dialer: Dialer, connections: usize) -> Self {
         Self {
@@ -175,7 +153,6 @@ impl Http2Client {
                 conns: RefCell::new(Vec::new()),
                 opening: Cell::new(0),
                 waiters: RefCell::new(VecDeque::new()),
-                waiting: Cell::new(0),
                 saturation: Saturation::default(),
                 established: Cell::new((0, 0)),
                 max_conns: connections.max(1),
@@ -197,11 +174,6 @@ impl Http2Client {
             .into_iter()
             .filter(|&(_, n)| n > 0)
             .collect()
-    }
-
-    fn waiting_changed(&self, waiting: usize) {
-        self.inner.waiting.set(waiting);
-        self.inner.saturation.waiting(waiting > 0);
     }
 
     /// Sends one request on a stream and reads the whole response (keeping
@@ -295,7 +267,7 @@ impl Http2Client {
                 });
                 let queued_at = Instant::now();
                 progress.queued_at.set(Some(queued_at));
-                let waiting = Waiting::new(self);
+                let waiting = self.inner.saturation.wait();
                 let handed = rx.await;
                 drop(waiting);
                 progress.waited.set(Some(queued_at.elapsed()));

@@ -250,6 +250,9 @@ impl Transport {
 /// it happens so the flush can take it per interval.
 #[derive(Default)]
 struct Saturation {
+    /// Requests waiting right now (live ones only: one that gave up is no
+    /// longer counted, even while its stale entry still sits in a queue).
+    waiting: Cell<usize>,
     /// Since when requests have been waiting, while some are.
     since: Cell<Option<Instant>>,
     /// Time with requests waiting, not yet taken.
@@ -257,9 +260,18 @@ struct Saturation {
 }
 
 impl Saturation {
-    /// Whether any request is waiting now.
-    fn waiting(&self, any: bool) {
-        match (any, self.since.get()) {
+    /// Counts a request as waiting while the guard lives: dropped when it
+    /// gets a connection (or stream) or when its time runs out, so the
+    /// count, and the time with any waiting, never includes one that gave
+    /// up.
+    fn wait(&self) -> Waiting<'_> {
+        self.changed(self.waiting.get() + 1);
+        Waiting { saturation: self }
+    }
+
+    fn changed(&self, waiting: usize) {
+        self.waiting.set(waiting);
+        match (waiting > 0, self.since.get()) {
             (true, None) => self.since.set(Some(Instant::now())),
             (false, Some(since)) => {
                 self.since.set(None);
@@ -276,6 +288,18 @@ impl Saturation {
             self.since.set(Some(now));
         }
         total
+    }
+}
+
+/// A request counted as waiting (see [`Saturation::wait`]).
+struct Waiting<'a> {
+    saturation: &'a Saturation,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let s = self.saturation;
+        s.changed(s.waiting.get().saturating_sub(1));
     }
 }
 

@@ -48,10 +48,6 @@ struct ClientInner {
     waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
     /// Slots in use: connections open, being opened, or leased.
     open: Cell<usize>,
-    /// Requests waiting for a slot right now (live ones only: a request
-    /// that gave up is no longer counted, even while its stale entry still
-    /// sits in `waiters`).
-    waiting: Cell<usize>,
     saturation: Saturation,
     max_open: usize,
     dialer: Dialer,
@@ -66,7 +62,6 @@ impl Http1Client {
                 idle: RefCell::new(Vec::new()),
                 waiters: RefCell::new(VecDeque::new()),
                 open: Cell::new(0),
-                waiting: Cell::new(0),
                 saturation: Saturation::default(),
                 max_open: connections.max(1),
                 dialer,
@@ -88,13 +83,6 @@ impl Http1Client {
             0 => Vec::new(),
             n => vec![(HttpProtocol::Http1, n)],
         }
-    }
-
-    /// One more or one fewer request waiting for a connection; keeps the
-    /// time with any waiting.
-    fn waiting_changed(&self, waiting: usize) {
-        self.inner.waiting.set(waiting);
-        self.inner.saturation.waiting(waiting > 0);
     }
 
     /// Sends one request and reads the whole response body; the body is
@@ -286,7 +274,7 @@ mod tests {
         assert!(r.pool_wait.is_some_and(|w| w >= Duration::from_millis(100)));
         assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(100));
         assert_eq!(
-            h1(&c).inner.waiting.get(),
+            h1(&c).inner.saturation.waiting.get(),
             0,
             "the one that gave up is not waiting"
         );

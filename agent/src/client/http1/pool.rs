@@ -63,27 +63,6 @@ impl Lease {
     }
 }
 
-/// A request counted as waiting for a connection while it lives: dropped
-/// when it gets one or when its time runs out, so the count (and the time
-/// with requests waiting) never includes one that gave up.
-struct Waiting<'a> {
-    client: &'a Http1Client,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(client: &'a Http1Client) -> Self {
-        client.waiting_changed(client.inner.waiting.get() + 1);
-        Self { client }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let waiting = self.client.inner.waiting.get().saturating_sub(1);
-        self.client.waiting_changed(waiting);
-    }
-}
-
 impl Http1Client {
     /// A ready connection to `key`: an idle one, a new one while under the
     /// limit, or the next one (or slot) freed, oldest waiter first.
@@ -118,7 +97,7 @@ impl Http1Client {
                     progress.queued_at.set(Some(now));
                     now
                 });
-                let waiting = Waiting::new(self);
+                let waiting = self.inner.saturation.wait();
                 let handed = rx.await;
                 drop(waiting);
                 progress.waited.set(Some(queued_at.elapsed()));

@@ -48,8 +48,8 @@ command -v h2load >/dev/null || missing+=(nghttp2-client)
 if ((${#missing[@]})); then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-cargo build --release --workspace --bins
-BIN=$ROOT/target/release
+BIN=${BIN:-$ROOT/target/release}
+[[ -x $BIN/loadfleet-coordinator && -x $BIN/loadfleet-agent ]] || cargo build --release --workspace --bins
 
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }

@@ -23,19 +23,34 @@ OUT=$(mktemp -d /tmp/loadfleet-sse.XXXXXX)
 
 # Every stream is a descriptor in the agent and one in the testbed. Both
 # raise their soft limit to the hard one by themselves; raising the hard
-# limit needs CAP_SYS_RESOURCE, so where that is refused the run is cut to
-# what the limit allows (and says so).
+# limit needs CAP_SYS_RESOURCE, so where that is refused (a container's
+# --ulimit too, when the engine lacks it) the run is cut to what the limit
+# allows, less OWN_FILES for each process's own descriptors (control
+# connection, epoll, timers, stdio), and says so.
+OWN_FILES=${OWN_FILES:-48}
+
+# Every stream is also an ephemeral port from one source address to one
+# destination. With the usual range (32768-60999) 16,000 of them make each
+# connect() search the range in the kernel (__inet_hash_connect was 45% of
+# the agent's CPU here), and the ramp stalls: widen the range for the run
+# where we may (root), as a user holding this many streams would, and put
+# it back after.
+PORTS_WAS=$(sysctl -n net.ipv4.ip_local_port_range | tr -s '\t ' ' ')
+if [[ $EUID -eq 0 ]] && sysctl -qw net.ipv4.ip_local_port_range="1024 65535" 2>/dev/null; then
+    echo "ephemeral ports widened to 1024-65535 for the run (was $PORTS_WAS)" >&2
+    trap 'sysctl -qw net.ipv4.ip_local_port_range="$PORTS_WAS"' EXIT
+fi
 ulimit -Hn $((STREAMS + 4096)) 2>/dev/null || true
 HARD=$(ulimit -Hn)
-if [[ "$HARD" != unlimited && $((STREAMS + 1024)) -gt $HARD ]]; then
-    echo "open-file hard limit $HARD: holding $((HARD - 1024)) streams instead of $STREAMS" >&2
-    STREAMS=$((HARD - 1024))
+if [[ "$HARD" != unlimited && $((STREAMS + OWN_FILES)) -gt $HARD ]]; then
+    echo "open-file hard limit $HARD: holding $((HARD - OWN_FILES)) streams instead of $STREAMS" >&2
+    STREAMS=$((HARD - OWN_FILES))
 fi
 
 "$BIN/loadfleet-testbed" --listen 127.0.0.1:0 --cpus 0 --sse-interval 1s \
     >"$OUT/testbed.out" 2>"$OUT/testbed.err" &
 TESTBED=$!
-trap 'kill "$TESTBED" 2>/dev/null || true' EXIT
+trap 'kill "$TESTBED" 2>/dev/null || true; sysctl -qw net.ipv4.ip_local_port_range="$PORTS_WAS" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
     grep -q "listening on" "$OUT/testbed.out" && break
     sleep 0.1

@@ -316,17 +316,13 @@ async fn connect(
 }
 
 /// Warns when the open-file limit is below what the assignment may need:
-/// every request in flight (a held stream is one) and every pooled
-/// connection holds a descriptor, and running out shows up as
-/// `local_address` or `connect` errors that are the agent's, not the
-/// target's.
+/// running out shows up as `local_address` or `connect` errors that are the
+/// agent's, not the target's. The coordinator's report says it too.
 fn warn_if_few_files(a: &v1::Assignment, open_files: u64) {
-    // The control connection, the runtime, logs and a margin.
-    const OWN: u64 = 64;
-    let needed = u64::from(a.max_in_flight) + u64::from(a.connections) + OWN;
+    let needed = loadfleet_proto::bounds::files_needed(a.max_in_flight, a.connections);
     if open_files != 0 && open_files < needed {
         tracing::warn!(
-            "the open-file limit is {open_files}, below the {needed} this assignment may need (max_in_flight {} + connections {} + {OWN}); raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower max_in_flight",
+            "the open-file limit is {open_files}, below the {needed} this assignment may need (max_in_flight {} + connections {} + a margin); raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower max_in_flight",
             a.max_in_flight,
             a.connections
         );

@@ -45,6 +45,59 @@ const COARSE_MARGIN: Duration = Duration::from_millis(3);
 /// Shorter than the coordinator's silence limit, so any freeze that can
 /// cost the agent its place stops it first.
 const FROZEN: Duration = Duration::from_millis(1500);
+/// How often the worker's thread CPU clock is read, for [`FreezeWatch`]:
+/// rarely enough to cost nothing per arrival.
+const CPU_SAMPLE: Duration = Duration::from_millis(100);
+
+/// Tells a frozen worker from a busy one when it finds itself late by more
+/// than [`FROZEN`]. A frozen thread did not run at all, and must stop
+/// firing. A busy one ran the whole time — thousands of subscribers
+/// connecting at once, say, kept the schedule's task waiting — and was
+/// never silent to the coordinator (the control plane has its own thread):
+/// its lateness is lag, which the report shows and judges, not a reason to
+/// leave the run.
+struct FreezeWatch {
+    sampled_at: Instant,
+    cpu_at: Option<Duration>,
+}
+
+impl FreezeWatch {
+    fn new() -> Self {
+        Self {
+            sampled_at: Instant::now(),
+            cpu_at: crate::sys::thread_cpu_time(),
+        }
+    }
+
+    /// Called on every pass of the loop, before it may sleep; reads the
+    /// thread's CPU clock when the last reading is stale.
+    fn tick(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.sampled_at) >= CPU_SAMPLE {
+            self.sampled_at = now;
+            self.cpu_at = crate::sys::thread_cpu_time();
+        }
+    }
+
+    /// Whether being `gap` late at `now` means the thread was stopped.
+    fn frozen(&self, gap: Duration, now: Instant) -> bool {
+        gap > FROZEN
+            && stopped(
+                now.saturating_duration_since(self.sampled_at),
+                self.cpu_at
+                    .zip(crate::sys::thread_cpu_time())
+                    .map(|(then, cpu)| cpu.saturating_sub(then)),
+            )
+    }
+}
+
+/// A thread that ran for less than a quarter of `wall` was stopped for the
+/// rest: a busy one runs nearly all of it (a quarter still allows for a
+/// machine shared with three other busy threads), a stopped one at most the
+/// [`CPU_SAMPLE`] before it stopped, a fifteenth of [`FROZEN`]. With no CPU
+/// clock, assume stopped, the safe side.
+fn stopped(wall: Duration, ran: Option<Duration>) -> bool {
+    ran.is_none_or(|ran| ran * 4 < wall)
+}
 
 /// The run's hand-overs so far (`--on-agent-loss redistribute`), as the
 /// session received them, in order.
@@ -410,6 +463,7 @@ async fn open_loop(
     // When the loop should be running again at the latest, had nothing
     // frozen it.
     let mut due = Instant::now();
+    let mut watch = FreezeWatch::new();
     loop {
         let news = handovers.borrow_and_update().clone();
         sources.absorb(&news);
@@ -418,9 +472,10 @@ async fn open_loop(
         }
         let now = Instant::now();
         let gap = now.saturating_duration_since(due);
-        if gap > FROZEN {
+        if watch.frozen(gap, now) {
             return Err(gap);
         }
+        watch.tick(now);
         let Some((stream, (seq, offset_ns))) = sources.peek() else {
             if now >= end {
                 break;
@@ -458,7 +513,7 @@ async fn open_loop(
             }
             last_wake = Instant::now();
             let gap = last_wake.saturating_duration_since(wake);
-            if gap > FROZEN {
+            if watch.frozen(gap, last_wake) {
                 return Err(gap);
             }
         }
@@ -766,5 +821,33 @@ fn attach_connections(snaps: &mut [v1::Snapshot], transport: &Transport) {
                 .entry(protocol.as_str().to_string())
                 .or_default() += n;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_and_idle_is_frozen_late_and_running_is_busy() {
+        let gap = Duration::from_millis(1600);
+        assert!(stopped(gap, Some(Duration::from_millis(90))), "SIGSTOP");
+        assert!(!stopped(gap, Some(Duration::from_millis(1550))), "busy");
+        assert!(
+            !stopped(gap, Some(Duration::from_millis(500))),
+            "busy, shared"
+        );
+        assert!(stopped(gap, None), "no clock: the safe side");
+    }
+
+    /// On the real clocks: a thread that slept through a gap did not run,
+    /// so a gap that long is a freeze; one shorter than FROZEN never is.
+    #[test]
+    fn a_thread_that_did_not_run_is_frozen() {
+        let watch = FreezeWatch::new();
+        std::thread::sleep(Duration::from_millis(150));
+        let now = Instant::now();
+        assert!(watch.frozen(FROZEN + Duration::from_millis(1), now));
+        assert!(!watch.frozen(FROZEN, now));
     }
 }

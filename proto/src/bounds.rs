@@ -54,6 +54,17 @@ pub const MAX_START_DELAY: Duration = Duration::from_secs(600);
 pub const MAX_IN_FLIGHT: u32 = 1_000_000;
 /// Most keep-alive connections per agent.
 pub const MAX_CONNECTIONS: u32 = 100_000;
+/// Descriptors an agent needs besides its load: the control connection,
+/// the runtime, logs and a margin.
+const FILES_BESIDES_LOAD: u64 = 64;
+
+/// The open-file limit an agent needs for an assignment: every request in
+/// flight (a held stream is one) and every pooled connection holds a
+/// descriptor. One figure for the agent's warning and the coordinator's
+/// verdict, so they cannot disagree about what "enough" means.
+pub fn files_needed(max_in_flight: u32, connections: u32) -> u64 {
+    u64::from(max_in_flight) + u64::from(connections) + FILES_BESIDES_LOAD
+}
 /// Most agents in a fleet.
 pub const MAX_AGENTS: usize = 10_000;
 /// Most kinds of request in one scenario's mix.

@@ -19,6 +19,15 @@ pub fn process_cpu_seconds() -> f64 {
     secs(usage.user_time()) + secs(usage.system_time())
 }
 
+/// CPU time the calling thread has used so far; `None` if the kernel will
+/// not say. A thread that was stopped (SIGSTOP, a paused VM) gains none,
+/// one that was merely busy gains about as much as the wall clock.
+pub fn thread_cpu_time() -> Option<std::time::Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .ok()
+        .map(std::time::Duration::from)
+}
+
 /// Host-wide CPU counters (busy, total) in jiffies from /proc/stat; `None`
 /// where that file does not exist.
 pub fn host_cpu_jiffies() -> Option<(u64, u64)> {

@@ -4,7 +4,8 @@
 //! - [`CpuList`], [`allowed_cpus`] and [`pin_to_cpus`]: the `--cpus` flags
 //!   and local mode's split of CPUs between the target and the agents.
 //! - [`process_cpu_seconds`] and [`host_cpu_jiffies`]: how busy the generator
-//!   and its host are, so a report can tell when the generator set the pace.
+//!   and its host are, so a report can tell when the generator set the pace;
+//!   [`thread_cpu_time`], so a worker can tell being stopped from being busy.
 //! - [`host_addresses`] and [`hostname`]: who the agent is, and whether the
 //!   target lives on its own machine.
 //! - [`bind_address_no_port`]: many connections from one bound source address.
@@ -20,7 +21,7 @@ mod net;
 pub mod timer;
 
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
-pub use host::{host_addresses, host_cpu_jiffies, hostname, process_cpu_seconds};
+pub use host::{host_addresses, host_cpu_jiffies, hostname, process_cpu_seconds, thread_cpu_time};
 pub use limits::{raise_open_files, OpenFiles};
 pub use net::bind_address_no_port;
 

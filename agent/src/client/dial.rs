@@ -20,8 +20,11 @@ use tokio_util::either::Either;
 
 use super::failure::ClientFailure;
 
-/// A connection as a transport uses it: plain TCP, or TLS over it.
-pub type Io = Either<TcpStream, TlsStream<TcpStream>>;
+/// A connection as a transport uses it: plain TCP, or TLS over it. The
+/// TLS side is boxed: a rustls session is over a kilobyte, and without the
+/// box every plain connection (and every request or held stream that owns
+/// one) would carry that much unused room.
+pub type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// One connection just opened, with what it cost.
 pub struct Dialed {
@@ -109,7 +112,17 @@ impl Dialer {
     }
 
     /// A new connection to the URI's host and port, TLS for https://.
+    ///
+    /// Boxed: the lookup, connect and handshake futures (a whole TLS
+    /// session inline) are large, and without the box they would be part
+    /// of every request's future — which lives as long as the request is in
+    /// flight — though only the few requests that open a connection use
+    /// them.
     pub async fn dial(&self, uri: &Uri) -> Result<Dialed, ClientFailure> {
+        Box::pin(self.open(uri)).await
+    }
+
+    async fn open(&self, uri: &Uri) -> Result<Dialed, ClientFailure> {
         let host = uri.host().ok_or(ClientFailure::NoHost)?;
         let bare = host.trim_matches(['[', ']']);
         let https = uri.scheme_str() == Some("https");
@@ -155,7 +168,7 @@ impl Dialer {
             .map_err(ClientFailure::Tls)?;
         let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
         Ok(Dialed {
-            io: Either::Right(tls),
+            io: Either::Right(Box::new(tls)),
             alpn,
             connect,
             tls: Some(connected.elapsed()),

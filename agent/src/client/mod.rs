@@ -196,14 +196,25 @@ impl Transport {
         let exchange = async {
             match &self.kind {
                 Kind::Http1(c) => c.exchange(request, &progress).await.map(Outcome::Status),
-                Kind::Http2(c) => c.exchange(request, false, &progress).await.map(|answer| {
-                    let status = answer.head.status.as_u16();
-                    if grpc {
-                        crate::grpc::outcome(status, &answer.head.headers, answer.trailers.as_ref())
-                    } else {
-                        Outcome::Status(status)
-                    }
-                }),
+                // Boxed: the HTTP/2 exchange's future is several times the
+                // HTTP/1.1 one's, and without the box every HTTP/1.1 request
+                // in flight would carry its room too.
+                Kind::Http2(c) => {
+                    Box::pin(c.exchange(request, false, &progress))
+                        .await
+                        .map(|answer| {
+                            let status = answer.head.status.as_u16();
+                            if grpc {
+                                crate::grpc::outcome(
+                                    status,
+                                    &answer.head.headers,
+                                    answer.trailers.as_ref(),
+                                )
+                            } else {
+                                Outcome::Status(status)
+                            }
+                        })
+                }
             }
         };
         let result = tokio::time::timeout(self.timeout, exchange).await;

@@ -28,6 +28,7 @@ pub fn all(
     v.extend(localhost_verdicts(result, info));
     v.extend(delivery_clock_verdicts(result, info));
     v.extend(tls_verdict(info));
+    v.extend(file_limit_verdicts(result, info));
     sort(&mut v);
     v
 }
@@ -41,6 +42,27 @@ fn tls_verdict(info: &PlanInfo) -> Option<Verdict> {
         code: VerdictCode::InsecureTls,
         message: "target TLS certificates were not verified (--insecure / [tls] insecure = true): nothing proves the answers came from the intended server".into(),
     })
+}
+
+/// Agents whose open-file limit (as raised at start, from their hello) is
+/// below what the plan lets them hold: past it, connections and streams fail
+/// with errors that are the agent's, not the target's, so an error rate or
+/// a count of open streams would be read against the wrong side.
+fn file_limit_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
+    let needed = loadfleet_proto::bounds::files_needed(info.max_in_flight, info.connections);
+    result
+        .agents
+        .iter()
+        .filter(|a| a.hello.open_files != 0 && a.hello.open_files < needed)
+        .map(|a| Verdict {
+            level: VerdictLevel::Warn,
+            code: VerdictCode::GeneratorSaturated,
+            message: format!(
+                "agent {}'s open-file limit is {}, below the {needed} descriptors this plan lets it hold (max_in_flight {} + connections {} + a margin): past it, its connections and streams fail with errors of its own, not the target's; raise its hard limit (ulimit -Hn, LimitNOFILE=) or lower --max-in-flight",
+                a.hello.agent_id, a.hello.open_files, info.max_in_flight, info.connections
+            ),
+        })
+        .collect()
 }
 
 /// Errors first, then warnings, then the rest; otherwise in the order made.
@@ -678,6 +700,35 @@ mod tests {
             r.verdicts[0].message
         );
         assert_eq!(exit_status(&r), 0);
+    }
+
+    /// An agent that said at hello it may open fewer files than the plan
+    /// lets it hold gets a warning naming the figures; one with room (or one
+    /// that did not say) gets none.
+    #[test]
+    fn an_open_file_limit_below_the_plan_is_a_warning() {
+        let ctx = context(None);
+        let needed = loadfleet_proto::bounds::files_needed(ctx.max_in_flight, ctx.connections);
+        for (limit, warned) in [(needed - 1, true), (needed, false), (0, false)] {
+            let mut run = result(100, 5_000, 50, 0.5, 1);
+            run.agents[0].hello.open_files = limit;
+            let r = build(&run, &ctx);
+            let found = r
+                .verdicts
+                .iter()
+                .find(|v| v.message.contains("open-file limit"));
+            assert_eq!(found.is_some(), warned, "limit {limit}: {:?}", r.verdicts);
+            if let Some(v) = found {
+                assert_eq!(v.code, VerdictCode::GeneratorSaturated);
+                assert_eq!(v.level, VerdictLevel::Warn);
+                assert!(
+                    v.message
+                        .contains(&format!("is {limit}, below the {needed}")),
+                    "{}",
+                    v.message
+                );
+            }
+        }
     }
 
     #[test]

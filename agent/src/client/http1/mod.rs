@@ -218,6 +218,21 @@ mod tests {
         }
     }
 
+    /// A request's future lives as long as it is in flight, so at 10,000
+    /// in flight its size is a real share of the agent's memory (BENCHMARKS.md,
+    /// P4). What only a new connection needs (lookup, connect, the TLS
+    /// handshake) and what only HTTP/2 needs are boxed out of it; this keeps
+    /// it that way.
+    #[tokio::test]
+    async fn a_request_in_flight_carries_no_connection_setup() {
+        let c = client(1, Duration::from_secs(1));
+        let send = c.send(get(1));
+        let size = std::mem::size_of_val(&send);
+        // 2,016 bytes in a debug build (less in release); 4,424 before the
+        // HTTP/2 exchange was boxed out of it, more before the dial was.
+        assert!(size < 3000, "a request future of {size} bytes");
+    }
+
     /// With one connection, concurrent requests queue for it and reuse it:
     /// all succeed over a single connection, and the slot count returns to
     /// one open, idle connection.

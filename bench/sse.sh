@@ -36,7 +36,7 @@ OWN_FILES=${OWN_FILES:-48}
 # where we may (root), as a user holding this many streams would, and put
 # it back after.
 PORTS_WAS=$(sysctl -n net.ipv4.ip_local_port_range | tr -s '\t ' ' ')
-if [[ $EUID -eq 0 ]] && sysctl -qw net.ipv4.ip_local_port_range="1024 65535" 2>/dev/null; then
+if [[ $EUID -eq 0 && ${WIDEN_PORTS:-1} == 1 ]] && sysctl -qw net.ipv4.ip_local_port_range="1024 65535" 2>/dev/null; then
     echo "ephemeral ports widened to 1024-65535 for the run (was $PORTS_WAS)" >&2
     trap 'sysctl -qw net.ipv4.ip_local_port_range="$PORTS_WAS"' EXIT
 fi

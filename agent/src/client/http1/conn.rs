@@ -15,26 +15,28 @@ use bytes::Bytes;
 use http::request::Parts;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
+use tokio_util::either::Either;
 
 use super::wire::{render, Fed, ResponseReader};
 use crate::client::dial::Io;
 use crate::client::failure::ClientFailure;
 use crate::client::Progress;
 
-/// Room kept free at the end of the read buffer before each read: a
-/// typical response head fits in one read. Kept small because every open
-/// connection has a buffer: 10,000 connections at 8 KiB each would be
+/// Room made at the end of the read buffer before each read: a typical
+/// response head fits in one read. Kept small, and only held while a
+/// response is being read: 10,000 connections at 8 KiB each would be
 /// 80 MiB of the agent's memory.
 const READ_CHUNK: usize = 2 * 1024;
-/// A large body is read in pieces up to this size; the buffer shrinks back
-/// to [`READ_CHUNK`] after the exchange.
+/// A large body is read in pieces up to this size; the buffer is given
+/// back after the exchange.
 const READ_MAX: usize = 64 * 1024;
 
 pub(in crate::client) struct Conn {
     io: Io,
     /// The request being sent, rendered in place; kept for its capacity.
     out: Vec<u8>,
-    /// Response bytes read but not yet consumed; kept for its capacity.
+    /// Response bytes read but not yet consumed; allocated only while an
+    /// answer is arriving (see [`Conn::readable`]).
     input: Vec<u8>,
     /// The connection cannot carry another request: the server said
     /// close, the body ran to the close, an exchange failed or stopped
@@ -100,6 +102,9 @@ impl Conn {
         self.input.clear();
         let mut chunk = READ_CHUNK;
         loop {
+            if self.input.capacity() == 0 {
+                self.readable().await.map_err(ClientFailure::Io)?;
+            }
             if self.input.capacity() - self.input.len() < chunk / 2 {
                 self.input.reserve(chunk);
             }
@@ -126,13 +131,27 @@ impl Conn {
                 Fed::Done(used, done) => {
                     // Bytes after the response were never asked for.
                     let unasked = used < self.input.len();
-                    self.input.clear();
-                    self.input.shrink_to(READ_CHUNK);
+                    // Given back, not kept: see [`Conn::readable`].
+                    self.input = Vec::new();
                     self.finish(progress, on_wire, head_at);
                     self.spent = !done.reusable || unasked;
                     return Ok(done.status);
                 }
             }
+        }
+    }
+
+    /// Waits until a plain connection has something to read, so that the
+    /// read buffer is only allocated once there is something to put in it:
+    /// a request waiting on a slow server then holds no buffer, and 10,000
+    /// of them in flight hold 20 MiB less (BENCHMARKS.md, P4). The wait
+    /// costs no system call (tokio already knows the socket's readiness). A
+    /// TLS connection may hold decrypted bytes already, so it goes straight
+    /// to reading.
+    async fn readable(&self) -> std::io::Result<()> {
+        match &self.io {
+            Either::Left(tcp) => tcp.readable().await,
+            Either::Right(_) => Ok(()),
         }
     }
 

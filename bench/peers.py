@@ -28,7 +28,8 @@ SECONDS_RUN = int(os.environ.get("SECONDS_RUN", "10"))
 RATE = int(os.environ.get("RATE", "20000"))
 CONNECTIONS = int(os.environ.get("CONNECTIONS", "64"))
 LADDER = [int(r) for r in os.environ.get(
-    "LADDER", "20000 30000 40000 50000 60000 70000 80000").split()]
+    "LADDER",
+    "20000 30000 40000 50000 60000 70000 80000 90000 100000 110000 120000").split()]
 LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
 MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
 MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))

@@ -20,7 +20,7 @@
 #
 # Usage: bench/peers.sh [--quick]
 #   env: ROUNDS=3 SECONDS_RUN=10 RATE=20000 CONNECTIONS=64
-#        LADDER="20000 30000 40000 50000 60000 70000 80000"
+#        LADDER="20000 30000 … 110000 120000" (stops after two misses)
 #        MEMORY_SHORT=60 MEMORY_LONG=120 (set MEMORY_LONG=600 for the
 #        10-minute check; it then takes ~12 minutes more)
 #        PARTS="peers ladder accuracy memory" (any subset)

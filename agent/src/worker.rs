@@ -508,7 +508,10 @@ async fn open_loop(
                 }
                 continue;
             }
-            if !wait_until(timer.as_ref(), wake, stop).await {
+            // An arrival sent at its own instant should leave at it; one
+            // held back to the quantum is late by design already.
+            let exact = wake == intended;
+            if !wait_until(timer.as_ref(), wake, exact, stop).await {
                 break;
             }
             last_wake = Instant::now();
@@ -590,6 +593,7 @@ async fn closed_loop(
                     if !wait_until(
                         None,
                         shared.scenario_start + Duration::from_nanos(lo),
+                        false,
                         &stop,
                     )
                     .await
@@ -668,10 +672,12 @@ fn interval_of(shared: &Shared, at: Instant) -> u64 {
 
 /// Waits for an instant; false when stopped meanwhile. Long waits (pauses in
 /// the schedule) go through tokio's timer so a stop interrupts them; the last
-/// stretch goes through the precise timer.
+/// stretch goes through the precise timer, `exact` as
+/// [`PreciseTimer::sleep_until`] says.
 async fn wait_until(
     timer: Option<&PreciseTimer>,
     intended: Instant,
+    exact: bool,
     stop: &CancellationToken,
 ) -> bool {
     let now = Instant::now();
@@ -683,7 +689,7 @@ async fn wait_until(
     }
     match timer {
         Some(t) => {
-            if let Err(e) = t.sleep_until(intended).await {
+            if let Err(e) = t.sleep_until(intended, exact).await {
                 tracing::debug!("precise timer failed ({e}); falling back to tokio's");
                 tokio::time::sleep_until(intended).await;
             }

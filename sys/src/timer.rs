@@ -9,8 +9,17 @@
 //!
 //! This is on the agent's hot path: a wake-up costs one `timerfd_settime`,
 //! one `read` and no allocation (`clock_gettime` is served by the vDSO).
+//!
+//! "Within microseconds" is the kernel's part. Waking an idle CPU takes
+//! longer — about 0.1 ms on a VM, where the halted virtual CPU must be
+//! brought back — and every microsecond of it would be send lag, and
+//! latency, on an arrival that was meant to leave on time. So an exact
+//! sleep arms the timer early by the lateness its recent wake-ups showed
+//! and yields through the rest: the CPU it costs is the wake-up's jitter,
+//! not its delay.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -25,10 +34,19 @@ use crate::Error;
 
 /// Waits shorter than this are yielded through instead of armed.
 const SPIN_BELOW: Duration = Duration::from_micros(20);
+/// Most an exact sleep arms the timer ahead of its instant. A wake-up later
+/// than this is not the CPU waking but the CPU busy elsewhere, which
+/// spinning cannot help and would only pay for.
+const MAX_LEAD: Duration = Duration::from_micros(250);
 
 /// One timer per sequential waiter (each open-model loop has its own).
 pub struct PreciseTimer {
     fd: AsyncFd<Registered>,
+    /// How late after its armed instant this timer has been waking, in
+    /// ns, smoothed over recent wake-ups: what an exact sleep arms it early
+    /// by. Atomic only so the timer stays `Sync` for the testbed's
+    /// multi-threaded runtime; one task at a time uses a timer.
+    late_ns: AtomicU64,
 }
 
 /// The timerfd as tokio's reactor wants it: `AsyncFd` needs `AsRawFd`,
@@ -57,27 +75,58 @@ impl PreciseTimer {
         // `as_raw_fd`, and keeps it open until the `AsyncFd` drops it.
         let fd = unsafe { AsyncFd::register_with_interest(Registered(timer), Interest::READABLE) }
             .map_err(|err| Error::Reactor(err.into()))?;
-        Ok(Self { fd })
+        Ok(Self {
+            fd,
+            late_ns: AtomicU64::new(0),
+        })
     }
 
-    /// Sleeps until `deadline` (returns at once if it has passed).
-    pub async fn sleep_until(&self, deadline: Instant) -> Result<(), Error> {
+    /// Sleeps until `deadline` (returns at once if it has passed). An
+    /// `exact` sleep also spends the timer's usual wake-up delay spinning
+    /// instead, so it ends at the instant rather than that much after it;
+    /// one whose instant is already a compromise (coalesced arrivals) need
+    /// not pay for that.
+    pub async fn sleep_until(&self, deadline: Instant, exact: bool) -> Result<(), Error> {
         let now = Instant::now();
         if deadline <= now {
             return Ok(());
         }
+        let lead = if exact {
+            self.late().min(MAX_LEAD)
+        } else {
+            Duration::ZERO
+        };
+        let armed = deadline - lead;
         // A gap this short costs less to yield through than three syscalls
         // (arm, wake, read), and it only happens at high rates where the
         // worker is busy anyway.
-        if deadline - now <= SPIN_BELOW {
-            while Instant::now() < deadline {
-                tokio::task::yield_now().await;
-            }
+        if armed <= now + SPIN_BELOW {
+            spin_until(deadline).await;
             return Ok(());
         }
+        self.wait_for(armed - now).await?;
+        // The kernel never fires a timer early: everything past `armed` is
+        // the wake-up's delay. An eighth of each new one moves the estimate,
+        // so one slow wake-up does not make the next sleeps spin long.
+        let late = Instant::now()
+            .saturating_duration_since(armed)
+            .min(2 * MAX_LEAD);
+        let smoothed = (self.late() * 7 + late) / 8;
+        self.late_ns
+            .store(smoothed.as_nanos() as u64, Ordering::Relaxed);
+        spin_until(deadline).await;
+        Ok(())
+    }
+
+    fn late(&self) -> Duration {
+        Duration::from_nanos(self.late_ns.load(Ordering::Relaxed))
+    }
+
+    /// Arms the timer `after` from now and waits for it.
+    async fn wait_for(&self, after: Duration) -> Result<(), Error> {
         let monotonic_now =
             clock_gettime(Clock::CLOCK_MONOTONIC).map_err(Error::os("clock_gettime"))?;
-        let target = monotonic_now + TimeSpec::from_duration(deadline - now);
+        let target = monotonic_now + TimeSpec::from_duration(after);
         self.fd
             .get_ref()
             .0
@@ -110,6 +159,14 @@ impl PreciseTimer {
     }
 }
 
+/// Yields to the worker's other tasks until `deadline`: each turn also polls
+/// the reactor, so answers that arrive meanwhile are served.
+async fn spin_until(deadline: Instant) {
+    while Instant::now() < deadline {
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Asks the kernel to wake this thread's timers with 1 µs of slack instead
 /// of the default 50 µs. Best effort: without it, wake-ups are merely later.
 pub fn tighten_timer_slack() {
@@ -125,14 +182,31 @@ mod tests {
         let timer = PreciseTimer::new().unwrap();
         for _ in 0..20 {
             let deadline = Instant::now() + Duration::from_micros(700);
-            timer.sleep_until(deadline).await.unwrap();
+            timer.sleep_until(deadline, true).await.unwrap();
             assert!(Instant::now() >= deadline);
         }
         // A past deadline returns at once.
         timer
-            .sleep_until(Instant::now() - Duration::from_millis(5))
+            .sleep_until(Instant::now() - Duration::from_millis(5), true)
             .await
             .unwrap();
+    }
+
+    /// An exact sleep learns how late the timer wakes and arms it that much
+    /// early, yet still never ends before its instant; a coalesced one
+    /// (not exact) arms it at the instant itself.
+    #[tokio::test]
+    async fn exact_sleeps_learn_the_wake_up_delay_and_never_end_early() {
+        let timer = PreciseTimer::new().unwrap();
+        for exact in [false, true] {
+            for _ in 0..20 {
+                let deadline = Instant::now() + Duration::from_micros(500);
+                timer.sleep_until(deadline, exact).await.unwrap();
+                assert!(Instant::now() >= deadline, "woke before the instant");
+            }
+        }
+        let late = timer.late();
+        assert!(late > Duration::ZERO && late <= 2 * MAX_LEAD, "{late:?}");
     }
 
     #[tokio::test]
@@ -140,13 +214,13 @@ mod tests {
         let timer = PreciseTimer::new().unwrap();
         let early = Instant::now() + Duration::from_millis(30);
         let given_up =
-            tokio::time::timeout(Duration::from_millis(5), timer.sleep_until(early)).await;
+            tokio::time::timeout(Duration::from_millis(5), timer.sleep_until(early, false)).await;
         assert!(given_up.is_err(), "the first sleep should have been cut");
         // Let the abandoned deadline pass, so the timer is readable when the
         // next sleep starts.
         std::thread::sleep(Duration::from_millis(40));
         let deadline = Instant::now() + Duration::from_millis(2);
-        timer.sleep_until(deadline).await.unwrap();
+        timer.sleep_until(deadline, true).await.unwrap();
         assert!(Instant::now() >= deadline);
     }
 }

@@ -130,13 +130,15 @@ async fn release(timer: PreciseTimer, mut queue: mpsc::UnboundedReceiver<Waiter>
     }
 }
 
-/// Sleeps until `next`, or forever when nothing waits.
+/// Sleeps until `next`, or forever when nothing waits. Exact: the testbed's
+/// delay is the ground truth the agent's figures are checked against, so
+/// it must not end late by its own wake-up either.
 async fn sleep_or_pend(
     timer: &PreciseTimer,
     next: Option<Instant>,
 ) -> Result<(), loadfleet_sys::Error> {
     match next {
-        Some(next) => timer.sleep_until(next).await,
+        Some(next) => timer.sleep_until(next, true).await,
         None => std::future::pending().await,
     }
 }

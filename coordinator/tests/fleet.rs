@@ -227,8 +227,9 @@ fn arrivals_beyond_max_lag_are_unsent_late() {
     let t = &r["totals"];
     assert!(u(&t["unsent"]["late"]) > 0, "{output}");
     assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 4000);
-    // With a 1 µs allowance nearly every arrival is late; if none at all
-    // was sent, the run rightly says the experiment did not happen.
-    let expected = if u(&t["sent"]) == 0 { 3 } else { 0 };
-    assert_eq!(status.code(), Some(expected), "{output}");
+    // With a 1 µs allowance most arrivals are late (exact wake-ups still
+    // get a share out within it): far above the 5% the UNSENT error
+    // allows, or, if none at all was sent, no experiment. Either is 3.
+    assert!(u(&t["unsent"]["late"]) * 20 > 4000, "{output}");
+    assert_eq!(status.code(), Some(3), "{output}");
 }

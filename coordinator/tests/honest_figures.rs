@@ -182,6 +182,12 @@ fn requests_without_an_outcome_are_incomplete_and_latency_a_lower_bound() {
 /// (1,490 of 1,500 on the run the issue saw) and the run exited 0 with a
 /// warning. Above 5% unsent it is an error: the load offered was not the
 /// load planned.
+///
+/// Arrivals every 125 µs against the 250 µs wake quantum make the lateness
+/// certain rather than a matter of the machine: every other arrival waits
+/// for the next wake-up and leaves 125 µs or more late, past the 50 µs
+/// allowed, however quiet the machine (exact wake-ups keep the rest within
+/// a few µs).
 #[test]
 fn mostly_unsent_is_an_error() {
     let (status, output, r, _) = run_report(
@@ -191,7 +197,7 @@ fn mostly_unsent_is_an_error() {
             "--local-agents",
             "1",
             "--rate",
-            "750",
+            "8000",
             "--duration",
             "2s",
             "--max-lag",
@@ -202,10 +208,7 @@ fn mostly_unsent_is_an_error() {
     );
     let t = &r["totals"];
     let (unsent, intended) = (u(&t["unsent"]["total"]), u(&t["intended"]));
-    assert_eq!(intended, 1500);
-    // How many miss a 50 µs lag depends on the machine (most on a busy
-    // one, about a quarter on a quiet one with the lean HTTP/1.1 path):
-    // what matters is that more than 5% did, which is the error.
+    assert_eq!(intended, 16_000);
     assert!(
         unsent * 20 > intended,
         "more than 5% of arrivals are late at 50 µs: {t}"
@@ -216,7 +219,7 @@ fn mostly_unsent_is_an_error() {
         v["message"]
             .as_str()
             .unwrap_or("")
-            .contains(&format!("{unsent} of 1500")),
+            .contains(&format!("{unsent} of 16000")),
         "{v}"
     );
     assert_eq!(status.code(), Some(3), "{output}");

@@ -140,43 +140,54 @@ mod tests {
         );
     }
 
-    /// A bare HTTP/1.1 server that answers every request with 200 after
-    /// `delay`, over keep-alive connections; returns its port and a counter
-    /// of the connections it accepted.
-    async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    /// A test server on loopback: every accepted connection is handed to
+    /// `serve` in a task of its own. Returns its port and a counter of the
+    /// connections it accepted.
+    async fn server<F, Fut>(serve: F) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let accepted = std::sync::Arc::new(AtomicUsize::new(0));
         let counter = accepted.clone();
         tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
+            while let Ok((stream, _)) = listener.accept().await {
                 counter.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let mut pending = Vec::new();
-                    loop {
-                        let Ok(n) = stream.read(&mut buf).await else {
-                            return;
-                        };
-                        if n == 0 {
-                            return;
-                        }
-                        pending.extend_from_slice(&buf[..n]);
-                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                            pending.drain(..end + 4);
-                            tokio::time::sleep(delay).await;
-                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            if stream.write_all(reply).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
+                tokio::spawn(serve(stream));
             }
         });
         (port, accepted)
+    }
+
+    /// A bare HTTP/1.1 server that answers every request with 200 after
+    /// `delay`, over keep-alive connections.
+    async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        server(move |mut stream| async move {
+            let mut buf = vec![0u8; 4096];
+            let mut pending = Vec::new();
+            loop {
+                let Ok(n) = stream.read(&mut buf).await else {
+                    return;
+                };
+                if n == 0 {
+                    return;
+                }
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                    pending.drain(..end + 4);
+                    tokio::time::sleep(delay).await;
+                    let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if stream.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .await
     }
 
     fn get(port: u16) -> Request<Full<Bytes>> {
@@ -331,37 +342,29 @@ mod tests {
     async fn scripted_server(
         replies: Vec<Vec<u8>>,
     ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let replies = replies.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let mut pending = Vec::new();
-                    for reply in replies {
-                        while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
-                            match stream.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => pending.extend_from_slice(&buf[..n]),
-                            }
-                        }
-                        pending.clear();
-                        for piece in reply.chunks(1000) {
-                            if stream.write_all(piece).await.is_err() {
-                                return;
-                            }
+        server(move |mut stream| {
+            let replies = replies.clone();
+            async move {
+                let mut buf = vec![0u8; 4096];
+                let mut pending = Vec::new();
+                for reply in replies {
+                    while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => pending.extend_from_slice(&buf[..n]),
                         }
                     }
-                });
+                    pending.clear();
+                    for piece in reply.chunks(1000) {
+                        if stream.write_all(piece).await.is_err() {
+                            return;
+                        }
+                    }
+                }
             }
-        });
-        (port, accepted)
+        })
+        .await
     }
 
     /// Large bodies (chunked and by length) arrive in many reads and leave

@@ -244,6 +244,9 @@ pub struct RequestMix {
     /// `--allow-target`, checked again on every URL rendered from
     /// placeholders.
     allow: AllowList,
+    /// Every request's URL starts `http://`, whatever its placeholders
+    /// render (see [`RequestMix::plain_http`]).
+    plain_http: bool,
 }
 
 impl RequestMix {
@@ -275,7 +278,19 @@ impl RequestMix {
             random_rows: data.is_some_and(|d| d.random),
             agent,
             allow: allow.clone(),
+            plain_http: requests.iter().all(|t| {
+                t.url
+                    .get(..7)
+                    .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+            }),
         })
+    }
+
+    /// Whether every request goes over plain TCP (no TLS): then the
+    /// HTTP/1.1 transport knows when each answer arrived, however late it
+    /// reads it.
+    pub fn plain_http(&self) -> bool {
+        self.plain_http
     }
 
     /// Builds the request for fleet-wide arrival `seq`. An error means the

@@ -9,6 +9,8 @@
 //! - [`host_addresses`] and [`hostname`]: who the agent is, and whether the
 //!   target lives on its own machine.
 //! - [`bind_address_no_port`]: many connections from one bound source address.
+//! - [`stamp_arrivals`] and [`recv_stamped`]: when an answer reached the
+//!   machine, whenever it is read.
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
 //! - [`raise_open_files`]: room for tens of thousands of held streams.
 //!
@@ -23,7 +25,7 @@ pub mod timer;
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
 pub use host::{host_addresses, host_cpu_jiffies, hostname, process_cpu_seconds, thread_cpu_time};
 pub use limits::{raise_open_files, OpenFiles};
-pub use net::bind_address_no_port;
+pub use net::{bind_address_no_port, recv_stamped, stamp_arrivals, Arrival};
 
 use nix::errno::Errno;
 

@@ -167,6 +167,33 @@ async fn spin_until(deadline: Instant) {
     }
 }
 
+/// Blocks the whole thread until `deadline` (`clock_nanosleep` at the
+/// absolute instant): nothing else runs on it meanwhile, and — the point —
+/// nothing wakes it early. A loop that reads its sockets on its own ticks
+/// uses it, so that answers arriving between ticks cost no wake-up; it
+/// must only sleep this way for short, bounded times. Interrupted by a
+/// signal, it ends early, which its caller sees as an early tick.
+pub fn block_until(deadline: Instant) -> Result<(), Error> {
+    let now = Instant::now();
+    if deadline <= now {
+        return Ok(());
+    }
+    let monotonic_now =
+        clock_gettime(Clock::CLOCK_MONOTONIC).map_err(Error::os("clock_gettime"))?;
+    let target = monotonic_now + TimeSpec::from_duration(deadline - now);
+    match nix::time::clock_nanosleep(
+        Clock::CLOCK_MONOTONIC,
+        nix::time::ClockNanosleepFlags::TIMER_ABSTIME,
+        &target,
+    ) {
+        Ok(_) | Err(Errno::EINTR) => Ok(()),
+        Err(source) => Err(Error::Os {
+            call: "clock_nanosleep",
+            source,
+        }),
+    }
+}
+
 /// Asks the kernel to wake this thread's timers with 1 µs of slack instead
 /// of the default 50 µs. Best effort: without it, wake-ups are merely later.
 pub fn tighten_timer_slack() {
@@ -207,6 +234,16 @@ mod tests {
         }
         let late = timer.late();
         assert!(late > Duration::ZERO && late <= 2 * MAX_LEAD, "{late:?}");
+    }
+
+    #[test]
+    fn a_blocking_sleep_ends_at_its_instant_not_before() {
+        for _ in 0..20 {
+            let deadline = Instant::now() + Duration::from_micros(300);
+            block_until(deadline).unwrap();
+            assert!(Instant::now() >= deadline);
+        }
+        block_until(Instant::now() - Duration::from_millis(1)).unwrap();
     }
 
     #[tokio::test]

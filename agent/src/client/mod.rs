@@ -85,6 +85,9 @@ struct Progress {
     ttfb: Cell<Option<Duration>>,
     /// From the headers to the end of the body.
     body: Cell<Option<Duration>>,
+    /// When the whole answer had arrived, if the transport knows better
+    /// than the moment its exchange returns (see [`Exchanged::answered`]).
+    answered: Cell<Option<Instant>>,
 }
 
 impl Progress {
@@ -98,6 +101,7 @@ impl Progress {
             tls: Cell::new(None),
             ttfb: Cell::new(None),
             body: Cell::new(None),
+            answered: Cell::new(None),
         }
     }
 
@@ -170,6 +174,10 @@ pub struct Exchanged {
     /// How long it waited for one of the pool's connections, if it had to.
     pub pool_wait: Option<Duration>,
     pub phases: Phases,
+    /// When the answer's last byte reached the machine, where the
+    /// transport knows (HTTP/1.1 over plain TCP, from the kernel's stamp):
+    /// the end of the request's latency even if the answer was read later.
+    pub answered: Option<Instant>,
 }
 
 impl Transport {
@@ -235,7 +243,15 @@ impl Transport {
             on_wire: progress.on_wire.get(),
             pool_wait,
             phases: progress.phases(),
+            answered: progress.answered.get(),
         }
+    }
+
+    /// Whether an answer's time is when it reached the machine, not when it
+    /// was read ([`Exchanged::answered`]), for requests over plain TCP:
+    /// true for HTTP/1.1, whose reads take the kernel's stamp.
+    pub fn stamps_answers(&self) -> bool {
+        matches!(self.kind, Kind::Http1(_))
     }
 
     /// Time during which requests waited for a connection (or a stream)

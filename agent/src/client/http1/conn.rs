@@ -13,7 +13,8 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use http::request::Parts;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
@@ -45,7 +46,14 @@ pub(in crate::client) struct Conn {
 }
 
 impl Conn {
+    /// A connection over `io`. A plain one has the kernel stamp its
+    /// answers' arrivals (see [`read_stamped`]).
     pub(super) fn new(io: Io) -> Self {
+        if let Either::Left(tcp) = &io {
+            if let Err(err) = crate::sys::stamp_arrivals(tcp) {
+                tracing::debug!("answers are timed when read, not when they arrive: {err}");
+            }
+        }
         Self {
             io,
             out: Vec::with_capacity(512),
@@ -98,7 +106,11 @@ impl Conn {
             .map_err(ClientFailure::Io)?;
         self.io.flush().await.map_err(ClientFailure::Io)?;
         let mut reader = ResponseReader::new(&parts.method);
+        // When the head, and then the last byte read so far, arrived: by
+        // the kernel's stamp on a plain connection, by the clock on the
+        // read otherwise.
         let mut head_at = None;
+        let mut last_at = None;
         self.input.clear();
         let mut chunk = READ_CHUNK;
         loop {
@@ -109,23 +121,32 @@ impl Conn {
                 self.input.reserve(chunk);
             }
             let room = self.input.capacity() - self.input.len();
-            let n = tokio::io::AsyncReadExt::read_buf(&mut self.io, &mut self.input)
-                .await
-                .map_err(ClientFailure::Io)?;
+            let (n, stamp) = match &mut self.io {
+                Either::Left(tcp) => read_stamped(tcp, &mut self.input).await,
+                Either::Right(tls) => tokio::io::AsyncReadExt::read_buf(tls, &mut self.input)
+                    .await
+                    .map(|n| (n, None)),
+            }
+            .map_err(ClientFailure::Io)?;
             if n == room {
                 // More is likely waiting: read it in larger pieces.
                 chunk = (chunk * 2).min(READ_MAX);
             }
             if n == 0 {
                 let done = reader.closed().map_err(ClientFailure::Wire)?;
-                self.finish(progress, on_wire, head_at);
+                // The body's last byte came with the last read that had
+                // any; the close only confirmed it.
+                let end = last_at.unwrap_or_else(Instant::now);
+                self.finish(progress, on_wire, head_at, end);
                 return Ok(done.status);
             }
+            let at = arrived(stamp, on_wire);
+            last_at = Some(at);
             match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
                     self.input.drain(..used);
                     if head_at.is_none() && reader.head_done() {
-                        head_at = Some(Instant::now());
+                        head_at = Some(at);
                     }
                 }
                 Fed::Done(used, done) => {
@@ -133,7 +154,7 @@ impl Conn {
                     let unasked = used < self.input.len();
                     // Given back, not kept: see [`Conn::readable`].
                     self.input = Vec::new();
-                    self.finish(progress, on_wire, head_at);
+                    self.finish(progress, on_wire, head_at, at);
                     self.spent = !done.reusable || unasked;
                     return Ok(done.status);
                 }
@@ -155,12 +176,74 @@ impl Conn {
         }
     }
 
-    fn finish(&self, progress: &Progress, on_wire: Instant, head_at: Option<Instant>) {
-        let end = Instant::now();
+    fn finish(
+        &self,
+        progress: &Progress,
+        on_wire: Instant,
+        head_at: Option<Instant>,
+        end: Instant,
+    ) {
         // A response that arrived whole in one read has its head and its
         // end at the same instant.
         let head_at = head_at.unwrap_or(end);
-        progress.ttfb.set(Some(head_at - on_wire));
-        progress.body.set(Some(end - head_at));
+        progress
+            .ttfb
+            .set(Some(head_at.saturating_duration_since(on_wire)));
+        progress
+            .body
+            .set(Some(end.saturating_duration_since(head_at)));
+        progress.answered.set(Some(end));
     }
+}
+
+/// When bytes read at this moment arrived: the kernel's stamp when there
+/// is one that makes sense — after the request went out, not after now (a
+/// wall-clock step can break either) — and now otherwise.
+fn arrived(stamp: Option<crate::sys::Arrival>, on_wire: Instant) -> Instant {
+    let now = Instant::now();
+    stamp
+        .and_then(crate::sys::Arrival::instant)
+        .filter(|at| *at >= on_wire && *at <= now)
+        .unwrap_or(now)
+}
+
+/// Reads what a plain connection has into `input`'s spare room, with the
+/// kernel's stamp of when it arrived. An answer's time is then the same
+/// whether it was read at once or at the worker's next tick (the open loop
+/// reads on its own ticks at high rates, see `worker::open_loop`).
+///
+/// Like tokio's own read, a read that leaves room in the buffer took all
+/// there was, so the socket's readiness is dropped with it: the next
+/// exchange then waits for new data instead of first making a read that
+/// can only say EAGAIN.
+async fn read_stamped(
+    tcp: &TcpStream,
+    input: &mut Vec<u8>,
+) -> std::io::Result<(usize, Option<crate::sys::Arrival>)> {
+    let len = input.len();
+    input.resize(input.capacity(), 0);
+    let room = input.len() - len;
+    let mut got = None;
+    let result = loop {
+        tcp.readable().await?;
+        let read = tcp.try_io(Interest::READABLE, || {
+            let (n, stamp) = crate::sys::recv_stamped(tcp, &mut input[len..])?;
+            if n > 0 && n < room {
+                got = Some((n, stamp));
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            Ok((n, stamp))
+        });
+        match read {
+            Ok(read) => break Ok(read),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match got.take() {
+                Some(read) => break Ok(read),
+                None => continue,
+            },
+            Err(e) => break Err(e),
+        }
+    };
+    let n = result.as_ref().map_or(0, |(n, _)| *n);
+    input.truncate(len + n);
+    result
 }

@@ -244,6 +244,38 @@ mod tests {
         assert!(size < 3000, "a request future of {size} bytes");
     }
 
+    /// An answer that waits in the socket while the worker is busy (or
+    /// asleep until its next tick) keeps the time it arrived: the kernel's
+    /// stamp, not the read. The server runs on another thread, so it
+    /// answers while this one is blocked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_answer_read_late_is_timed_at_its_arrival() {
+        let (port, _) = slow_server(Duration::ZERO).await;
+        let c = client(1, Duration::from_secs(5));
+        // The connection's opening is not under test.
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        let mut send = std::pin::pin!(c.send(get(port)));
+        assert!(
+            futures::poll!(send.as_mut()).is_pending(),
+            "the request is written and its answer awaited"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let r = send.await;
+        let read = Instant::now();
+        assert_eq!(r.outcome, Outcome::Status(200));
+        let on_wire = r.on_wire.expect("went on the wire");
+        let answered = r.answered.expect("a plain connection stamps its answers");
+        assert!(answered >= on_wire);
+        assert!(
+            answered - on_wire < Duration::from_millis(25),
+            "answered {:?} after going on the wire",
+            answered - on_wire
+        );
+        assert!(read - answered >= Duration::from_millis(45));
+        let ttfb = r.phases.ttfb.expect("a time to first byte");
+        assert!(ttfb < Duration::from_millis(25), "{ttfb:?}");
+    }
+
     /// With one connection, concurrent requests queue for it and reuse it:
     /// all succeed over a single connection, and the slot count returns to
     /// one open, idle connection.

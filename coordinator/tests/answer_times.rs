@@ -1,0 +1,59 @@
+//! An answer's time is when it reached the agent's machine, not when the
+//! agent got round to reading it. At high rates the agent reads answers only
+//! on its own ticks (one wake-up per wake quantum, `worker::tick`), so this
+//! is what keeps its latencies true; through the real binaries.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Arrivals 0.5 ms apart with a 5 ms wake quantum: every wake-up is a
+/// coalesced one, so the worker ticks every 5 ms and sleeps through the
+/// answers, which the testbed sends 12 ms after each request. Timed when
+/// read, every answer would carry most of a tick more (the phase is fixed:
+/// answers at send + 12.x ms are read on the tick at send + 15 ms), a
+/// service-time p50 near 15.8 ms as measured with the stamps switched off;
+/// timed at arrival, it is the testbed's 12 ms (12.3 measured).
+#[test]
+fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
+    let (_testbed, addr) = start_testbed(&["--delay", "12ms"]);
+    let url = format!("http://{addr}/");
+    let (status, output, r, _) = run_report_with_env(
+        "answer-times",
+        &[
+            "run",
+            "--url",
+            &url,
+            "--local-agents",
+            "1",
+            "--rate",
+            "2000",
+            "--duration",
+            "3s",
+            "--drain",
+            "2s",
+        ],
+        &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
+    );
+    assert_eq!(status.code(), Some(0), "{output}");
+    let t = &r["totals"];
+    assert_eq!(u(&t["intended"]), 6000, "{t}");
+    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 6000, "{t}");
+    assert!(u(&t["completed"]) >= 5900, "{t}");
+    let service = &t["service_time_ms"];
+    let p50 = f(&service["p50"]);
+    assert!(
+        (11.9..13.5).contains(&p50),
+        "service p50 {p50} ms against a 12 ms delay: {service}"
+    );
+    // The wait for the tick shows where it belongs: in the send lag, and so
+    // in the latency, which runs from the intended instant.
+    let lag_p99 = f(&r["agents"][0]["lag_ms"]["p99"]);
+    assert!(lag_p99 >= 3.0, "lag p99 {lag_p99} ms with a 5 ms quantum");
+    assert!(f(&t["latency_ms"]["p50"]) > p50, "{t}");
+}

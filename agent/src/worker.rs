@@ -514,7 +514,7 @@ async fn open_loop(
             // An arrival sent at its own instant should leave at it; one
             // held back to the quantum is late by design already.
             let exact = wake == intended;
-            if ticks && !exact {
+            if ticks && !exact && wake >= now + plan.wake_quantum / 2 {
                 tick(wake).await;
             } else if !wait_until(timer.as_ref(), wake, exact, stop).await {
                 break;
@@ -582,6 +582,14 @@ async fn open_loop(
 /// ticks are used only where that holds). Only coalesced wake-ups tick: they
 /// come at most one quantum apart, so the thread never sleeps blind for
 /// long, and a stop or a hand-over waits at most that.
+///
+/// And only while the worker has slack: at least half the quantum left to
+/// sleep. A worker busier than that is near saturation; answers arrive often
+/// enough to keep it awake anyway, so a tick would save no wake-up, while
+/// reading a whole quantum's answers before the next arrivals go out, on a
+/// CPU that a blind sleep let halt, adds to every arrival's lag (measured:
+/// lag p99 0.7–0.9 ms became 1.2–1.6 ms at 60,000–70,000 req/s on one
+/// core, BENCHMARKS.md).
 async fn tick(wake: Instant) {
     // The requests just fired write themselves out first.
     tokio::task::yield_now().await;

@@ -1,11 +1,10 @@
 //! Socket options and reads that tokio's `TcpSocket` does not expose.
 
-use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use nix::sys::socket::setsockopt;
 use nix::sys::socket::sockopt::{IpBindAddressNoPort, ReceiveTimestampns};
-use nix::sys::socket::{recvmsg, setsockopt, ControlMessageOwned, MsgFlags};
 use tokio::time::Instant;
 
 use crate::Error;
@@ -23,7 +22,10 @@ pub fn bind_address_no_port(socket: &impl AsFd) -> Result<(), Error> {
 /// Has the kernel stamp every segment this socket receives with the moment
 /// it reached the machine (`SO_TIMESTAMPNS`), which [`recv_stamped`] then
 /// returns. With it, an answer's time no longer depends on when the reader
-/// got round to reading it, so a reader may read on its own schedule.
+/// got round to reading it, so a reader may read on its own schedule. The
+/// kernel turns stamping on machine-wide in deferred work, so the first
+/// segments after the first such socket may come unstamped: readers must
+/// fall back to their own clock.
 pub fn stamp_arrivals(socket: &impl AsFd) -> Result<(), Error> {
     setsockopt(socket, ReceiveTimestampns, &true).map_err(Error::os("setsockopt(SO_TIMESTAMPNS)"))
 }
@@ -45,32 +47,71 @@ impl Arrival {
     }
 }
 
-/// Reads like `read(2)` on a non-blocking socket, and also says when the
-/// last segment read reached the machine, if the socket stamps arrivals
-/// ([`stamp_arrivals`]). A read with no data (the peer's FIN) has no stamp.
+/// Reads like `read(2)` on a non-blocking socket, appending to `buf`'s
+/// spare capacity (none is zeroed first: at tens of thousands of reads a
+/// second, clearing a 2 KiB buffer before each would cost more than the
+/// parse), and also says when the last segment read reached the machine,
+/// if the socket stamps arrivals ([`stamp_arrivals`]). A read with no data
+/// (the peer's FIN) has no stamp. `buf` must have spare room: a read into
+/// none would look like the peer's FIN, so it is refused.
+///
+/// Written against `libc` rather than `nix`, whose `recvmsg` only takes
+/// initialised buffers.
 pub fn recv_stamped(
     socket: &impl AsRawFd,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
 ) -> std::io::Result<(usize, Option<Arrival>)> {
     /// Room for one `SCM_TIMESTAMPNS` message (a header and a timespec, 32
     /// bytes) with margin, aligned as the kernel's `cmsghdr` must be.
     #[repr(C, align(8))]
     struct Control([u8; 64]);
     let mut control = Control([0; 64]);
-    let mut iov = [IoSliceMut::new(buf)];
-    let msg = recvmsg::<()>(
-        socket.as_raw_fd(),
-        &mut iov,
-        Some(&mut control.0),
-        MsgFlags::empty(),
-    )?;
-    let stamp = msg.cmsgs().ok().and_then(|mut messages| {
-        messages.find_map(|m| match m {
-            ControlMessageOwned::ScmTimestampns(ts) => Some(Arrival(Duration::from(ts))),
-            _ => None,
-        })
-    });
-    Ok((msg.bytes, stamp))
+    let spare = buf.spare_capacity_mut();
+    if spare.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "no room in the buffer to read into",
+        ));
+    }
+    let mut iov = libc::iovec {
+        iov_base: spare.as_mut_ptr().cast(),
+        iov_len: spare.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid empty one (no name, no
+    // buffers), filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len() as _;
+    // SAFETY: every pointer in `msg` points into `buf`'s spare capacity or
+    // `control`, both live and exclusively borrowed for the call, with the
+    // lengths given; the kernel writes at most that much into each.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, 0) };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare
+    // capacity, which `iov_len` bounded.
+    unsafe { buf.set_len(buf.len() + n) };
+    let mut stamp = None;
+    if msg.msg_flags & libc::MSG_CTRUNC == 0 {
+        // SAFETY: `msg` was filled by the kernel, whose control length
+        // bounds the walk; CMSG_DATA of an SCM_TIMESTAMPNS message holds a
+        // timespec, read unaligned as the data need not be aligned for it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>());
+                    stamp = u64::try_from(ts.tv_sec)
+                        .ok()
+                        .zip(u32::try_from(ts.tv_nsec).ok())
+                        .map(|(s, ns)| Arrival(Duration::new(s, ns)));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+    }
+    Ok((n, stamp))
 }
 
 #[cfg(test)]
@@ -94,19 +135,41 @@ mod tests {
         let reader = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (mut writer, _) = listener.accept().unwrap();
         stamp_arrivals(&reader).unwrap();
+        // The kernel turns stamping on for the whole machine with the first
+        // socket that asks, in deferred work: segments in the first moments
+        // after may come unstamped (which readers fall back from).
+        std::thread::sleep(Duration::from_millis(20));
         let before = Instant::now();
         writer.write_all(b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
         let written = Instant::now();
         std::thread::sleep(Duration::from_millis(50));
-        let mut buf = [0u8; 64];
+        let mut buf = b"kept".to_vec();
+        buf.reserve(64);
         let (n, stamp) = recv_stamped(&reader, &mut buf).unwrap();
         let read = Instant::now();
-        assert_eq!(&buf[..n], b"HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(n, 19);
+        assert_eq!(buf, b"keptHTTP/1.1 200 OK\r\n\r\n", "appended");
         let at = stamp.and_then(Arrival::instant).expect("a stamp");
         // The wall and monotonic clocks are read a few µs apart; allow for it.
         let slack = Duration::from_millis(1);
         assert!(at + slack >= before && at <= written + slack, "{at:?}");
         assert!(read - at >= Duration::from_millis(45), "{:?}", read - at);
+    }
+
+    /// A read that finds nothing fails as `read(2)` would, and leaves the
+    /// buffer as it was.
+    #[test]
+    fn nothing_to_read_is_would_block() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let reader = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let _writer = listener.accept().unwrap();
+        reader.set_nonblocking(true).unwrap();
+        stamp_arrivals(&reader).unwrap();
+        let mut buf = b"x".to_vec();
+        buf.reserve(16);
+        let err = recv_stamped(&reader, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+        assert_eq!(buf, b"x");
     }
 
     #[test]
@@ -117,9 +180,11 @@ mod tests {
         writer.write_all(b"abc").unwrap();
         drop(writer);
         std::thread::sleep(Duration::from_millis(10));
-        let mut buf = [0u8; 8];
+        let mut buf = Vec::with_capacity(8);
         assert_eq!(recv_stamped(&reader, &mut buf).unwrap(), (3, None));
+        assert_eq!(buf, b"abc");
         stamp_arrivals(&reader).unwrap();
         assert_eq!(recv_stamped(&reader, &mut buf).unwrap(), (0, None));
+        assert_eq!(buf, b"abc");
     }
 }

@@ -220,14 +220,12 @@ async fn read_stamped(
     tcp: &TcpStream,
     input: &mut Vec<u8>,
 ) -> std::io::Result<(usize, Option<crate::sys::Arrival>)> {
-    let len = input.len();
-    input.resize(input.capacity(), 0);
-    let room = input.len() - len;
+    let room = input.capacity() - input.len();
     let mut got = None;
-    let result = loop {
+    loop {
         tcp.readable().await?;
         let read = tcp.try_io(Interest::READABLE, || {
-            let (n, stamp) = crate::sys::recv_stamped(tcp, &mut input[len..])?;
+            let (n, stamp) = crate::sys::recv_stamped(tcp, input)?;
             if n > 0 && n < room {
                 got = Some((n, stamp));
                 return Err(std::io::ErrorKind::WouldBlock.into());
@@ -235,15 +233,13 @@ async fn read_stamped(
             Ok((n, stamp))
         });
         match read {
-            Ok(read) => break Ok(read),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match got.take() {
-                Some(read) => break Ok(read),
-                None => continue,
-            },
-            Err(e) => break Err(e),
+            Ok(read) => return Ok(read),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(read) = got.take() {
+                    return Ok(read);
+                }
+            }
+            Err(e) => return Err(e),
         }
-    };
-    let n = result.as_ref().map_or(0, |(n, _)| *n);
-    input.truncate(len + n);
-    result
+    }
 }

@@ -197,14 +197,14 @@ impl Conn {
 }
 
 /// When bytes read at this moment arrived: the kernel's stamp when there
-/// is one that makes sense — after the request went out, not after now (a
-/// wall-clock step can break either) — and now otherwise.
+/// is one that makes sense — after the request went out, and not in the
+/// future ([`crate::sys::Arrival::instant`]); a wall-clock step can break
+/// either — and now otherwise.
 fn arrived(stamp: Option<crate::sys::Arrival>, on_wire: Instant) -> Instant {
-    let now = Instant::now();
     stamp
         .and_then(crate::sys::Arrival::instant)
-        .filter(|at| *at >= on_wire && *at <= now)
-        .unwrap_or(now)
+        .filter(|at| *at >= on_wire)
+        .unwrap_or_else(Instant::now)
 }
 
 /// Reads what a plain connection has into `input`'s spare room, with the

@@ -45,6 +45,9 @@ const COARSE_MARGIN: Duration = Duration::from_millis(3);
 /// Shorter than the coordinator's silence limit, so any freeze that can
 /// cost the agent its place stops it first.
 const FROZEN: Duration = Duration::from_millis(1500);
+/// The least time left before a tick for it to sleep blind (see [`tick`]):
+/// about what waking a halted CPU costs on a VM.
+const TICK_SLACK: Duration = Duration::from_micros(100);
 /// How often the worker's thread CPU clock is read, for [`FreezeWatch`]:
 /// rarely enough to cost nothing per arrival.
 const CPU_SAMPLE: Duration = Duration::from_millis(100);
@@ -514,9 +517,12 @@ async fn open_loop(
             // An arrival sent at its own instant should leave at it; one
             // held back to the quantum is late by design already.
             let exact = wake == intended;
-            if ticks && !exact && wake >= now + plan.wake_quantum / 2 {
-                tick(wake).await;
-            } else if !wait_until(timer.as_ref(), wake, exact, stop).await {
+            let waited = if ticks && !exact {
+                tick(timer.as_ref(), wake, stop).await
+            } else {
+                wait_until(timer.as_ref(), wake, exact, stop).await
+            };
+            if !waited {
                 break;
             }
             last_wake = Instant::now();
@@ -583,16 +589,22 @@ async fn open_loop(
 /// come at most one quantum apart, so the thread never sleeps blind for
 /// long, and a stop or a hand-over waits at most that.
 ///
-/// And only while the worker has slack: at least half the quantum left to
-/// sleep. A worker busier than that is near saturation; answers arrive often
-/// enough to keep it awake anyway, so a tick would save no wake-up, while
-/// reading a whole quantum's answers before the next arrivals go out, on a
-/// CPU that a blind sleep let halt, adds to every arrival's lag (measured:
-/// lag p99 0.7–0.9 ms became 1.2–1.6 ms at 60,000–70,000 req/s on one
-/// core, BENCHMARKS.md).
-async fn tick(wake: Instant) {
+/// And only while the worker has slack: once the requests just fired are
+/// written and the answers already in are read, at least [`TICK_SLACK`]
+/// must be left before `wake`; otherwise it waits the usual way (false when
+/// stopped meanwhile, as [`wait_until`]). A blind sleep lets the CPU halt,
+/// and waking a halted CPU takes about 0.1 ms on a VM; a worker with less
+/// slack than that is nearly saturated, answers arrive often enough to keep
+/// it awake anyway, and the tick's late start and its quantum of answers
+/// read before the next arrivals go out would add to every arrival's lag
+/// (measured without this rule: send-lag p99 0.4–0.7 ms became 0.9–2.8 ms
+/// at 50,000–60,000 req/s on one core, BENCHMARKS.md).
+async fn tick(timer: Option<&PreciseTimer>, wake: Instant, stop: &CancellationToken) -> bool {
     // The requests just fired write themselves out first.
     tokio::task::yield_now().await;
+    if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
+        return wait_until(timer, wake, false, stop).await;
+    }
     if let Err(err) = crate::timer::block_until(wake) {
         tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
         tokio::time::sleep_until(wake).await;
@@ -601,6 +613,7 @@ async fn tick(wake: Instant) {
     // answers that arrived during the sleep are read before the next
     // arrivals go out.
     tokio::task::yield_now().await;
+    true
 }
 
 /// Closed model: each owned client runs its loop inside its active windows.

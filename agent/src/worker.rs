@@ -185,6 +185,10 @@ struct Shared {
     scenario_start: Instant,
     warmup: Duration,
     duration: Duration,
+    /// The only scenario this worker runs: nothing else on its thread
+    /// (another scenario's arrivals, a subscriber's events) would be held
+    /// up by a tick's blind sleep.
+    alone: bool,
 }
 
 impl Shared {
@@ -220,6 +224,7 @@ async fn run_scenarios(
 ) {
     let interval_ns = plan.interval.as_nanos().max(1) as u64;
     let scenarios = std::mem::take(&mut plan.scenarios);
+    let alone = scenarios.len() == 1;
     let client = Transport::new(plan.client.clone());
     let plan = Rc::new(plan);
     let mut tasks = Vec::new();
@@ -249,6 +254,7 @@ async fn run_scenarios(
             scenario_start: sc.start,
             warmup: sc.warmup,
             duration: sc.duration,
+            alone,
         };
         // The pool is the worker's: its saturated time goes with the first
         // scenario's snapshots only, so adding snapshots up counts it once.
@@ -468,8 +474,12 @@ async fn open_loop(
     let mut due = Instant::now();
     let mut watch = FreezeWatch::new();
     // Whether a coalesced wake-up may be a tick (see [`tick`]): only where
-    // every answer's time is its arrival's, whenever it is read.
-    let ticks = shared.sse.is_none() && shared.client.stamps_answers() && sc.mix.plain_http();
+    // every answer's time is its arrival's, whenever it is read, and
+    // nothing else on the thread needs it awake.
+    let ticks = shared.alone
+        && shared.sse.is_none()
+        && shared.client.stamps_answers()
+        && sc.mix.plain_http();
     loop {
         let news = handovers.borrow_and_update().clone();
         sources.absorb(&news);

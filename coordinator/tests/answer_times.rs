@@ -6,11 +6,6 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
 
 /// Arrivals 0.5 ms apart with a 5 ms wake quantum: every wake-up is a
 /// coalesced one, so the worker ticks every 5 ms and sleeps through the

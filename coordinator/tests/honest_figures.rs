@@ -22,10 +22,6 @@ fn count_of(map: &Value, key: &str) -> u64 {
     map.get(key).map_or(0, u)
 }
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
 /// Item 3: the testbed's pool of 10 at 100 ms answers 100 req/s; 300 req/s
 /// from two agents with their default 64 connections each used to show no
 /// 503 and no verdict, because the agents' 128 connections made it a

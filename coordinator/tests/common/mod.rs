@@ -194,6 +194,10 @@ pub fn u(v: &serde_json::Value) -> u64 {
         .unwrap_or_else(|| panic!("not an unsigned number: {v}"))
 }
 
+pub fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
 /// Starts the testbed on 127.0.0.1 (extra flags appended); returns it and
 /// its `host:port`, read from its readiness line.
 pub fn start_testbed(extra: &[&str]) -> (Proc, String) {

@@ -174,9 +174,10 @@ pub struct Exchanged {
     /// How long it waited for one of the pool's connections, if it had to.
     pub pool_wait: Option<Duration>,
     pub phases: Phases,
-    /// When the answer's last byte reached the machine, where the
-    /// transport knows (HTTP/1.1 over plain TCP, from the kernel's stamp):
-    /// the end of the request's latency even if the answer was read later.
+    /// When the answer's last byte arrived, for HTTP/1.1: by the kernel's
+    /// stamp over plain TCP (the end of the request's latency even if the
+    /// answer was read later), by the read over TLS. `None` from HTTP/2,
+    /// whose answers end when the exchange returns.
     pub answered: Option<Instant>,
 }
 

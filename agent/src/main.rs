@@ -46,8 +46,10 @@ struct Cli {
     /// Shortest time between two wake-ups of a worker: arrivals closer
     /// together than this leave together, up to this late (shown in the
     /// lag figures). Smaller is more precise, larger costs less CPU at high
-    /// rates (each wake-up is a context switch).
-    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "250us", value_parser = humantime::parse_duration)]
+    /// rates (each wake-up is a context switch). The default is the longest
+    /// that keeps send-lag p99 under 0.5 ms (BENCHMARKS.md, "Pacing
+    /// precision").
+    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "400us", value_parser = humantime::parse_duration)]
     wake_quantum: Duration,
     /// Only send to these targets (`host` or `host:port`, repeatable or
     /// comma-separated): an assignment aimed anywhere else is refused, so a

@@ -587,8 +587,9 @@ async fn open_loop(
 }
 
 /// Waits for the open loop's next coalesced wake-up as a tick: the thread
-/// sleeps until `wake` without listening to its sockets, then reads every
-/// answer that arrived meanwhile in one pass.
+/// sleeps until `wake` without listening to its sockets. The arrivals due
+/// then go out first; every answer that arrived meanwhile is read in one
+/// pass at the next tick's start, with the writes.
 ///
 /// Otherwise each burst of answers would wake the worker on its own — at
 /// 20,000 req/s about as many wake-ups again as the quantum's, each a
@@ -597,7 +598,10 @@ async fn open_loop(
 /// kernel's stamp of its arrival, not the read ([`Transport::stamps_answers`];
 /// ticks are used only where that holds). Only coalesced wake-ups tick: they
 /// come at most one quantum apart, so the thread never sleeps blind for
-/// long, and a stop or a hand-over waits at most that.
+/// long, and a stop or a hand-over waits at most that. Reading the answers
+/// after the sends, not before, takes their reading out of every arrival's
+/// lag (0.02 ms off send-lag p99 at 20,000 req/s, BENCHMARKS.md) and saves
+/// one poll of the reactor per tick.
 ///
 /// And only while the worker has slack: once the requests just fired are
 /// written and the answers already in are read, at least [`TICK_SLACK`]
@@ -610,7 +614,8 @@ async fn open_loop(
 /// (measured without this rule: send-lag p99 0.4–0.7 ms became 0.9–2.8 ms
 /// at 50,000–60,000 req/s on one core, BENCHMARKS.md).
 async fn tick(timer: Option<&PreciseTimer>, wake: Instant, stop: &CancellationToken) -> bool {
-    // The requests just fired write themselves out first.
+    // The requests just fired write themselves out, and the answers
+    // already in are read.
     tokio::task::yield_now().await;
     if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_until(timer, wake, false, stop).await;
@@ -619,10 +624,6 @@ async fn tick(timer: Option<&PreciseTimer>, wake: Instant, stop: &CancellationTo
         tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
         tokio::time::sleep_until(wake).await;
     }
-    // Yielding makes the runtime poll its reactor without blocking: the
-    // answers that arrived during the sleep are read before the next
-    // arrivals go out.
-    tokio::task::yield_now().await;
     true
 }
 

@@ -273,8 +273,10 @@ path = "/sse"
         delivery["latency_ms"].is_null(),
         "none is clamped to 0: {delivery}"
     );
+    // At most the skew, less the delivery time; the histogram's three
+    // significant digits may round it up by 0.1% (200.063 seen).
     let magnitude = delivery["negative_ms"]["p50"].as_f64().expect("sized");
-    assert!((150.0..=200.0).contains(&magnitude), "{delivery}");
+    assert!((150.0..=200.2).contains(&magnitude), "{delivery}");
     let clock = report["verdicts"]
         .as_array()
         .expect("verdicts")

@@ -609,10 +609,10 @@ async fn open_loop(
 /// stopped meanwhile, as [`wait_until`]). A blind sleep lets the CPU halt,
 /// and waking a halted CPU takes about 0.1 ms on a VM; a worker with less
 /// slack than that is nearly saturated, answers arrive often enough to keep
-/// it awake anyway, and the tick's late start and its quantum of answers
-/// read before the next arrivals go out would add to every arrival's lag
-/// (measured without this rule: send-lag p99 0.4–0.7 ms became 0.9–2.8 ms
-/// at 50,000–60,000 req/s on one core, BENCHMARKS.md).
+/// it awake anyway, and the tick's late start would add to every arrival's
+/// lag (measured without this rule, in a build that also read the answers
+/// before sending: send-lag p99 0.4–0.7 ms became 0.9–2.8 ms at
+/// 50,000–60,000 req/s on one core, BENCHMARKS.md).
 async fn tick(timer: Option<&PreciseTimer>, wake: Instant, stop: &CancellationToken) -> bool {
     // The requests just fired write themselves out, and the answers
     // already in are read.

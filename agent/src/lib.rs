@@ -18,6 +18,7 @@ pub mod config;
 pub mod grpc;
 pub mod recorder;
 pub mod request;
+mod runners;
 pub mod session;
 pub mod sse;
 pub mod tls;

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{ClientConfig, Phases, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
+use crate::runners::Runners;
 use crate::sse::hook::Hook;
 use crate::sse::SseSpec;
 use crate::timer::PreciseTimer;
@@ -48,6 +49,9 @@ const FROZEN: Duration = Duration::from_millis(1500);
 /// The least time left before a tick for it to sleep blind (see [`tick`]):
 /// about what waking a halted CPU costs on a VM.
 const TICK_SLACK: Duration = Duration::from_micros(100);
+/// How many arrivals in a row the open loop may send without looking at
+/// the stop, when it does not wait between them (catching up).
+const STOP_CHECK: u32 = 64;
 /// How often the worker's thread CPU clock is read, for [`FreezeWatch`]:
 /// rarely enough to cost nothing per arrival.
 const CPU_SAMPLE: Duration = Duration::from_millis(100);
@@ -480,13 +484,22 @@ async fn open_loop(
         && shared.sse.is_none()
         && shared.client.stamps_answers()
         && sc.mix.plain_http();
+    let runners = Runners::new();
+    let news = handovers.borrow_and_update().clone();
+    sources.absorb(&news);
+    // Arrivals since the stop was last looked at: looking takes a lock, so
+    // it is done after every wait and every STOP_CHECK arrivals otherwise.
+    let mut unchecked = 0u32;
     loop {
-        let news = handovers.borrow_and_update().clone();
-        sources.absorb(&news);
-        if stop.is_cancelled() {
+        if handovers.has_changed().unwrap_or(false) {
+            let news = handovers.borrow_and_update().clone();
+            sources.absorb(&news);
+        }
+        if unchecked.is_multiple_of(STOP_CHECK) && stop.is_cancelled() {
             break;
         }
-        let now = Instant::now();
+        unchecked = unchecked.wrapping_add(1);
+        let mut now = Instant::now();
         let gap = now.saturating_duration_since(due);
         if watch.frozen(gap, now) {
             return Err(gap);
@@ -532,22 +545,24 @@ async fn open_loop(
             } else {
                 wait_until(timer.as_ref(), wake, exact, stop).await
             };
-            if !waited {
+            if !waited || stop.is_cancelled() {
                 break;
             }
-            last_wake = Instant::now();
-            let gap = last_wake.saturating_duration_since(wake);
-            if watch.frozen(gap, last_wake) {
+            now = Instant::now();
+            last_wake = now;
+            let gap = now.saturating_duration_since(wake);
+            if watch.frozen(gap, now) {
                 return Err(gap);
             }
+            unchecked = 1;
         }
         sources.take(stream);
-        due = Instant::now();
-        if stop.is_cancelled() {
-            break;
-        }
+        // `now` is when this arrival goes out: the rest of this pass (a
+        // few branches, the request's rendering) is not worth another
+        // reading of the clock.
+        due = now;
         let interval = interval_of(shared, intended);
-        let lag = Instant::now().saturating_duration_since(intended);
+        let lag = now.saturating_duration_since(intended);
         if lag > plan.max_lag {
             shared
                 .recorder
@@ -566,8 +581,8 @@ async fn open_loop(
             continue;
         };
         shared.mark_sent(interval, lag);
-        let task_shared = shared.clone();
         if let Some(hook) = shared.sse.clone() {
+            let task_shared = shared.clone();
             let until = hook.until(intended, shared.scenario_start + shared.duration);
             let stop = stop.clone();
             tokio::task::spawn_local(async move {
@@ -575,15 +590,28 @@ async fn open_loop(
             });
             continue;
         }
-        // Boxed: the request's future is large, and tokio moves a task's
-        // future (and its finished stage, the same size) by value several
-        // times; a box makes each of those moves a pointer copy, which
-        // callgrind showed to cost more than the allocation.
-        tokio::task::spawn_local(Box::pin(async move {
-            one_request(&task_shared, request, intended).await;
-        }));
+        if let Some(job) = runners.offer((request, intended, now)) {
+            tokio::task::spawn_local(runner(shared.clone(), runners.clone(), job));
+        }
     }
     Ok(())
+}
+
+/// One arrival's request, as a runner takes it, with its intended instant
+/// and when it was sent.
+type Job = (
+    http::Request<http_body_util::Full<bytes::Bytes>>,
+    Instant,
+    Instant,
+);
+
+/// A request task that stays for the next arrival (see [`crate::runners`]).
+async fn runner(shared: Shared, runners: Rc<Runners<Job>>, first: Job) {
+    runners
+        .serve(first, |(request, intended, sent_at)| {
+            one_request(&shared, request, intended, sent_at)
+        })
+        .await;
 }
 
 /// Waits for the open loop's next coalesced wake-up as a tick: the thread
@@ -684,7 +712,7 @@ async fn closed_loop(
                         // A request still out at the end of the drain, or at
                         // a stop, is abandoned (counted as in flight at end).
                         tokio::select! {
-                            _ = one_request(&shared, request, intended) => {}
+                            _ = one_request(&shared, request, intended, intended) => {}
                             _ = stop.cancelled() => return,
                             _ = tokio::time::sleep_until(end + drain) => return,
                         }
@@ -765,8 +793,8 @@ async fn one_request(
     shared: &Shared,
     request: http::Request<http_body_util::Full<bytes::Bytes>>,
     intended: Instant,
+    sent_at: Instant,
 ) {
-    let sent_at = Instant::now();
     let exchanged = shared.client.send(request).await;
     let done = exchanged.answered.unwrap_or_else(Instant::now);
     let in_scenario = done.saturating_duration_since(shared.scenario_start);

@@ -205,7 +205,8 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
         .expect("joined")
         .into_inner();
     let beat = tx.clone();
-    let heartbeat = tokio::spawn(async move {
+    let mut tx = Some(tx);
+    let mut heartbeat = tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;
             let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat { now_ns: 1 }));
@@ -218,7 +219,9 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
         match m.kind {
             Some(coordinator_message::Kind::Welcome(_)) if matches!(attack, Attack::OutOfPhase) => {
                 for s in attack.snapshots() {
-                    let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                    }
                 }
                 let _ = attacked.send(attack).await;
             }
@@ -229,23 +232,35 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
                     agent_recv_ns: p.coordinator_send_ns,
                     agent_send_ns: p.coordinator_send_ns,
                 };
-                let _ = tx.send(message(agent_message::Kind::Pong(pong))).await;
+                if let Some(tx) = &tx {
+                    let _ = tx.send(message(agent_message::Kind::Pong(pong))).await;
+                }
             }
             Some(coordinator_message::Kind::Assignment(_)) => {
                 for s in attack.snapshots() {
-                    let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(message(agent_message::Kind::Snapshot(s))).await;
+                    }
                 }
                 if let Attack::FinishedMismatch = attack {
                     let f = v1::Finished {
                         snapshots: 5,
                         ..Default::default()
                     };
-                    let _ = tx.send(message(agent_message::Kind::Finished(f))).await;
+                    if let Some(tx) = &tx {
+                        let _ = tx.send(message(agent_message::Kind::Finished(f))).await;
+                    }
                 }
                 let _ = attacked.send(attack).await;
                 if let Attack::Duplicate = attack {
-                    // Leaves: lost as any agent whose stream ends.
-                    break;
+                    // Leaves: lost as any agent whose stream ends. It
+                    // half-closes rather than drops the call, so the
+                    // snapshots still queued in the channel reach the
+                    // coordinator before the end does; dropping the call
+                    // could reset the stream with them unsent.
+                    heartbeat.abort();
+                    let _ = (&mut heartbeat).await;
+                    tx = None;
                 }
             }
             _ => {}

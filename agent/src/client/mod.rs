@@ -120,14 +120,13 @@ impl Progress {
         now
     }
 
-    /// Time spent waiting for one of the pool's connections, up to `now`
-    /// for a request still waiting; `None` when it never had to wait.
-    fn pool_wait(&self, now: Instant) -> Option<Duration> {
-        self.waited.get().or_else(|| {
-            self.queued_at
-                .get()
-                .map(|at| now.saturating_duration_since(at))
-        })
+    /// Time spent waiting for one of the pool's connections, up to now for
+    /// a request still waiting; `None` when it never had to wait. Reads
+    /// the clock only for a request still waiting, the rare case.
+    fn pool_wait(&self) -> Option<Duration> {
+        self.waited
+            .get()
+            .or_else(|| self.queued_at.get().map(|at| at.elapsed()))
     }
 
     fn phases(&self) -> Phases {
@@ -227,7 +226,7 @@ impl Transport {
             }
         };
         let result = tokio::time::timeout(self.timeout, exchange).await;
-        let pool_wait = progress.pool_wait(Instant::now());
+        let pool_wait = progress.pool_wait();
         let outcome = match result {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => Outcome::Error(e.kind()),

@@ -116,6 +116,7 @@ impl Conn {
         loop {
             if self.input.capacity() == 0 {
                 self.readable().await.map_err(ClientFailure::Io)?;
+                self.input = spare::take();
             }
             if self.input.capacity() - self.input.len() < chunk / 2 {
                 self.input.reserve(chunk);
@@ -153,7 +154,7 @@ impl Conn {
                     // Bytes after the response were never asked for.
                     let unasked = used < self.input.len();
                     // Given back, not kept: see [`Conn::readable`].
-                    self.input = Vec::new();
+                    spare::give(std::mem::take(&mut self.input));
                     self.finish(progress, on_wire, head_at, at);
                     self.spent = !done.reusable || unasked;
                     return Ok(done.status);
@@ -193,6 +194,73 @@ impl Conn {
             .body
             .set(Some(end.saturating_duration_since(head_at)));
         progress.answered.set(Some(end));
+    }
+}
+
+/// Read buffers between exchanges, shared by a worker's connections.
+///
+/// A connection holds a read buffer only while an answer arrives, so that
+/// idle and waiting connections cost no memory (P4); allocating and freeing
+/// that buffer on every exchange, though, made glibc consolidate its free
+/// lists each time, as a 2 KiB block is a "large" one to it
+/// (BENCHMARKS.md). A worker is one thread, so the buffers its exchanges
+/// give back wait here, a few of them, for the next exchanges to take.
+mod spare {
+    use std::cell::RefCell;
+
+    /// At most this many buffers wait: as many as one tick's answers
+    /// usually need, and 128 KiB at most.
+    const KEPT: usize = 64;
+
+    thread_local! {
+        static BUFFERS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer, with room for a typical answer.
+    pub(super) fn take() -> Vec<u8> {
+        BUFFERS
+            .with_borrow_mut(Vec::pop)
+            .unwrap_or_else(|| Vec::with_capacity(super::READ_CHUNK))
+    }
+
+    /// Keeps `buffer` for a later exchange, unless it grew for a large
+    /// body (it is freed then: a few large ones would hold megabytes) or
+    /// enough wait already.
+    pub(super) fn give(mut buffer: Vec<u8>) {
+        if buffer.capacity() != super::READ_CHUNK {
+            return;
+        }
+        buffer.clear();
+        BUFFERS.with_borrow_mut(|kept| {
+            if kept.len() < KEPT {
+                kept.push(buffer);
+            }
+        });
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn buffers_are_reused_up_to_a_bound_and_large_ones_freed() {
+            let first = take();
+            assert_eq!(first.capacity(), super::super::READ_CHUNK);
+            let at = first.as_ptr();
+            give(first);
+            let again = take();
+            assert_eq!(again.as_ptr(), at, "the same buffer again");
+            drop(again);
+            give(Vec::with_capacity(64 * 1024));
+            assert!(
+                BUFFERS.with_borrow(Vec::is_empty),
+                "a grown buffer is freed"
+            );
+            for _ in 0..KEPT + 10 {
+                give(Vec::with_capacity(super::super::READ_CHUNK));
+            }
+            assert_eq!(BUFFERS.with_borrow(Vec::len), KEPT);
+        }
     }
 }
 

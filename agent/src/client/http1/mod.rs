@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::uri::Authority;
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Full};
 use loadfleet_proto::vocab::HttpProtocol;
@@ -42,10 +43,10 @@ type Sender = conn::Conn;
 struct ClientInner {
     /// Idle connections per `host:port`; one or two hosts in practice, so a
     /// list beats a map. Each holds one of the `open` slots.
-    idle: RefCell<Vec<(String, VecDeque<Sender>)>>,
+    idle: RefCell<Vec<(Authority, VecDeque<Sender>)>>,
     /// Requests waiting for a connection, oldest first. Each is handed a
     /// [`Lease`]: a connection to its host, or just a slot to open one.
-    waiters: RefCell<VecDeque<(String, oneshot::Sender<Lease>)>>,
+    waiters: RefCell<VecDeque<(Authority, oneshot::Sender<Lease>)>>,
     /// Slots in use: connections open, being opened, or leased.
     open: Cell<usize>,
     saturation: Saturation,
@@ -100,7 +101,7 @@ impl Http1Client {
             Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
             _ => Bytes::new(),
         };
-        let mut lease = self.acquire(key, &parts.uri, progress).await?;
+        let mut lease = self.acquire(authority, &parts.uri, progress).await?;
         let on_wire = progress.went_on_wire();
         let status = lease
             .sender()?
@@ -323,7 +324,7 @@ mod tests {
         let (port, accepted) = slow_server(Duration::from_millis(1)).await;
         let c = client(1, Duration::from_millis(100));
         let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
-        let key = uri.authority().unwrap().as_str().to_string();
+        let key = uri.authority().unwrap().clone();
         // Hold the only slot, as a long request would.
         let held = h1(&c).acquire(&key, &uri, &Progress::new()).await.unwrap();
         let r = c.send(get(port)).await;

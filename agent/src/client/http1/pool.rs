@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use http::uri::Authority;
 use http::Uri;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -20,7 +21,9 @@ use crate::client::Progress;
 /// closes it. So slots can neither leak nor be counted twice.
 pub(super) struct Lease {
     client: Http1Client,
-    key: String,
+    /// The host the connection is to: a clone shares the URI's bytes, so
+    /// a lease allocates nothing.
+    key: Authority,
     sender: Option<Sender>,
     /// The exchange completed, so the connection may be reused.
     pub(super) finished: bool,
@@ -42,10 +45,10 @@ impl Drop for Lease {
 }
 
 impl Lease {
-    pub(super) fn new(client: &Http1Client, key: &str, sender: Option<Sender>) -> Self {
+    pub(super) fn new(client: &Http1Client, key: &Authority, sender: Option<Sender>) -> Self {
         Self {
             client: client.clone(),
-            key: key.to_string(),
+            key: key.clone(),
             sender,
             finished: false,
             armed: true,
@@ -68,7 +71,7 @@ impl Http1Client {
     /// limit, or the next one (or slot) freed, oldest waiter first.
     pub(super) async fn acquire(
         &self,
-        key: &str,
+        key: &Authority,
         uri: &Uri,
         progress: &Progress,
     ) -> Result<Lease, ClientFailure> {
@@ -85,10 +88,7 @@ impl Http1Client {
                 Lease::new(self, key, None)
             } else {
                 let (tx, rx) = oneshot::channel();
-                self.inner
-                    .waiters
-                    .borrow_mut()
-                    .push_back((key.to_string(), tx));
+                self.inner.waiters.borrow_mut().push_back((key.clone(), tx));
                 // The first time in the queue counts from here; a request
                 // that queues again (its handed-over connection had died)
                 // keeps waiting from the first time.
@@ -118,7 +118,7 @@ impl Http1Client {
 
     /// Takes an idle connection to `key`; closed ones found on the way give
     /// their slots back.
-    fn take_idle(&self, key: &str) -> Option<Sender> {
+    fn take_idle(&self, key: &Authority) -> Option<Sender> {
         let mut closed = 0;
         let found = {
             let mut idle = self.inner.idle.borrow_mut();
@@ -145,7 +145,7 @@ impl Http1Client {
     /// A reusable connection: to the oldest waiter for its host; closed to
     /// make room when only waiters for other hosts are left (so a mix of
     /// hosts cannot starve); else idle.
-    pub(super) fn give_back(&self, key: &str, sender: Sender) {
+    pub(super) fn give_back(&self, key: &Authority, sender: Sender) {
         let waiter = {
             let mut waiters = self.inner.waiters.borrow_mut();
             waiters
@@ -171,7 +171,7 @@ impl Http1Client {
         let mut idle = self.inner.idle.borrow_mut();
         match idle.iter_mut().find(|(k, _)| k == key) {
             Some((_, list)) => list.push_back(sender),
-            None => idle.push((key.to_string(), VecDeque::from([sender]))),
+            None => idle.push((key.clone(), VecDeque::from([sender]))),
         }
     }
 

@@ -490,6 +490,9 @@ async fn open_loop(
     // Arrivals since the stop was last looked at: looking takes a lock, so
     // it is done after every wait and every STOP_CHECK arrivals otherwise.
     let mut unchecked = 0u32;
+    // A tick slept blind and the answers that came meanwhile are not read
+    // yet.
+    let mut unread = false;
     loop {
         if handovers.has_changed().unwrap_or(false) {
             let news = handovers.borrow_and_update().clone();
@@ -541,6 +544,7 @@ async fn open_loop(
             // held back to the quantum is late by design already.
             let exact = wake == intended;
             let waited = if ticks && !exact {
+                unread = true;
                 tick(timer.as_ref(), wake, stop).await
             } else {
                 wait_until(timer.as_ref(), wake, exact, stop).await
@@ -555,6 +559,18 @@ async fn open_loop(
                 return Err(gap);
             }
             unchecked = 1;
+        }
+        if unread && shared.client.pool_full() {
+            // The tick sends before it reads (see [`tick`]), but every
+            // connection is busy: this arrival would queue for one that
+            // an answer already waiting in its socket has in fact freed.
+            // Reading those answers first gives it that connection now;
+            // waiting in the pool's queue is both later and dearer (a
+            // hand-over through a channel, and another wake-up), and at
+            // high rates it used to be what filled the queue first.
+            tokio::task::yield_now().await;
+            unread = false;
+            now = Instant::now();
         }
         sources.take(stream);
         // `now` is when this arrival goes out: the rest of this pass (a

@@ -254,6 +254,17 @@ impl Transport {
         matches!(self.kind, Kind::Http1(_))
     }
 
+    /// Whether a request sent now would wait for one of the pool's
+    /// connections: every one is open and busy, none idle. Only HTTP/1.1
+    /// answers wait to be read on the worker's ticks (see
+    /// [`Self::stamps_answers`]), so only it can say yes.
+    pub fn pool_full(&self) -> bool {
+        match &self.kind {
+            Kind::Http1(c) => c.pool_full(),
+            Kind::Http2(_) => false,
+        }
+    }
+
     /// Time during which requests waited for a connection (or a stream)
     /// since the last call, up to `now`: load was held back by the agent.
     pub fn take_saturated(&self, now: Instant) -> Duration {

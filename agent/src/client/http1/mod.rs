@@ -77,6 +77,19 @@ impl Http1Client {
         self.inner.saturation.take(now)
     }
 
+    /// Every slot is taken and no connection is idle: the next request
+    /// would queue. Closed connections still in the idle list count as
+    /// idle here; taking one frees its slot for a new connection anyway.
+    pub fn pool_full(&self) -> bool {
+        self.inner.open.get() >= self.inner.max_open
+            && self
+                .inner
+                .idle
+                .borrow()
+                .iter()
+                .all(|(_, list)| list.is_empty())
+    }
+
     /// Connections established since the last call: all HTTP/1.1, the
     /// only protocol this pool offers by ALPN.
     pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
@@ -344,6 +357,23 @@ mod tests {
         assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
         assert_eq!(h1(&c).inner.open.get(), 1, "one connection, reused");
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// Full means the next request would queue: every slot taken and no
+    /// connection idle. An idle connection, or a free slot, is not full.
+    #[tokio::test]
+    async fn the_pool_is_full_only_with_every_slot_busy() {
+        let (port, _) = slow_server(Duration::ZERO).await;
+        let c = client(1, Duration::from_secs(5));
+        assert!(!c.pool_full(), "a free slot");
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let key = uri.authority().unwrap().clone();
+        let held = h1(&c).acquire(&key, &uri, &Progress::new()).await.unwrap();
+        assert!(c.pool_full(), "the one slot is leased");
+        drop(held);
+        assert!(!c.pool_full(), "the slot came back");
+        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert!(!c.pool_full(), "its connection waits idle");
     }
 
     /// The overload the issue saw: one connection, a 100 ms service and a

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{ClientConfig, Phases, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
-use crate::runners::Runners;
+use crate::runners::{Runners, Seat};
 use crate::sse::hook::Hook;
 use crate::sse::SseSpec;
 use crate::timer::PreciseTimer;
@@ -607,7 +607,7 @@ async fn open_loop(
             continue;
         }
         if let Some(job) = runners.offer((request, intended, now)) {
-            tokio::task::spawn_local(runner(shared.clone(), runners.clone(), job));
+            tokio::task::spawn_local(runner(shared.clone(), runners.clone(), Runners::seat(job)));
         }
     }
     Ok(())
@@ -622,9 +622,9 @@ type Job = (
 );
 
 /// A request task that stays for the next arrival (see [`crate::runners`]).
-async fn runner(shared: Shared, runners: Rc<Runners<Job>>, first: Job) {
+async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
     runners
-        .serve(first, |(request, intended, sent_at)| {
+        .serve(seat, |(request, intended, sent_at)| {
             one_request(&shared, request, intended, sent_at)
         })
         .await;

@@ -20,7 +20,7 @@ pub struct Runners<J> {
     idle: RefCell<Vec<Rc<Mailbox<J>>>>,
 }
 
-/// A new runner's mailbox, holding its first job.
+/// A new runner's mailbox, holding its first job (see [`Runners::serve`]).
 pub struct Seat<J>(Rc<Mailbox<J>>);
 
 /// Where one runner waits for its next job.
@@ -36,25 +36,21 @@ impl<J> Runners<J> {
         })
     }
 
-    /// Gives `job` to an idle runner and wakes it; hands `job` back when
-    /// every runner is busy, for the caller to start a new one with it.
-    pub fn offer(&self, job: J) -> Option<J> {
+    /// Gives `job` to an idle runner and wakes it. When every runner is
+    /// busy, it returns the job seated for a new runner, which the caller
+    /// starts with [`Self::serve`].
+    pub fn offer(&self, job: J) -> Option<Seat<J>> {
         let Some(mailbox) = self.idle.borrow_mut().pop() else {
-            return Some(job);
+            return Some(Seat(Rc::new(Mailbox {
+                job: Cell::new(Some(job)),
+                waker: Cell::new(None),
+            })));
         };
         mailbox.job.set(Some(job));
         if let Some(waker) = mailbox.waker.take() {
             waker.wake();
         }
         None
-    }
-
-    /// Where a new runner finds `first`, its first job: see [`Self::serve`].
-    pub fn seat(first: J) -> Seat<J> {
-        Seat(Rc::new(Mailbox {
-            job: Cell::new(Some(first)),
-            waker: Cell::new(None),
-        }))
     }
 
     /// Runs `work` on the job waiting at `seat` and then on every job
@@ -109,10 +105,9 @@ mod tests {
                 let done = Rc::new(RefCell::new(Vec::new()));
                 let started = Rc::new(Cell::new(0));
                 let offer = |job: (u32, u64)| {
-                    if let Some(job) = runners.offer(job) {
+                    if let Some(seat) = runners.offer(job) {
                         started.set(started.get() + 1);
                         let done = done.clone();
-                        let seat = Runners::seat(job);
                         tokio::task::spawn_local(runners.clone().serve(seat, move |(n, ms)| {
                             let done = done.clone();
                             async move {

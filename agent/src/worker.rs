@@ -606,8 +606,8 @@ async fn open_loop(
             });
             continue;
         }
-        if let Some(job) = runners.offer((request, intended, now)) {
-            tokio::task::spawn_local(runner(shared.clone(), runners.clone(), Runners::seat(job)));
+        if let Some(seat) = runners.offer((request, intended, now)) {
+            tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
         }
     }
     Ok(())
@@ -633,7 +633,8 @@ async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
 /// Waits for the open loop's next coalesced wake-up as a tick: the thread
 /// sleeps until `wake` without listening to its sockets. The arrivals due
 /// then go out first; every answer that arrived meanwhile is read in one
-/// pass at the next tick's start, with the writes.
+/// pass at the next tick's start, with the writes — or before the sends,
+/// when every connection is busy (see [`open_loop`]).
 ///
 /// Otherwise each burst of answers would wake the worker on its own — at
 /// 20,000 req/s about as many wake-ups again as the quantum's, each a

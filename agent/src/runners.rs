@@ -9,8 +9,19 @@
 //! allocated once, when every existing one is busy, and then waits in the
 //! idle list between requests, so the worker holds as many as it ever had
 //! in flight at once, never more.
+//!
+//! When every connection is taken, an arrival is not given to a runner at
+//! all: it waits in the backlog, oldest first, and the next runner to
+//! finish its request takes it up at once, on the connection it just
+//! freed. A runner per waiting arrival, parked in the pool's queue, costs
+//! a hand-over through a channel and another task wake-up per request, so
+//! a worker that fell behind got dearer per request just when it could
+//! least afford it, and from about 130,000 req/s a run on one core tipped
+//! over into a queue that grew to the in-flight cap (BENCHMARKS.md). Held
+//! in the backlog, a waiting arrival costs less than one sent at once.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
@@ -18,6 +29,13 @@ use std::task::{Poll, Waker};
 /// The idle runners of one worker's scenario, each waiting for a job `J`.
 pub struct Runners<J> {
     idle: RefCell<Vec<Rc<Mailbox<J>>>>,
+    /// Jobs waiting for a runner to finish, oldest first.
+    backlog: RefCell<VecDeque<J>>,
+    /// Runners started, busy or idle.
+    started: Cell<usize>,
+    /// Jobs offered to a runner that has not taken them up yet: each will
+    /// take a connection when it does.
+    pending: Cell<usize>,
 }
 
 /// A new runner's mailbox, holding its first job (see [`Runners::serve`]).
@@ -33,14 +51,39 @@ impl<J> Runners<J> {
     pub fn new() -> Rc<Self> {
         Rc::new(Self {
             idle: RefCell::new(Vec::new()),
+            backlog: RefCell::new(VecDeque::new()),
+            started: Cell::new(0),
+            pending: Cell::new(0),
         })
+    }
+
+    /// Whether the next job must wait in the backlog ([`Self::hold`]):
+    /// when others already wait there (oldest first), or when the jobs
+    /// offered and not yet taken up will use every connection free now
+    /// (`free`, asked only then; `None` when the transport has none to
+    /// wait for). Only ever while a runner is busy, as only a runner
+    /// finishing empties the backlog.
+    pub fn must_hold(&self, free: impl FnOnce() -> Option<usize>) -> bool {
+        if !self.backlog.borrow().is_empty() {
+            return true;
+        }
+        let busy = self.started.get() - self.idle.borrow().len();
+        busy > 0 && free().is_some_and(|free| free <= self.pending.get())
+    }
+
+    /// Puts `job` at the back of the backlog; call only when
+    /// [`Self::must_hold`] says so.
+    pub fn hold(&self, job: J) {
+        self.backlog.borrow_mut().push_back(job);
     }
 
     /// Gives `job` to an idle runner and wakes it. When every runner is
     /// busy, it returns the job seated for a new runner, which the caller
     /// starts with [`Self::serve`].
     pub fn offer(&self, job: J) -> Option<Seat<J>> {
+        self.pending.set(self.pending.get() + 1);
         let Some(mailbox) = self.idle.borrow_mut().pop() else {
+            self.started.set(self.started.get() + 1);
             return Some(Seat(Rc::new(Mailbox {
                 job: Cell::new(Some(job)),
                 waker: Cell::new(None),
@@ -54,9 +97,10 @@ impl<J> Runners<J> {
     }
 
     /// Runs `work` on the job waiting at `seat` and then on every job
-    /// offered to this runner, for as long as the task lives: it ends when
-    /// the worker's runtime drops it. Between jobs the runner is idle, last
-    /// in first out, so the runners in use stay warm in the cache.
+    /// offered to this runner, or waiting in the backlog when it finishes
+    /// one, for as long as the task lives: it ends when the worker's
+    /// runtime drops it. Between jobs the runner is idle, last in first
+    /// out, so the runners in use stay warm in the cache.
     ///
     /// The first job comes through the seat, not as an argument: an async
     /// function keeps its arguments' room for its whole life, and a job
@@ -69,7 +113,7 @@ impl<J> Runners<J> {
     {
         let mailbox = seat.0;
         loop {
-            let job = poll_fn(|cx| match mailbox.job.take() {
+            let mut job = poll_fn(|cx| match mailbox.job.take() {
                 Some(job) => Poll::Ready(job),
                 None => {
                     mailbox.waker.set(Some(cx.waker().clone()));
@@ -77,7 +121,15 @@ impl<J> Runners<J> {
                 }
             })
             .await;
-            work(job).await;
+            self.pending.set(self.pending.get() - 1);
+            loop {
+                work(job).await;
+                let next = self.backlog.borrow_mut().pop_front();
+                match next {
+                    Some(next) => job = next,
+                    None => break,
+                }
+            }
             self.idle.borrow_mut().push(mailbox.clone());
         }
     }
@@ -135,6 +187,54 @@ mod tests {
                 let mut seen = done.borrow().clone();
                 seen.sort_unstable();
                 assert_eq!(seen, (0..13).collect::<Vec<_>>());
+            })
+            .await;
+    }
+
+    /// A held job goes to the next runner to finish, oldest first, with no
+    /// runner started for it; once the backlog is empty, runners go idle
+    /// again. Jobs are held only while one is busy, so none is stranded.
+    #[tokio::test]
+    async fn held_jobs_go_to_the_next_runner_to_finish_in_order() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let runners = Runners::new();
+                let done = Rc::new(RefCell::new(Vec::new()));
+                let started = Rc::new(Cell::new(0));
+                let start = |seat: Seat<(u32, u64)>| {
+                    started.set(started.get() + 1);
+                    let done = done.clone();
+                    tokio::task::spawn_local(runners.clone().serve(seat, move |(n, ms)| {
+                        // Taken up in this order: recorded before any wait.
+                        done.borrow_mut().push(n);
+                        async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                    }));
+                };
+                // Nothing busy: never held, whatever the connections say.
+                assert!(!runners.must_hold(|| Some(0)));
+                for n in 0..2 {
+                    if let Some(seat) = runners.offer((n, 30)) {
+                        start(seat);
+                    }
+                }
+                // Two offered and not yet taken up, two connections free:
+                // the next one would wait, so it is held.
+                assert!(runners.must_hold(|| Some(2)));
+                assert!(!runners.must_hold(|| Some(3)));
+                assert!(!runners.must_hold(|| None), "nothing to wait for");
+                for n in 2..7 {
+                    assert!(runners.must_hold(|| Some(0)));
+                    runners.hold((n, 1));
+                }
+                assert!(runners.must_hold(|| Some(5)), "others wait already");
+                tokio::time::sleep(Duration::from_millis(80)).await;
+                assert_eq!(started.get(), 2, "no runner started for held jobs");
+                assert_eq!(runners.idle(), 2);
+                assert!(!runners.must_hold(|| Some(0)), "all idle again");
+                assert_eq!(*done.borrow(), (0..7).collect::<Vec<_>>(), "oldest first");
             })
             .await;
     }

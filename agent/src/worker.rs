@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, Phases, Transport};
+use crate::client::{ClientConfig, Phases, Queued, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
 use crate::runners::{Runners, Seat};
@@ -606,26 +606,31 @@ async fn open_loop(
             });
             continue;
         }
-        if let Some(seat) = runners.offer((request, intended, now)) {
+        if runners.must_hold(|| shared.client.free_connections()) {
+            let queued = shared.client.queue(now);
+            runners.hold((request, intended, now, Some(queued)));
+        } else if let Some(seat) = runners.offer((request, intended, now, None)) {
             tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
         }
     }
     Ok(())
 }
 
-/// One arrival's request, as a runner takes it, with its intended instant
-/// and when it was sent.
+/// One arrival's request, as a runner takes it, with its intended instant,
+/// when it was sent, and its place in the worker's queue if it waited
+/// there for a connection.
 type Job = (
     http::Request<http_body_util::Full<bytes::Bytes>>,
     Instant,
     Instant,
+    Option<Queued>,
 );
 
 /// A request task that stays for the next arrival (see [`crate::runners`]).
 async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
     runners
-        .serve(seat, |(request, intended, sent_at)| {
-            one_request(&shared, request, intended, sent_at)
+        .serve(seat, |(request, intended, sent_at, queued)| {
+            one_request(&shared, request, intended, sent_at, queued)
         })
         .await;
 }
@@ -729,7 +734,7 @@ async fn closed_loop(
                         // A request still out at the end of the drain, or at
                         // a stop, is abandoned (counted as in flight at end).
                         tokio::select! {
-                            _ = one_request(&shared, request, intended, intended) => {}
+                            _ = one_request(&shared, request, intended, intended, None) => {}
                             _ = stop.cancelled() => return,
                             _ = tokio::time::sleep_until(end + drain) => return,
                         }
@@ -811,8 +816,9 @@ async fn one_request(
     request: http::Request<http_body_util::Full<bytes::Bytes>>,
     intended: Instant,
     sent_at: Instant,
+    queued: Option<Queued>,
 ) {
-    let exchanged = shared.client.send(request).await;
+    let exchanged = shared.client.send(request, queued).await;
     let done = exchanged.answered.unwrap_or_else(Instant::now);
     let in_scenario = done.saturating_duration_since(shared.scenario_start);
     let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;

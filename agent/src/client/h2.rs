@@ -69,7 +69,7 @@ struct Inner {
     opening: Cell<usize>,
     /// Requests waiting for a stream, oldest first.
     waiters: RefCell<VecDeque<Waiter>>,
-    saturation: Saturation,
+    saturation: Rc<Saturation>,
     /// Connections established since last taken: over TLS (h2), cleartext
     /// (h2c).
     established: Cell<(u64, u64)>,
@@ -153,12 +153,18 @@ impl Http2Client {
                 conns: RefCell::new(Vec::new()),
                 opening: Cell::new(0),
                 waiters: RefCell::new(VecDeque::new()),
-                saturation: Saturation::default(),
+                saturation: Rc::default(),
                 established: Cell::new((0, 0)),
                 max_conns: connections.max(1),
             }),
         }
     }
+    /// The count of this client's waiting requests, shared with those the
+    /// worker holds ([`super::Queued`]).
+    pub(super) fn saturation(&self) -> Rc<Saturation> {
+        self.inner.saturation.clone()
+    }
+
 
     /// Time during which requests waited for a stream since the last call,
     /// up to `now`.
@@ -631,7 +637,7 @@ mod tests {
                 let (port, peak) = h2_server(2, delay, None).await;
                 let c = client(1, Duration::from_secs(5));
                 let start = Instant::now();
-                let results = futures::future::join_all((0..6).map(|_| c.send(get(port)))).await;
+                let results = futures::future::join_all((0..6).map(|_| c.send(get(port), None))).await;
                 let done = Instant::now();
                 assert!(results.iter().all(|r| r.outcome == Outcome::Status(200)));
                 assert_eq!(peak.load(Ordering::SeqCst), 2);
@@ -716,7 +722,7 @@ mod tests {
         local
             .run_until(async {
                 let (port, c) = tls_server(&[b"h2", b"http/1.1"]).await;
-                assert_eq!(c.send(get_tls(port)).await.outcome, Outcome::Status(200));
+                assert_eq!(c.send(get_tls(port), None).await.outcome, Outcome::Status(200));
                 assert_eq!(c.take_connections(), vec![(HttpProtocol::H2, 1)]);
             })
             .await;
@@ -731,7 +737,7 @@ mod tests {
             .run_until(async {
                 let (port, c) = tls_server(&[b"http/1.1"]).await;
                 assert_eq!(
-                    c.send(get_tls(port)).await.outcome,
+                    c.send(get_tls(port), None).await.outcome,
                     Outcome::Error(ErrorKind::NoH2)
                 );
                 assert!(c.take_connections().is_empty());
@@ -748,7 +754,7 @@ mod tests {
                     h2_server(10, Duration::ZERO, Some(h2::Reason::REFUSED_STREAM)).await;
                 let c = client(1, Duration::from_secs(2));
                 assert_eq!(
-                    c.send(get(port)).await.outcome,
+                    c.send(get(port), None).await.outcome,
                     Outcome::Error(ErrorKind::StreamReset)
                 );
             })
@@ -764,7 +770,7 @@ mod tests {
             .run_until(async {
                 let (port, _) = h2_server(1, Duration::from_secs(60), None).await;
                 let c = client(1, Duration::from_millis(300));
-                let results = futures::future::join_all((0..3).map(|_| c.send(get(port)))).await;
+                let results = futures::future::join_all((0..3).map(|_| c.send(get(port), None))).await;
                 let count = |k: ErrorKind| {
                     results
                         .iter()

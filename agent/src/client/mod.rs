@@ -11,6 +11,7 @@ mod http1;
 
 use std::cell::Cell;
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,6 +121,15 @@ impl Progress {
         now
     }
 
+    /// The request got a connection (or a slot to open one) without
+    /// passing through the pool's queue: if it had waited in the worker's
+    /// queue ([`Queued`]), that wait ends now.
+    fn left_queue(&self) {
+        if let (Some(at), None) = (self.queued_at.get(), self.waited.get()) {
+            self.waited.set(Some(at.elapsed()));
+        }
+    }
+
     /// Time spent waiting for one of the pool's connections, up to now for
     /// a request still waiting; `None` when it never had to wait. Reads
     /// the clock only for a request still waiting, the rare case.
@@ -175,8 +185,9 @@ pub struct Exchanged {
     pub phases: Phases,
     /// When the answer's last byte arrived, for HTTP/1.1: by the kernel's
     /// stamp over plain TCP (the end of the request's latency even if the
-    /// answer was read later), by the read over TLS. `None` from HTTP/2,
-    /// whose answers end when the exchange returns.
+    /// answer was read later), by the read over TLS; for a request whose
+    /// time ran out in the worker's queue, its deadline. `None` from
+    /// HTTP/2, whose answers end when the exchange returns.
     pub answered: Option<Instant>,
 }
 
@@ -198,9 +209,25 @@ impl Transport {
     /// Sends one request and waits for its whole answer, within the
     /// timeout. Also says when the request went onto a connection (for the
     /// service time), how long it waited for one, and its phases.
-    pub async fn send(&self, request: Request<Full<Bytes>>) -> Exchanged {
+    ///
+    /// A request the worker held in its queue brings that wait along: it
+    /// is its pool wait, and its time counts from when it was queued. One
+    /// whose time ran out there is not sent at all: it is a `pool_timeout`
+    /// that ended at its deadline.
+    pub async fn send(&self, request: Request<Full<Bytes>>, queued: Option<Queued>) -> Exchanged {
         let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
         let progress = Progress::new();
+        let deadline = match &queued {
+            Some(q) => {
+                progress.queued_at.set(Some(q.since));
+                q.since + self.timeout
+            }
+            None => Instant::now() + self.timeout,
+        };
+        let expired = queued.is_some() && Instant::now() >= deadline;
+        // The wait in the worker's queue ends here; one in the pool's own
+        // queue counts from the same instant (see [`Progress::left_queue`]).
+        drop(queued);
         let exchange = async {
             match &self.kind {
                 Kind::Http1(c) => c.exchange(request, &progress).await.map(Outcome::Status),
@@ -225,12 +252,17 @@ impl Transport {
                 }
             }
         };
-        let result = tokio::time::timeout(self.timeout, exchange).await;
+        let result = if expired {
+            progress.answered.set(Some(deadline));
+            None
+        } else {
+            tokio::time::timeout_at(deadline, exchange).await.ok()
+        };
         let pool_wait = progress.pool_wait();
         let outcome = match result {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(e)) => Outcome::Error(e.kind()),
-            Err(_) => Outcome::Error(timeout_kind(progress.phase.get(), pool_wait, self.timeout)),
+            Some(Ok(outcome)) => outcome,
+            Some(Err(e)) => Outcome::Error(e.kind()),
+            None => Outcome::Error(timeout_kind(progress.phase.get(), pool_wait, self.timeout)),
         };
         // A gRPC call's time is its deadline.
         let outcome = if grpc {
@@ -252,6 +284,28 @@ impl Transport {
     /// true for HTTP/1.1, whose reads take the kernel's stamp.
     pub fn stamps_answers(&self) -> bool {
         matches!(self.kind, Kind::Http1(_))
+    }
+
+    /// How many more requests could go onto a connection now without
+    /// waiting: idle connections and slots free to open one. `None` for
+    /// HTTP/2, whose streams a worker does not queue for (see
+    /// [`crate::runners`]).
+    pub fn free_connections(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Http1(c) => Some(c.free_connections()),
+            Kind::Http2(_) => None,
+        }
+    }
+
+    /// Counts a request the worker holds back, from `since`, as waiting
+    /// for a connection (for `GENERATOR_POOL`), until it is sent.
+    pub fn queue(&self, since: Instant) -> Queued {
+        let saturation = match &self.kind {
+            Kind::Http1(c) => c.saturation(),
+            Kind::Http2(c) => c.saturation(),
+        };
+        saturation.changed(saturation.waiting.get() + 1);
+        Queued { since, saturation }
     }
 
     /// Whether a request sent now would wait for one of the pool's
@@ -326,6 +380,21 @@ impl Saturation {
             self.since.set(Some(now));
         }
         total
+    }
+}
+
+/// A request the worker holds in its own queue while every connection is
+/// busy ([`Transport::queue`]): it waits there like one in the pool's queue,
+/// and is counted so, but without a task parked for it.
+pub struct Queued {
+    since: Instant,
+    saturation: Rc<Saturation>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let s = &self.saturation;
+        s.changed(s.waiting.get().saturating_sub(1));
     }
 }
 

@@ -49,7 +49,7 @@ struct ClientInner {
     waiters: RefCell<VecDeque<(Authority, oneshot::Sender<Lease>)>>,
     /// Slots in use: connections open, being opened, or leased.
     open: Cell<usize>,
-    saturation: Saturation,
+    saturation: Rc<Saturation>,
     max_open: usize,
     dialer: Dialer,
     /// Connections established since last taken.
@@ -63,13 +63,25 @@ impl Http1Client {
                 idle: RefCell::new(Vec::new()),
                 waiters: RefCell::new(VecDeque::new()),
                 open: Cell::new(0),
-                saturation: Saturation::default(),
+                saturation: Rc::default(),
                 max_open: connections.max(1),
                 dialer,
                 established: Cell::new(0),
             }),
         }
     }
+    /// The count of this client's waiting requests, shared with those the
+    /// worker holds ([`crate::client::Queued`]).
+    pub(super) fn saturation(&self) -> Rc<Saturation> {
+        self.inner.saturation.clone()
+    }
+
+    /// Idle connections and free slots: requests that could start now.
+    pub(super) fn free_connections(&self) -> usize {
+        let idle: usize = self.inner.idle.borrow().iter().map(|(_, l)| l.len()).sum();
+        idle + self.inner.max_open.saturating_sub(self.inner.open.get())
+    }
+
 
     /// Time during which requests waited for a connection since the last
     /// call, up to `now`: every connection was busy and load was held back.
@@ -149,7 +161,7 @@ mod tests {
         drop(listener);
         let c = client(1, Duration::from_secs(2));
         assert_eq!(
-            c.send(get(port)).await.outcome,
+            c.send(get(port), None).await.outcome,
             Outcome::Error(ErrorKind::Refused)
         );
     }
@@ -251,7 +263,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_in_flight_carries_no_connection_setup() {
         let c = client(1, Duration::from_secs(1));
-        let send = c.send(get(1));
+        let send = c.send(get(1), None);
         let size = std::mem::size_of_val(&send);
         // 2,016 bytes in a debug build (less in release); 4,424 before the
         // HTTP/2 exchange was boxed out of it, more before the dial was.
@@ -267,8 +279,8 @@ mod tests {
         let (port, _) = slow_server(Duration::ZERO).await;
         let c = client(1, Duration::from_secs(5));
         // The connection's opening is not under test.
-        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
-        let mut send = std::pin::pin!(c.send(get(port)));
+        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
+        let mut send = std::pin::pin!(c.send(get(port), None));
         assert!(
             futures::poll!(send.as_mut()).is_pending(),
             "the request is written and its answer awaited"
@@ -297,7 +309,7 @@ mod tests {
     async fn requests_beyond_the_pool_wait_and_reuse_the_connection() {
         let (port, accepted) = slow_server(Duration::from_millis(20)).await;
         let c = client(1, Duration::from_secs(5));
-        let results = futures::future::join_all((0..5).map(|_| c.send(get(port)))).await;
+        let results = futures::future::join_all((0..5).map(|_| c.send(get(port), None))).await;
         for r in &results {
             assert_eq!(r.outcome, Outcome::Status(200));
             assert!(r.on_wire.is_some());
@@ -317,11 +329,11 @@ mod tests {
     async fn only_the_request_that_opens_a_connection_has_a_connect_phase() {
         let (port, _) = slow_server(Duration::from_millis(5)).await;
         let c = client(1, Duration::from_secs(5));
-        let first = c.send(get(port)).await.phases;
+        let first = c.send(get(port), None).await.phases;
         assert!(first.new_connection && !first.reused);
         assert!(first.connect.is_some() && first.tls.is_none());
         for _ in 0..3 {
-            let next = c.send(get(port)).await.phases;
+            let next = c.send(get(port), None).await.phases;
             assert!(next.reused && !next.new_connection);
             assert_eq!(next.connect, None);
             assert!(next.ttfb.is_some_and(|t| t >= Duration::from_millis(5)));
@@ -340,7 +352,7 @@ mod tests {
         let key = uri.authority().unwrap().clone();
         // Hold the only slot, as a long request would.
         let held = h1(&c).acquire(&key, &uri, &Progress::new()).await.unwrap();
-        let r = c.send(get(port)).await;
+        let r = c.send(get(port), None).await;
         assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
         assert!(r.on_wire.is_none(), "never reached a connection");
         assert!(r.pool_wait.is_some_and(|w| w >= Duration::from_millis(100)));
@@ -353,10 +365,45 @@ mod tests {
         assert_eq!(h1(&c).inner.open.get(), 1);
         drop(held); // unfinished: its connection closes, the slot frees
         assert_eq!(h1(&c).inner.open.get(), 0);
-        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
-        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
+        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
         assert_eq!(h1(&c).inner.open.get(), 1, "one connection, reused");
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// A request the worker held in its own queue: its wait there is its
+    /// pool wait and counts as the pool's saturation; its time runs from
+    /// when it was queued, and one whose time ran out there is a
+    /// `pool_timeout` ending at its deadline, never sent.
+    #[tokio::test]
+    async fn a_request_held_by_the_worker_keeps_its_wait_and_its_deadline() {
+        let (port, accepted) = slow_server(Duration::ZERO).await;
+        let timeout = Duration::from_millis(200);
+        let c = client(1, timeout);
+        assert_eq!(c.free_connections(), Some(1));
+
+        let since = Instant::now();
+        let queued = c.queue(since);
+        assert_eq!(h1(&c).inner.saturation.waiting.get(), 1);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let r = c.send(get(port), Some(queued)).await;
+        assert_eq!(r.outcome, Outcome::Status(200));
+        let wait = r.pool_wait.expect("it waited in the worker's queue");
+        assert!(wait >= Duration::from_millis(30), "pool wait {wait:?}");
+        assert!(r.on_wire.is_some_and(|at| at >= since + wait));
+        assert_eq!(h1(&c).inner.saturation.waiting.get(), 0);
+        assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(30));
+        assert_eq!(c.free_connections(), Some(1), "the connection is idle again");
+
+        let since = Instant::now() - timeout - Duration::from_millis(5);
+        let r = c.send(get(port), Some(c.queue(since))).await;
+        assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
+        assert!(r.on_wire.is_none(), "never sent");
+        assert_eq!(r.answered, Some(since + timeout), "it ended at its deadline");
+        assert!(r.pool_wait.is_some_and(|w| w >= timeout));
+        assert_eq!(h1(&c).inner.saturation.waiting.get(), 0);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
     }
 
     /// Full means the next request would queue: every slot taken and no
@@ -372,7 +419,7 @@ mod tests {
         assert!(c.pool_full(), "the one slot is leased");
         drop(held);
         assert!(!c.pool_full(), "the slot came back");
-        assert_eq!(c.send(get(port)).await.outcome, Outcome::Status(200));
+        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
         assert!(!c.pool_full(), "its connection waits idle");
     }
 
@@ -389,7 +436,7 @@ mod tests {
             let c = c.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(20 * i)).await;
-                c.send(get(port)).await
+                c.send(get(port), None).await
             }
         }))
         .await;
@@ -456,7 +503,7 @@ mod tests {
         let statuses: Vec<Outcome> = {
             let mut out = Vec::new();
             for _ in 0..3 {
-                out.push(c.send(get(port)).await.outcome);
+                out.push(c.send(get(port), None).await.outcome);
             }
             out
         };
@@ -471,7 +518,7 @@ mod tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
         // The close was honoured: the next request needs a new connection,
         // whose first answer is again the chunked one.
-        let next = c.send(get(port)).await;
+        let next = c.send(get(port), None).await;
         assert_eq!(next.outcome, Outcome::Status(200));
         assert!(next.phases.new_connection);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -482,7 +529,7 @@ mod tests {
         .await;
         let c = client(1, Duration::from_secs(5));
         assert_eq!(
-            c.send(get(port)).await.outcome,
+            c.send(get(port), None).await.outcome,
             Outcome::Error(ErrorKind::Reset)
         );
     }

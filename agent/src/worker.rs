@@ -607,8 +607,7 @@ async fn open_loop(
             continue;
         }
         if runners.must_hold(|| shared.client.free_connections()) {
-            let queued = shared.client.queue(now);
-            runners.hold((request, intended, now, Some(queued)));
+            runners.hold((request, intended, now, Some(shared.client.queue())));
         } else if let Some(seat) = runners.offer((request, intended, now, None)) {
             tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
         }
@@ -818,7 +817,7 @@ async fn one_request(
     sent_at: Instant,
     queued: Option<Queued>,
 ) {
-    let exchanged = shared.client.send(request, queued).await;
+    let exchanged = shared.client.send(request, sent_at, queued).await;
     let done = exchanged.answered.unwrap_or_else(Instant::now);
     let in_scenario = done.saturating_duration_since(shared.scenario_start);
     let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;

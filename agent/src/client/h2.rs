@@ -165,7 +165,6 @@ impl Http2Client {
         self.inner.saturation.clone()
     }
 
-
     /// Time during which requests waited for a stream since the last call,
     /// up to `now`.
     pub fn take_saturated(&self, now: Instant) -> Duration {
@@ -637,7 +636,10 @@ mod tests {
                 let (port, peak) = h2_server(2, delay, None).await;
                 let c = client(1, Duration::from_secs(5));
                 let start = Instant::now();
-                let results = futures::future::join_all((0..6).map(|_| c.send(get(port), None))).await;
+                let results = futures::future::join_all(
+                    (0..6).map(|_| c.send(get(port), Instant::now(), None)),
+                )
+                .await;
                 let done = Instant::now();
                 assert!(results.iter().all(|r| r.outcome == Outcome::Status(200)));
                 assert_eq!(peak.load(Ordering::SeqCst), 2);
@@ -722,7 +724,10 @@ mod tests {
         local
             .run_until(async {
                 let (port, c) = tls_server(&[b"h2", b"http/1.1"]).await;
-                assert_eq!(c.send(get_tls(port), None).await.outcome, Outcome::Status(200));
+                assert_eq!(
+                    c.send(get_tls(port), Instant::now(), None).await.outcome,
+                    Outcome::Status(200)
+                );
                 assert_eq!(c.take_connections(), vec![(HttpProtocol::H2, 1)]);
             })
             .await;
@@ -737,7 +742,7 @@ mod tests {
             .run_until(async {
                 let (port, c) = tls_server(&[b"http/1.1"]).await;
                 assert_eq!(
-                    c.send(get_tls(port), None).await.outcome,
+                    c.send(get_tls(port), Instant::now(), None).await.outcome,
                     Outcome::Error(ErrorKind::NoH2)
                 );
                 assert!(c.take_connections().is_empty());
@@ -754,7 +759,7 @@ mod tests {
                     h2_server(10, Duration::ZERO, Some(h2::Reason::REFUSED_STREAM)).await;
                 let c = client(1, Duration::from_secs(2));
                 assert_eq!(
-                    c.send(get(port), None).await.outcome,
+                    c.send(get(port), Instant::now(), None).await.outcome,
                     Outcome::Error(ErrorKind::StreamReset)
                 );
             })
@@ -770,7 +775,10 @@ mod tests {
             .run_until(async {
                 let (port, _) = h2_server(1, Duration::from_secs(60), None).await;
                 let c = client(1, Duration::from_millis(300));
-                let results = futures::future::join_all((0..3).map(|_| c.send(get(port), None))).await;
+                let results = futures::future::join_all(
+                    (0..3).map(|_| c.send(get(port), Instant::now(), None)),
+                )
+                .await;
                 let count = |k: ErrorKind| {
                     results
                         .iter()

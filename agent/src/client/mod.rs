@@ -10,9 +10,11 @@ mod h2;
 mod http1;
 
 use std::cell::Cell;
+use std::future::Future;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -210,20 +212,22 @@ impl Transport {
     /// timeout. Also says when the request went onto a connection (for the
     /// service time), how long it waited for one, and its phases.
     ///
-    /// A request the worker held in its queue brings that wait along: it
-    /// is its pool wait, and its time counts from when it was queued. One
-    /// whose time ran out there is not sent at all: it is a `pool_timeout`
-    /// that ended at its deadline.
-    pub async fn send(&self, request: Request<Full<Bytes>>, queued: Option<Queued>) -> Exchanged {
+    /// Its time counts from `sent_at`, when the worker sent it out. A
+    /// request the worker then held in its queue brings that wait along as
+    /// its pool wait; one whose time ran out there is not sent at all: it
+    /// is a `pool_timeout` that ended at its deadline.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+        sent_at: Instant,
+        queued: Option<Queued>,
+    ) -> Exchanged {
         let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
         let progress = Progress::new();
-        let deadline = match &queued {
-            Some(q) => {
-                progress.queued_at.set(Some(q.since));
-                q.since + self.timeout
-            }
-            None => Instant::now() + self.timeout,
-        };
+        let deadline = sent_at + self.timeout;
+        if queued.is_some() {
+            progress.queued_at.set(Some(sent_at));
+        }
         let expired = queued.is_some() && Instant::now() >= deadline;
         // The wait in the worker's queue ends here; one in the pool's own
         // queue counts from the same instant (see [`Progress::left_queue`]).
@@ -256,7 +260,19 @@ impl Transport {
             progress.answered.set(Some(deadline));
             None
         } else {
-            tokio::time::timeout_at(deadline, exchange).await.ok()
+            // Pinned where it is made and raced by hand, not handed to
+            // `tokio::time::timeout`: that moves the exchange's future
+            // twice per request, a kilobyte-sized copy each time (1.2% of
+            // the agent's CPU at 100,000 req/s, BENCHMARKS.md).
+            let mut exchange = std::pin::pin!(exchange);
+            let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(done) = exchange.as_mut().poll(cx) {
+                    return Poll::Ready(Some(done));
+                }
+                expiry.as_mut().poll(cx).map(|()| None)
+            })
+            .await
         };
         let pool_wait = progress.pool_wait();
         let outcome = match result {
@@ -297,15 +313,15 @@ impl Transport {
         }
     }
 
-    /// Counts a request the worker holds back, from `since`, as waiting
-    /// for a connection (for `GENERATOR_POOL`), until it is sent.
-    pub fn queue(&self, since: Instant) -> Queued {
+    /// Counts a request the worker holds back as waiting for a connection
+    /// (for `GENERATOR_POOL`), until it is sent.
+    pub fn queue(&self) -> Queued {
         let saturation = match &self.kind {
             Kind::Http1(c) => c.saturation(),
             Kind::Http2(c) => c.saturation(),
         };
         saturation.changed(saturation.waiting.get() + 1);
-        Queued { since, saturation }
+        Queued { saturation }
     }
 
     /// Whether a request sent now would wait for one of the pool's
@@ -387,7 +403,6 @@ impl Saturation {
 /// busy ([`Transport::queue`]): it waits there like one in the pool's queue,
 /// and is counted so, but without a task parked for it.
 pub struct Queued {
-    since: Instant,
     saturation: Rc<Saturation>,
 }
 

@@ -82,7 +82,6 @@ impl Http1Client {
         idle + self.inner.max_open.saturating_sub(self.inner.open.get())
     }
 
-
     /// Time during which requests waited for a connection since the last
     /// call, up to `now`: every connection was busy and load was held back.
     pub fn take_saturated(&self, now: Instant) -> Duration {
@@ -161,7 +160,7 @@ mod tests {
         drop(listener);
         let c = client(1, Duration::from_secs(2));
         assert_eq!(
-            c.send(get(port), None).await.outcome,
+            c.send(get(port), Instant::now(), None).await.outcome,
             Outcome::Error(ErrorKind::Refused)
         );
     }
@@ -263,7 +262,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_in_flight_carries_no_connection_setup() {
         let c = client(1, Duration::from_secs(1));
-        let send = c.send(get(1), None);
+        let send = c.send(get(1), Instant::now(), None);
         let size = std::mem::size_of_val(&send);
         // 2,016 bytes in a debug build (less in release); 4,424 before the
         // HTTP/2 exchange was boxed out of it, more before the dial was.
@@ -279,8 +278,11 @@ mod tests {
         let (port, _) = slow_server(Duration::ZERO).await;
         let c = client(1, Duration::from_secs(5));
         // The connection's opening is not under test.
-        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
-        let mut send = std::pin::pin!(c.send(get(port), None));
+        assert_eq!(
+            c.send(get(port), Instant::now(), None).await.outcome,
+            Outcome::Status(200)
+        );
+        let mut send = std::pin::pin!(c.send(get(port), Instant::now(), None));
         assert!(
             futures::poll!(send.as_mut()).is_pending(),
             "the request is written and its answer awaited"
@@ -309,7 +311,9 @@ mod tests {
     async fn requests_beyond_the_pool_wait_and_reuse_the_connection() {
         let (port, accepted) = slow_server(Duration::from_millis(20)).await;
         let c = client(1, Duration::from_secs(5));
-        let results = futures::future::join_all((0..5).map(|_| c.send(get(port), None))).await;
+        let results =
+            futures::future::join_all((0..5).map(|_| c.send(get(port), Instant::now(), None)))
+                .await;
         for r in &results {
             assert_eq!(r.outcome, Outcome::Status(200));
             assert!(r.on_wire.is_some());
@@ -329,11 +333,11 @@ mod tests {
     async fn only_the_request_that_opens_a_connection_has_a_connect_phase() {
         let (port, _) = slow_server(Duration::from_millis(5)).await;
         let c = client(1, Duration::from_secs(5));
-        let first = c.send(get(port), None).await.phases;
+        let first = c.send(get(port), Instant::now(), None).await.phases;
         assert!(first.new_connection && !first.reused);
         assert!(first.connect.is_some() && first.tls.is_none());
         for _ in 0..3 {
-            let next = c.send(get(port), None).await.phases;
+            let next = c.send(get(port), Instant::now(), None).await.phases;
             assert!(next.reused && !next.new_connection);
             assert_eq!(next.connect, None);
             assert!(next.ttfb.is_some_and(|t| t >= Duration::from_millis(5)));
@@ -352,7 +356,7 @@ mod tests {
         let key = uri.authority().unwrap().clone();
         // Hold the only slot, as a long request would.
         let held = h1(&c).acquire(&key, &uri, &Progress::new()).await.unwrap();
-        let r = c.send(get(port), None).await;
+        let r = c.send(get(port), Instant::now(), None).await;
         assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
         assert!(r.on_wire.is_none(), "never reached a connection");
         assert!(r.pool_wait.is_some_and(|w| w >= Duration::from_millis(100)));
@@ -365,8 +369,14 @@ mod tests {
         assert_eq!(h1(&c).inner.open.get(), 1);
         drop(held); // unfinished: its connection closes, the slot frees
         assert_eq!(h1(&c).inner.open.get(), 0);
-        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
-        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
+        assert_eq!(
+            c.send(get(port), Instant::now(), None).await.outcome,
+            Outcome::Status(200)
+        );
+        assert_eq!(
+            c.send(get(port), Instant::now(), None).await.outcome,
+            Outcome::Status(200)
+        );
         assert_eq!(h1(&c).inner.open.get(), 1, "one connection, reused");
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
@@ -383,27 +393,38 @@ mod tests {
         assert_eq!(c.free_connections(), Some(1));
 
         let since = Instant::now();
-        let queued = c.queue(since);
+        let queued = c.queue();
         assert_eq!(h1(&c).inner.saturation.waiting.get(), 1);
         tokio::time::sleep(Duration::from_millis(30)).await;
-        let r = c.send(get(port), Some(queued)).await;
+        let r = c.send(get(port), since, Some(queued)).await;
         assert_eq!(r.outcome, Outcome::Status(200));
         let wait = r.pool_wait.expect("it waited in the worker's queue");
         assert!(wait >= Duration::from_millis(30), "pool wait {wait:?}");
         assert!(r.on_wire.is_some_and(|at| at >= since + wait));
         assert_eq!(h1(&c).inner.saturation.waiting.get(), 0);
         assert!(c.take_saturated(Instant::now()) >= Duration::from_millis(30));
-        assert_eq!(c.free_connections(), Some(1), "the connection is idle again");
+        assert_eq!(
+            c.free_connections(),
+            Some(1),
+            "the connection is idle again"
+        );
 
         let since = Instant::now() - timeout - Duration::from_millis(5);
-        let r = c.send(get(port), Some(c.queue(since))).await;
+        let r = c.send(get(port), since, Some(c.queue())).await;
         assert_eq!(r.outcome, Outcome::Error(ErrorKind::PoolTimeout));
         assert!(r.on_wire.is_none(), "never sent");
-        assert_eq!(r.answered, Some(since + timeout), "it ended at its deadline");
+        assert_eq!(
+            r.answered,
+            Some(since + timeout),
+            "it ended at its deadline"
+        );
         assert!(r.pool_wait.is_some_and(|w| w >= timeout));
         assert_eq!(h1(&c).inner.saturation.waiting.get(), 0);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
+        assert_eq!(
+            c.send(get(port), Instant::now(), None).await.outcome,
+            Outcome::Status(200)
+        );
     }
 
     /// Full means the next request would queue: every slot taken and no
@@ -419,7 +440,10 @@ mod tests {
         assert!(c.pool_full(), "the one slot is leased");
         drop(held);
         assert!(!c.pool_full(), "the slot came back");
-        assert_eq!(c.send(get(port), None).await.outcome, Outcome::Status(200));
+        assert_eq!(
+            c.send(get(port), Instant::now(), None).await.outcome,
+            Outcome::Status(200)
+        );
         assert!(!c.pool_full(), "its connection waits idle");
     }
 
@@ -436,7 +460,7 @@ mod tests {
             let c = c.clone();
             async move {
                 tokio::time::sleep(Duration::from_millis(20 * i)).await;
-                c.send(get(port), None).await
+                c.send(get(port), Instant::now(), None).await
             }
         }))
         .await;
@@ -503,7 +527,7 @@ mod tests {
         let statuses: Vec<Outcome> = {
             let mut out = Vec::new();
             for _ in 0..3 {
-                out.push(c.send(get(port), None).await.outcome);
+                out.push(c.send(get(port), Instant::now(), None).await.outcome);
             }
             out
         };
@@ -518,7 +542,7 @@ mod tests {
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
         // The close was honoured: the next request needs a new connection,
         // whose first answer is again the chunked one.
-        let next = c.send(get(port), None).await;
+        let next = c.send(get(port), Instant::now(), None).await;
         assert_eq!(next.outcome, Outcome::Status(200));
         assert!(next.phases.new_connection);
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
@@ -529,7 +553,7 @@ mod tests {
         .await;
         let c = client(1, Duration::from_secs(5));
         assert_eq!(
-            c.send(get(port), None).await.outcome,
+            c.send(get(port), Instant::now(), None).await.outcome,
             Outcome::Error(ErrorKind::Reset)
         );
     }

@@ -123,15 +123,6 @@ impl Progress {
         now
     }
 
-    /// The request got a connection (or a slot to open one) without
-    /// passing through the pool's queue: if it had waited in the worker's
-    /// queue ([`Queued`]), that wait ends now.
-    fn left_queue(&self) {
-        if let (Some(at), None) = (self.queued_at.get(), self.waited.get()) {
-            self.waited.set(Some(at.elapsed()));
-        }
-    }
-
     /// Time spent waiting for one of the pool's connections, up to now for
     /// a request still waiting; `None` when it never had to wait. Reads
     /// the clock only for a request still waiting, the rare case.
@@ -225,12 +216,19 @@ impl Transport {
         let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
         let progress = Progress::new();
         let deadline = sent_at + self.timeout;
+        let mut expired = false;
         if queued.is_some() {
+            // The wait in the worker's queue ends now: it is taken up on
+            // the connection just freed, or on a new one (the dial is not
+            // a wait for the pool). If it must queue in the pool after all,
+            // that wait counts from the same instant.
+            let now = Instant::now();
             progress.queued_at.set(Some(sent_at));
+            progress
+                .waited
+                .set(Some(now.saturating_duration_since(sent_at)));
+            expired = now >= deadline;
         }
-        let expired = queued.is_some() && Instant::now() >= deadline;
-        // The wait in the worker's queue ends here; one in the pool's own
-        // queue counts from the same instant (see [`Progress::left_queue`]).
         drop(queued);
         let exchange = async {
             match &self.kind {

@@ -79,14 +79,12 @@ impl Http1Client {
             if let Some(s) = self.take_idle(key) {
                 let mut lease = Lease::new(self, key, Some(s));
                 if lease.ready() {
-                    progress.left_queue();
                     return Ok(lease);
                 }
                 continue; // it died; dropping the lease freed its slot
             }
             let mut lease = if self.inner.open.get() < self.inner.max_open {
                 self.inner.open.set(self.inner.open.get() + 1);
-                progress.left_queue();
                 Lease::new(self, key, None)
             } else {
                 let (tx, rx) = oneshot::channel();

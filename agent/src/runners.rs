@@ -71,6 +71,11 @@ impl<J> Runners<J> {
         busy > 0 && free().is_some_and(|free| free <= self.pending.get())
     }
 
+    /// Jobs offered to runners that have not taken them up yet.
+    pub fn pending(&self) -> usize {
+        self.pending.get()
+    }
+
     /// Puts `job` at the back of the backlog; call only when
     /// [`Self::must_hold`] says so.
     pub fn hold(&self, job: J) {

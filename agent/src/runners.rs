@@ -152,6 +152,20 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    type Jobs = Rc<RefCell<Vec<u32>>>;
+
+    /// Starts a runner at `seat` whose jobs `(n, ms)` note `n` in `taken`
+    /// when they are taken up, then take `ms`.
+    fn start(runners: &Rc<Runners<(u32, u64)>>, seat: Seat<(u32, u64)>, taken: &Jobs) {
+        let taken = taken.clone();
+        tokio::task::spawn_local(runners.clone().serve(seat, move |(n, ms)| {
+            taken.borrow_mut().push(n);
+            async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+        }));
+    }
+
     /// Jobs that overlap get a runner each; once they are done, later
     /// jobs reuse those runners, and no job is lost or run twice.
     #[tokio::test]
@@ -165,14 +179,7 @@ mod tests {
                 let offer = |job: (u32, u64)| {
                     if let Some(seat) = runners.offer(job) {
                         started.set(started.get() + 1);
-                        let done = done.clone();
-                        tokio::task::spawn_local(runners.clone().serve(seat, move |(n, ms)| {
-                            let done = done.clone();
-                            async move {
-                                tokio::time::sleep(Duration::from_millis(ms)).await;
-                                done.borrow_mut().push(n);
-                            }
-                        }));
+                        start(&runners, seat, &done);
                     }
                 };
                 // Three at once: three runners.
@@ -207,23 +214,13 @@ mod tests {
             .run_until(async {
                 let runners = Runners::new();
                 let done = Rc::new(RefCell::new(Vec::new()));
-                let started = Rc::new(Cell::new(0));
-                let start = |seat: Seat<(u32, u64)>| {
-                    started.set(started.get() + 1);
-                    let done = done.clone();
-                    tokio::task::spawn_local(runners.clone().serve(seat, move |(n, ms)| {
-                        // Taken up in this order: recorded before any wait.
-                        done.borrow_mut().push(n);
-                        async move {
-                            tokio::time::sleep(Duration::from_millis(ms)).await;
-                        }
-                    }));
-                };
+                let mut started = 0;
                 // Nothing busy: never held, whatever the connections say.
                 assert!(!runners.must_hold(|| Some(0)));
                 for n in 0..2 {
                     if let Some(seat) = runners.offer((n, 30)) {
-                        start(seat);
+                        started += 1;
+                        start(&runners, seat, &done);
                     }
                 }
                 // Two offered and not yet taken up, two connections free:
@@ -237,9 +234,10 @@ mod tests {
                 }
                 assert!(runners.must_hold(|| Some(5)), "others wait already");
                 tokio::time::sleep(Duration::from_millis(80)).await;
-                assert_eq!(started.get(), 2, "no runner started for held jobs");
+                assert_eq!(started, 2, "no runner started for held jobs");
                 assert_eq!(runners.idle(), 2);
                 assert!(!runners.must_hold(|| Some(0)), "all idle again");
+                // Noted as taken up, before any wait: the held ones in order.
                 assert_eq!(*done.borrow(), (0..7).collect::<Vec<_>>(), "oldest first");
             })
             .await;

@@ -581,10 +581,10 @@ async fn open_loop(
             // The tick sends before it reads (see [`tick`]), but every
             // connection is busy: this arrival would queue for one that
             // an answer already waiting in its socket has in fact freed.
-            // Reading those answers first gives it that connection now;
-            // waiting in the pool's queue is both later and dearer (a
-            // hand-over through a channel, and another wake-up), and at
-            // high rates it used to be what filled the queue first.
+            // Reading those answers first gives it that connection now,
+            // instead of a wait in the worker's queue (see
+            // [`crate::runners`]) that would count as pool wait and, at
+            // high rates, used to be what filled the queue first.
             settle(&runners, true).await;
             unread = false;
             now = Instant::now();

@@ -159,10 +159,11 @@ impl Http2Client {
             }),
         }
     }
+
     /// The count of this client's waiting requests, shared with those the
     /// worker holds ([`super::Queued`]).
-    pub(super) fn saturation(&self) -> Rc<Saturation> {
-        self.inner.saturation.clone()
+    pub(super) fn saturation(&self) -> &Rc<Saturation> {
+        &self.inner.saturation
     }
 
     /// Time during which requests waited for a stream since the last call,

@@ -314,12 +314,10 @@ impl Transport {
     /// Counts a request the worker holds back as waiting for a connection
     /// (for `GENERATOR_POOL`), until it is sent.
     pub fn queue(&self) -> Queued {
-        let saturation = match &self.kind {
-            Kind::Http1(c) => c.saturation(),
-            Kind::Http2(c) => c.saturation(),
-        };
-        saturation.changed(saturation.waiting.get() + 1);
-        Queued { saturation }
+        match &self.kind {
+            Kind::Http1(c) => c.saturation().wait(),
+            Kind::Http2(c) => c.saturation().wait(),
+        }
     }
 
     /// Whether a request sent now would wait for one of the pool's
@@ -370,9 +368,11 @@ impl Saturation {
     /// gets a connection (or stream) or when its time runs out, so the
     /// count, and the time with any waiting, never includes one that gave
     /// up.
-    fn wait(&self) -> Waiting<'_> {
+    fn wait(self: &Rc<Self>) -> Queued {
         self.changed(self.waiting.get() + 1);
-        Waiting { saturation: self }
+        Queued {
+            saturation: self.clone(),
+        }
     }
 
     fn changed(&self, waiting: usize) {
@@ -397,9 +397,10 @@ impl Saturation {
     }
 }
 
-/// A request the worker holds in its own queue while every connection is
-/// busy ([`Transport::queue`]): it waits there like one in the pool's queue,
-/// and is counted so, but without a task parked for it.
+/// A request counted as waiting for a connection (see [`Saturation::wait`]):
+/// one in a pool's queue, or one the worker holds in its own queue while
+/// every connection is busy ([`Transport::queue`]), with no task parked
+/// for it.
 pub struct Queued {
     saturation: Rc<Saturation>,
 }
@@ -407,18 +408,6 @@ pub struct Queued {
 impl Drop for Queued {
     fn drop(&mut self) {
         let s = &self.saturation;
-        s.changed(s.waiting.get().saturating_sub(1));
-    }
-}
-
-/// A request counted as waiting (see [`Saturation::wait`]).
-struct Waiting<'a> {
-    saturation: &'a Saturation,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let s = self.saturation;
         s.changed(s.waiting.get().saturating_sub(1));
     }
 }

@@ -70,10 +70,11 @@ impl Http1Client {
             }),
         }
     }
+
     /// The count of this client's waiting requests, shared with those the
     /// worker holds ([`crate::client::Queued`]).
-    pub(super) fn saturation(&self) -> Rc<Saturation> {
-        self.inner.saturation.clone()
+    pub(super) fn saturation(&self) -> &Rc<Saturation> {
+        &self.inner.saturation
     }
 
     /// Idle connections and free slots: requests that could start now.

@@ -112,11 +112,10 @@ pub const MAX_HISTOGRAM_HIGHEST: u64 = 1 << 46;
 /// agent encodes with ([`crate::histogram::SIGFIG`]); each extra digit is
 /// ten times the memory.
 pub const MAX_HISTOGRAM_DIGITS: u8 = 3;
-/// Most bytes one histogram may inflate to: a full counts array within
+/// Most bytes one encoded histogram may take: a full counts array within
 /// [`MAX_HISTOGRAM_HIGHEST`] and [`MAX_HISTOGRAM_DIGITS`] at 9 bytes per
-/// count, with room to spare. Inflating stops here, so a small
-/// decompression bomb cannot claim memory.
-pub const MAX_HISTOGRAM_INFLATED_BYTES: usize = 1024 * 1024;
+/// count, with room to spare.
+pub const MAX_HISTOGRAM_BYTES: usize = 1024 * 1024;
 
 /// Largest count one snapshot may carry in any field: more than 10^12
 /// requests in one interval (at most a minute) is no real agent. With the

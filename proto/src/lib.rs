@@ -28,8 +28,9 @@ pub mod v1 {
 
 /// Version of the control protocol. Coordinator and agent refuse to work
 /// together unless they agree, because a silently different interpretation of
-/// a field would corrupt the merged numbers rather than fail loudly.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// a field would corrupt the merged numbers rather than fail loudly. Version 2
+/// sends histograms as plain V2 bytes, no longer deflated ([`histogram`]).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// gRPC metadata key carrying [`PROTOCOL_VERSION`], checked before any message
 /// flows so a mismatch is refused with a clear status.

@@ -232,6 +232,44 @@ def med(xs):
 
 # --- the parts --------------------------------------------------------------
 
+def wake_cost(period_us=400, n=5000):
+    """CPU one sleep and wake-up costs a thread on GEN_CPU, in µs: its own
+    rusage over n absolute sleeps of period_us, less the same loop without
+    the sleep. The open loop pays this once per tick (BENCHMARKS.md), so
+    it is the machine's floor under loadfleet's cost at low rates: on a VM
+    whose halts go through the hypervisor it is tens of µs."""
+    import ctypes
+    import resource
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+    def loop(sleep):
+        t = Timespec()
+        libc.clock_gettime(1, ctypes.byref(t))
+        r0 = resource.getrusage(resource.RUSAGE_THREAD)
+        for _ in range(n):
+            t.tv_nsec += period_us * 1000
+            if t.tv_nsec >= 1_000_000_000:
+                t.tv_sec += 1
+                t.tv_nsec -= 1_000_000_000
+            if sleep:
+                libc.clock_nanosleep(1, 1, ctypes.byref(t), None)
+            else:
+                libc.clock_gettime(1, ctypes.byref(Timespec()))
+        r1 = resource.getrusage(resource.RUSAGE_THREAD)
+        return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(GEN_CPU)})
+    try:
+        return (loop(True) - loop(False)) / n * 1e6
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+
 lines = []
 
 
@@ -394,6 +432,9 @@ def main():
         f"load average before: {os.getloadavg()[0]:.1f}")
     say(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  loadfleet {rev}  "
         + ", ".join(versions))
+    wake = wake_cost()
+    say(f"One sleep and wake-up of a thread on CPU {GEN_CPU} costs it {wake:.1f} µs of CPU: "
+        f"at the open loop's 2,500 ticks a second (400 µs), {wake * 2500 / 1e4:.1f}% of a core")
     say()
     nginx = start_nginx()
     try:

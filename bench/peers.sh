@@ -9,7 +9,8 @@
 # for loadfleet the coordinator and its local agent (which the coordinator
 # waits for), for oha and wrk their one process.
 #
-# Prints, and writes to bench/out/peers.md:
+# Prints, and writes to bench/out/peers.md, after what one sleep and
+# wake-up of a thread costs on this machine (the floor under every tick):
 #   1. three rounds of: wrk closed; oha -q RATE open; loadfleet open at
 #      RATE — requests per generator CPU-second, medians and ratios;
 #   2. a rate ladder to the wall for loadfleet and oha (alternating);

@@ -293,6 +293,22 @@ impl RequestMix {
         self.plain_http
     }
 
+    /// The one URL every request of the mix goes to the host of, when no
+    /// URL has placeholders and all share one scheme and host: the host
+    /// whose connections a run can open ahead (see
+    /// [`crate::client::Transport::open_ahead`]).
+    pub fn sole_target(&self) -> Option<&Uri> {
+        let first = self.specs.first()?.uri.as_ref()?;
+        self.specs
+            .iter()
+            .all(|spec| {
+                spec.uri.as_ref().is_some_and(|uri| {
+                    uri.scheme() == first.scheme() && uri.authority() == first.authority()
+                })
+            })
+            .then_some(first)
+    }
+
     /// Builds the request for fleet-wide arrival `seq`. An error means the
     /// rendered values do not form a valid request (e.g. a data value with a
     /// space in a URL) or aim outside `--allow-target`; the arrival is then
@@ -443,6 +459,26 @@ mod tests {
         assert!(mix("http://127.0.0.1:1/x").is_ok());
         let e = chain(&mix("http://h/{{nope}}").err().unwrap());
         assert!(e.contains("nope"), "{e}");
+    }
+
+    /// Connections can be opened ahead only to the one host every request
+    /// of the mix goes to, known before any URL is rendered.
+    #[test]
+    fn a_sole_target_is_one_static_host() {
+        let mix = |urls: &[&str]| {
+            let templates: Vec<_> = urls.iter().map(|u| template(u, 1)).collect();
+            RequestMix::from_proto(&templates, Some(&data()), None, 0, &AllowList::default())
+                .unwrap()
+        };
+        let one = mix(&["http://h:8080/a", "http://h:8080/b?q=1"]);
+        assert_eq!(one.sole_target().map(|u| u.path()), Some("/a"));
+        assert!(mix(&["http://h:8080/a", "http://g:8080/a"])
+            .sole_target()
+            .is_none());
+        assert!(mix(&["http://h/a", "https://h/a"]).sole_target().is_none());
+        assert!(mix(&["http://h/a", "http://h/{{seq}}"])
+            .sole_target()
+            .is_none());
     }
 
     #[tokio::test]

@@ -51,6 +51,10 @@ const FROZEN: Duration = Duration::from_millis(1500);
 /// The least time left before a tick for it to sleep blind (see [`tick`]):
 /// about what waking a halted CPU costs on a VM.
 const TICK_SLACK: Duration = Duration::from_micros(100);
+/// How far into its schedule a worker looks to count the connections to
+/// open before its start ([`Transport::open_ahead`]): its arrivals due in
+/// the first 10 ms, about as many as would otherwise each open one at once.
+const OPEN_AHEAD: Duration = Duration::from_millis(10);
 /// How many arrivals in a row the open loop may send without looking at
 /// the stop, when it does not wait between them (catching up).
 const STOP_CHECK: u32 = 64;
@@ -502,6 +506,24 @@ async fn open_loop(
         && shared.client.stamps_answers()
         && sc.mix.plain_http();
     let runners = Runners::new();
+    if let Some(uri) = sc.mix.sole_target() {
+        if shared.sse.is_none() && sc.start > Instant::now() {
+            let horizon = OPEN_AHEAD.as_nanos() as u64;
+            let needed = slice
+                .indexed_arrivals()
+                .take_while(|&(_, offset)| offset < horizon)
+                .enumerate()
+                .filter(|(n, _)| n % plan.workers == plan.worker_index)
+                .take(plan.client.connections)
+                .count();
+            // Whatever is not open by the start opens as requests need it.
+            tokio::select! {
+                _ = shared.client.open_ahead(uri, needed) => {}
+                _ = tokio::time::sleep_until(sc.start) => {}
+                _ = stop.cancelled() => {}
+            }
+        }
+    }
     let news = handovers.borrow_and_update().clone();
     sources.absorb(&news);
     // Arrivals since the stop was last looked at: looking takes a lock, so

@@ -96,3 +96,83 @@ fn a_full_pool_reads_its_answers_before_the_tick_sends() {
         "no arrival waits long for a connection an unread answer freed: {ctx}"
     );
 }
+
+/// The connections a run's start needs are open before it: at 2,000 req/s
+/// the first 10 ms bring 20 arrivals, so with 8 connections all 8 are
+/// opened ahead, and the target has accepted them before the first request
+/// reaches it (opened as requests need them, one or two would carry this
+/// rate, each accepted just before its first request). The report still
+/// counts every request as opening a connection or reusing one.
+#[test]
+fn the_start_finds_its_connections_open() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    #[derive(Default)]
+    struct Seen {
+        accepted: Vec<Instant>,
+        first_request: Option<Instant>,
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/", listener.local_addr().expect("address"));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            log.lock().unwrap().accepted.push(Instant::now());
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut pending = Vec::new();
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    log.lock()
+                        .unwrap()
+                        .first_request
+                        .get_or_insert_with(Instant::now);
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if stream.write_all(reply).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let (status, output, r, _) = run_report(
+        "open-ahead",
+        &[
+            "run",
+            "--url",
+            &url,
+            "--local-agents",
+            "1",
+            "--rate",
+            "2000",
+            "--duration",
+            "1s",
+            "--connections",
+            "8",
+        ],
+    );
+    assert_eq!(status.code(), Some(0), "{output}");
+    let seen = seen.lock().unwrap();
+    let first = seen.first_request.expect("requests arrived");
+    let before = seen.accepted.iter().filter(|at| **at < first).count();
+    assert_eq!(before, 8, "connections accepted before the first request");
+    assert_eq!(seen.accepted.len(), 8, "and no more");
+    let t = &r["totals"];
+    assert_eq!(u(&t["completed"]), 2000, "{t}");
+    let p = &t["phases"];
+    let opened = u(&p["connections_opened"]);
+    assert!((1..=8).contains(&opened), "{p}");
+    assert_eq!(opened + u(&p["connections_reused"]), 2000, "{p}");
+    assert_eq!(u(&p["connect_ms"]["count"]), opened, "{p}");
+}

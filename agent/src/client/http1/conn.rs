@@ -10,6 +10,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -43,6 +44,10 @@ pub(in crate::client) struct Conn {
     /// close, the body ran to the close, an exchange failed or stopped
     /// half-way, or the server sent something unasked.
     spent: bool,
+    /// Opened ahead of the run ([`super::Http1Client::open_ahead`]): its
+    /// connect and TLS times, until the first request on it reports them
+    /// as its own, as if it had opened the connection itself.
+    ahead: Option<(Duration, Option<Duration>)>,
 }
 
 impl Conn {
@@ -61,7 +66,23 @@ impl Conn {
             // Until an exchange completes, the connection is in an
             // unknown state; a lease dropped before then closes it.
             spent: false,
+            ahead: None,
         }
+    }
+
+    /// A connection opened before any request needed it, keeping its
+    /// connect and TLS times for the first request that uses it.
+    pub(super) fn opened_ahead(io: Io, connect: Duration, tls: Option<Duration>) -> Self {
+        Self {
+            ahead: Some((connect, tls)),
+            ..Self::new(io)
+        }
+    }
+
+    /// The connect and TLS times of a connection opened ahead, once: for
+    /// the first request on it.
+    pub(super) fn take_ahead(&mut self) -> Option<(Duration, Option<Duration>)> {
+        self.ahead.take()
     }
 
     /// Whether the connection can no longer be used. An idle connection

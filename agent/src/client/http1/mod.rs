@@ -127,6 +127,10 @@ impl Http1Client {
             _ => Bytes::new(),
         };
         let mut lease = self.acquire(authority, &parts.uri, progress).await?;
+        if let Some((connect, tls)) = lease.sender()?.take_ahead() {
+            progress.connect.set(Some(connect));
+            progress.tls.set(tls);
+        }
         let on_wire = progress.went_on_wire();
         let status = lease
             .sender()?
@@ -425,6 +429,61 @@ mod tests {
         assert_eq!(
             c.send(get(port), Instant::now(), None).await.outcome,
             Outcome::Status(200)
+        );
+    }
+
+    /// Connections opened ahead wait idle, within the pool's limit; the
+    /// first request on each reports its connect time as its own (so
+    /// opened + reused still counts every request), later ones reuse it,
+    /// and nothing more is opened.
+    #[tokio::test]
+    async fn connections_opened_ahead_serve_the_first_requests() {
+        let (port, accepted) = slow_server(Duration::ZERO).await;
+        let c = client(3, Duration::from_secs(5));
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        c.open_ahead(&uri, 10).await;
+        assert_eq!(h1(&c).inner.open.get(), 3, "no more than the pool");
+        assert_eq!(c.free_connections(), Some(3), "all idle");
+        assert_eq!(c.take_connections(), vec![(HttpProtocol::Http1, 3)]);
+        let mut phases = Vec::new();
+        for _ in 0..5 {
+            let r = c.send(get(port), Instant::now(), None).await;
+            assert_eq!(r.outcome, Outcome::Status(200));
+            assert!(r.pool_wait.is_none());
+            phases.push(r.phases);
+        }
+        let opened: Vec<_> = phases.iter().filter(|p| p.new_connection).collect();
+        assert_eq!(opened.len(), 3, "{phases:?}");
+        assert!(opened.iter().all(|p| p.connect.is_some() && !p.reused));
+        assert_eq!(phases.iter().filter(|p| p.reused).count(), 2);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(h1(&c).inner.open.get(), 3);
+    }
+
+    /// A connection that cannot be opened ahead, or whose opening is
+    /// dropped half-way (the run started first), leaves no slot taken.
+    #[tokio::test]
+    async fn connections_that_do_not_open_ahead_leave_their_slots() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed: Uri = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        drop(listener);
+        let c = client(4, Duration::from_secs(1));
+        c.open_ahead(&closed, 4).await;
+        assert_eq!(h1(&c).inner.open.get(), 0);
+        assert!(c.take_connections().is_empty());
+
+        let (port, _) = slow_server(Duration::ZERO).await;
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        {
+            let mut opening = std::pin::pin!(c.open_ahead(&uri, 4));
+            let _ = futures::poll!(opening.as_mut());
+        }
+        assert_eq!(
+            c.free_connections(),
+            Some(4),
+            "every slot is free or holds an idle connection"
         );
     }
 

@@ -116,6 +116,35 @@ impl Http1Client {
         }
     }
 
+    /// Opens up to `n` connections to `uri`'s host at once, within the
+    /// pool's limit, and leaves them idle (see [`crate::client::Transport::open_ahead`]).
+    /// A dial that fails, or is dropped unfinished, gives its slot back.
+    pub(in crate::client) async fn open_ahead(&self, uri: &Uri, n: usize) {
+        let Some(key) = uri.authority() else {
+            return;
+        };
+        let mut leases = Vec::new();
+        while leases.len() < n && self.inner.open.get() < self.inner.max_open {
+            self.inner.open.set(self.inner.open.get() + 1);
+            leases.push(Lease::new(self, key, None));
+        }
+        futures::future::join_all(leases.into_iter().map(|mut lease| async move {
+            match self.inner.dialer.dial(uri).await {
+                Ok(dialed) => {
+                    self.inner.established.set(self.inner.established.get() + 1);
+                    lease.sender =
+                        Some(Sender::opened_ahead(dialed.io, dialed.connect, dialed.tls));
+                    lease.finished = true;
+                }
+                Err(e) => tracing::debug!("opening a connection ahead of the run: {e:?}"),
+            }
+            // Given back, the lease leaves its connection idle, or frees
+            // its slot.
+            drop(lease);
+        }))
+        .await;
+    }
+
     /// Takes an idle connection to `key`; closed ones found on the way give
     /// their slots back.
     fn take_idle(&self, key: &Authority) -> Option<Sender> {

@@ -4,10 +4,10 @@
 //! HdrHistogram implementation reads, so merging on the coordinator is an
 //! exact `add` and no percentile is ever averaged. They are not deflated:
 //! a worker encodes its histograms between two arrivals, once an interval,
-//! and deflating one took 150–250 µs against 5–15 µs for the plain bytes
+//! and deflating one took 150–250 µs against 5–17 µs for the plain bytes
 //! (about 1.8 times as many: 1.8 KiB against 1.0 KiB for a second at
-//! 60,000 req/s), so compressing ten of them held every arrival due in
-//! those 2 ms back (BENCHMARKS.md). Values are microseconds; histograms
+//! 60,000 req/s), so deflating its six to ten held every arrival due in
+//! those 1–2.5 ms back (BENCHMARKS.md). Values are microseconds; histograms
 //! auto-resize, and the agent clamps values at
 //! [`crate::bounds::MAX_RECORDED_MICROS`] so the coordinator's bounds on a
 //! decoded histogram hold for every honest one.

@@ -106,6 +106,12 @@ impl Conn {
         }
     }
 
+    /// Whether an exchange on this connection has already ended it (see
+    /// `spent`), without looking at the socket.
+    pub(super) fn is_spent(&self) -> bool {
+        self.spent
+    }
+
     /// Sends one request and reads its whole response, recording the
     /// time to the response head and the body's time in `progress`.
     /// The connection is marked spent unless the exchange completes and

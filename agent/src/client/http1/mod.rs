@@ -561,6 +561,25 @@ mod tests {
         .await
     }
 
+    /// A server that closes an idle keep-alive connection without saying
+    /// so: the connection goes back to the pool as reusable (only the
+    /// exchange's own verdict is kept then), and the next request finds it
+    /// closed when it takes it, so it opens another instead of failing.
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_not_reused() {
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec();
+        let (port, accepted) = scripted_server(vec![ok]).await;
+        let c = client(1, Duration::from_secs(5));
+        let first = c.send(get(port), Instant::now(), None).await;
+        assert_eq!(first.outcome, Outcome::Status(200));
+        // The server's close reaches the idle connection.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let second = c.send(get(port), Instant::now(), None).await;
+        assert_eq!(second.outcome, Outcome::Status(200));
+        assert!(second.phases.new_connection);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
     /// Large bodies (chunked and by length) arrive in many reads and leave
     /// the connection reusable; `Connection: close` ends it, so the next
     /// request opens a new one; a response cut short is `reset`.

@@ -36,7 +36,10 @@ impl Drop for Lease {
         if !self.armed {
             return;
         }
-        let reusable = self.finished && self.sender.as_mut().is_some_and(|s| !s.is_closed());
+        // Only what the exchange itself learned: whether the server closed
+        // since is looked at once, when the connection is next taken
+        // ([`Http1Client::take_idle`]), not here as well.
+        let reusable = self.finished && self.sender.as_ref().is_some_and(|s| !s.is_spent());
         match self.sender.take() {
             Some(s) if reusable => self.client.give_back(&self.key, s),
             _ => self.client.release(),
@@ -77,11 +80,8 @@ impl Http1Client {
     ) -> Result<Lease, ClientFailure> {
         loop {
             if let Some(s) = self.take_idle(key) {
-                let mut lease = Lease::new(self, key, Some(s));
-                if lease.ready() {
-                    return Ok(lease);
-                }
-                continue; // it died; dropping the lease freed its slot
+                // Just found open: no second look at its socket.
+                return Ok(Lease::new(self, key, Some(s)));
             }
             let mut lease = if self.inner.open.get() < self.inner.max_open {
                 self.inner.open.set(self.inner.open.get() + 1);
@@ -151,7 +151,7 @@ impl Http1Client {
         let mut closed = 0;
         let found = {
             let mut idle = self.inner.idle.borrow_mut();
-            let (_, list) = idle.iter_mut().find(|(k, _)| k == key)?;
+            let (_, list) = idle.iter_mut().find(|(k, _)| same_host(k, key))?;
             // Oldest first: the most likely to be ready.
             loop {
                 match list.pop_front() {
@@ -179,7 +179,7 @@ impl Http1Client {
             let mut waiters = self.inner.waiters.borrow_mut();
             waiters
                 .iter()
-                .position(|(k, _)| k == key)
+                .position(|(k, _)| same_host(k, key))
                 .and_then(|pos| waiters.remove(pos))
         };
         if let Some((_, tx)) = waiter {
@@ -198,7 +198,7 @@ impl Http1Client {
             return;
         }
         let mut idle = self.inner.idle.borrow_mut();
-        match idle.iter_mut().find(|(k, _)| k == key) {
+        match idle.iter_mut().find(|(k, _)| same_host(k, key)) {
             Some((_, list)) => list.push_back(sender),
             None => idle.push((key.clone(), VecDeque::from([sender]))),
         }
@@ -221,4 +221,13 @@ impl Http1Client {
             }
         }
     }
+}
+
+/// Whether two authorities name the same host. Nearly always they are the
+/// same bytes (a lease's key is a clone of the URI's), which a plain
+/// comparison settles at once; `Authority`'s own comparison folds case
+/// byte by byte, and at two or three per request it was a visible part of
+/// the agent's work (BENCHMARKS.md).
+fn same_host(a: &Authority, b: &Authority) -> bool {
+    a.as_str() == b.as_str() || a == b
 }

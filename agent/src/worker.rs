@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, Phases, Queued, Transport};
+use crate::client::{ClientConfig, DirectPool, Exchanged, Phases, Queued, Transport};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
 use crate::runners::{Runners, Seat};
@@ -199,6 +199,56 @@ struct Shared {
     /// (another scenario's arrivals, a subscriber's events) would be held
     /// up by a tick's blind sleep.
     alone: bool,
+    /// The pool the open loop drives itself, when the scenario can use one
+    /// (see [`direct_pool`]); its requests then never reach `client`.
+    direct: Option<Rc<DirectPool<Sent>>>,
+}
+
+/// What the open loop keeps with a request in a [`DirectPool`]: its
+/// intended instant and when it was sent.
+type Sent = (Instant, Instant);
+
+/// Where a worker's requests wait for connections, for the figures the
+/// flush reports: the transport's pool, or the loop's own.
+#[derive(Clone)]
+enum PoolFigures {
+    Transport(Transport),
+    Direct(Rc<DirectPool<Sent>>),
+}
+
+impl PoolFigures {
+    fn take_saturated(&self, now: Instant) -> Duration {
+        match self {
+            PoolFigures::Transport(t) => t.take_saturated(now),
+            PoolFigures::Direct(d) => d.take_saturated(now),
+        }
+    }
+
+    fn take_connections(&self) -> Vec<(loadfleet_proto::vocab::HttpProtocol, u64)> {
+        match self {
+            PoolFigures::Transport(t) => t.take_connections(),
+            PoolFigures::Direct(d) => d.take_connections(),
+        }
+    }
+}
+
+/// A pool the open loop drives itself, with no task per request, for a
+/// scenario that can use one: the worker's only scenario, open model, no
+/// subscription, every request HTTP/1.1 over plain TCP to one host. That
+/// is where the agent's cost per request matters most, and the loop
+/// already reads answers on its own ticks there (see [`tick`]).
+fn direct_pool(sc: &ScenarioPlan, client: &Transport, alone: bool) -> Option<Rc<DirectPool<Sent>>> {
+    if !alone || sc.sse.is_some() || !matches!(sc.model, Model::Open { .. }) || !sc.mix.plain_http()
+    {
+        return None;
+    }
+    match client.direct(sc.mix.sole_target()?)? {
+        Ok(pool) => Some(Rc::new(pool)),
+        Err(e) => {
+            tracing::warn!("requests go through tasks: no epoll set for the open loop ({e})");
+            None
+        }
+    }
 }
 
 impl Shared {
@@ -267,10 +317,15 @@ async fn run_scenarios(
             warmup: sc.warmup,
             duration: sc.duration,
             alone,
+            direct: direct_pool(&sc, &client, alone),
         };
         // The pool is the worker's: its saturated time goes with the first
         // scenario's snapshots only, so adding snapshots up counts it once.
-        let pool = states.is_empty().then(|| (client.clone(), plan.workers));
+        let figures = match &shared.direct {
+            Some(d) => PoolFigures::Direct(d.clone()),
+            None => PoolFigures::Transport(client.clone()),
+        };
+        let pool = states.is_empty().then(|| (figures, plan.workers));
         flushers.push(tokio::task::spawn_local(flush_loop(
             shared.recorder.clone(),
             shared.in_flight.clone(),
@@ -323,10 +378,15 @@ async fn run_scenarios(
                 None => Instant::now(),
             };
             let deadline = Instant::now().max(held) + plan.drain;
+            let mut done = Vec::new();
             while shared.in_flight.get() > 0 && Instant::now() < deadline && !stop.is_cancelled() {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+                    _ = pool_news(shared.direct.as_deref()) => {}
                     _ = stop.cancelled() => {}
+                }
+                if let Some(direct) = &shared.direct {
+                    drive(direct, &shared, &mut done);
                 }
             }
         };
@@ -355,14 +415,18 @@ async fn run_scenarios(
     let elapsed = Instant::now().saturating_duration_since(plan.start);
     let up_to = elapsed.as_nanos() as u64 / interval_ns + 1;
     let mut in_flight_at_end = 0;
-    let mut pool_saturated = client.take_saturated(Instant::now()) / plan.workers.max(1) as u32;
+    let figures = match states.first().and_then(|s| s.direct.clone()) {
+        Some(d) => PoolFigures::Direct(d),
+        None => PoolFigures::Transport(client.clone()),
+    };
+    let mut pool_saturated = figures.take_saturated(Instant::now()) / plan.workers.max(1) as u32;
     for s in &states {
         let gauge = Gauge::new(s.in_flight.get(), std::mem::take(&mut pool_saturated));
         let mut snaps = s.recorder.borrow_mut().flush(up_to, gauge);
         if let Some(sse) = &s.sse {
             sse.attach(&mut snaps, up_to);
         }
-        attach_connections(&mut snaps, &client);
+        attach_connections(&mut snaps, &figures);
         let _ = events.send(WorkerEvent::Snapshots(snaps));
         in_flight_at_end += s.in_flight.get();
     }
@@ -517,8 +581,14 @@ async fn open_loop(
                 .take(plan.client.connections)
                 .count();
             // Whatever is not open by the start opens as requests need it.
+            let ahead = async {
+                match &shared.direct {
+                    Some(direct) => direct.open_ahead(needed).await,
+                    None => shared.client.open_ahead(uri, needed).await,
+                }
+            };
             tokio::select! {
-                _ = shared.client.open_ahead(uri, needed) => {}
+                _ = ahead => {}
                 _ = tokio::time::sleep_until(sc.start) => {}
                 _ = stop.cancelled() => {}
             }
@@ -532,6 +602,9 @@ async fn open_loop(
     // A tick slept blind and the answers that came meanwhile are not read
     // yet.
     let mut unread = false;
+    let direct = shared.direct.as_ref();
+    // Outcomes the direct pool gave, to record.
+    let mut done = Vec::new();
     loop {
         if handovers.has_changed().unwrap_or(false) {
             let news = handovers.borrow_and_update().clone();
@@ -555,7 +628,11 @@ async fn open_loop(
             tokio::select! {
                 _ = tokio::time::sleep_until(end) => {}
                 _ = handover_news(&mut handovers) => due = Instant::now(),
+                _ = pool_news(direct.map(|d| &**d)) => due = Instant::now(),
                 _ = stop.cancelled() => break,
+            }
+            if let Some(direct) = direct {
+                drive(direct, shared, &mut done);
             }
             continue;
         };
@@ -575,18 +652,30 @@ async fn open_loop(
                 tokio::select! {
                     _ = tokio::time::sleep_until(coarse) => {}
                     _ = handover_news(&mut handovers) => due = Instant::now(),
+                    _ = pool_news(direct.map(|d| &**d)) => due = Instant::now(),
                     _ = stop.cancelled() => break,
+                }
+                if let Some(direct) = direct {
+                    drive(direct, shared, &mut done);
                 }
                 continue;
             }
             // An arrival sent at its own instant should leave at it; one
             // held back to the quantum is late by design already.
             let exact = wake == intended;
-            let waited = if ticks && !exact {
-                unread = true;
-                tick(timer.as_ref(), wake, &runners, stop).await
-            } else {
-                wait_until(timer.as_ref(), wake, exact, stop).await
+            let waited = match direct {
+                Some(direct) if ticks && !exact => {
+                    unread = true;
+                    tick_direct(timer.as_ref(), wake, direct, shared, &mut done, stop).await
+                }
+                Some(direct) => {
+                    wait_driving(timer.as_ref(), wake, exact, direct, shared, &mut done, stop).await
+                }
+                None if ticks && !exact => {
+                    unread = true;
+                    tick(timer.as_ref(), wake, &runners, stop).await
+                }
+                None => wait_until(timer.as_ref(), wake, exact, stop).await,
             };
             if !waited || stop.is_cancelled() {
                 break;
@@ -599,7 +688,12 @@ async fn open_loop(
             }
             unchecked = 1;
         }
-        if unread && shared.client.pool_full() {
+        if let Some(direct) = direct.filter(|d| unread && d.full()) {
+            // As below, with the loop reading the answers itself.
+            drive(direct, shared, &mut done);
+            unread = false;
+            now = Instant::now();
+        } else if unread && shared.client.pool_full() {
             // The tick sends before it reads (see [`tick`]), but every
             // connection is busy: this arrival would queue for one that
             // an answer already waiting in its socket has in fact freed.
@@ -645,7 +739,12 @@ async fn open_loop(
             });
             continue;
         }
-        if runners.must_hold(|| shared.client.free_connections()) {
+        if let Some(direct) = direct {
+            direct.submit(request, now, (intended, now), &mut done);
+            for ((intended, sent_at), exchanged) in done.drain(..) {
+                record(shared, &exchanged, intended, sent_at);
+            }
+        } else if runners.must_hold(|| shared.client.free_connections()) {
             runners.hold((request, intended, now, Some(shared.client.queue())));
         } else if let Some(seat) = runners.offer((request, intended, now, None)) {
             tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
@@ -717,6 +816,87 @@ async fn tick(
         tokio::time::sleep_until(wake).await;
     }
     true
+}
+
+/// [`tick`] for a loop that drives its own pool: its requests are
+/// written already, so it lets the worker's tasks (the flush, dials) run
+/// once, reads the answers that came in since the last tick, and sleeps
+/// blind until `wake` if there is slack for it.
+async fn tick_direct(
+    timer: Option<&PreciseTimer>,
+    wake: Instant,
+    direct: &Rc<DirectPool<Sent>>,
+    shared: &Shared,
+    done: &mut Vec<(Sent, Exchanged)>,
+    stop: &CancellationToken,
+) -> bool {
+    // Also has tokio's reactor look at the sockets, so that the pool knows
+    // without a system call of its own whether any answer came.
+    tokio::task::yield_now().await;
+    if direct.has_news() {
+        drive(direct, shared, done);
+    }
+    if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
+        return wait_driving(timer, wake, false, direct, shared, done, stop).await;
+    }
+    if let Err(err) = crate::timer::block_until(wake) {
+        tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
+        tokio::time::sleep_until(wake).await;
+    }
+    true
+}
+
+/// [`wait_until`] for a loop that drives its own pool: it takes up the
+/// pool's news as they come while it waits.
+async fn wait_driving(
+    timer: Option<&PreciseTimer>,
+    wake: Instant,
+    exact: bool,
+    direct: &Rc<DirectPool<Sent>>,
+    shared: &Shared,
+    done: &mut Vec<(Sent, Exchanged)>,
+    stop: &CancellationToken,
+) -> bool {
+    let mut sleep = std::pin::pin!(wait_until(timer, wake, exact, stop));
+    loop {
+        tokio::select! {
+            biased;
+            waited = &mut sleep => {
+                // Waits this short watch no deadline of their own (a timer
+                // entry per wake-up): one that passed is taken up now.
+                if direct.next_deadline().is_some_and(|at| at <= Instant::now()) {
+                    drive(direct, shared, done);
+                }
+                return waited;
+            }
+            _ = direct.news() => drive(direct, shared, done),
+        }
+    }
+}
+
+/// Waits until the loop's own pool has something to take up: an answer,
+/// a finished dial, a request whose time ran out. Never, without a pool.
+async fn pool_news(direct: Option<&DirectPool<Sent>>) {
+    let Some(direct) = direct else {
+        return std::future::pending().await;
+    };
+    match direct.next_deadline() {
+        Some(at) => {
+            tokio::select! {
+                _ = direct.news() => {}
+                _ = tokio::time::sleep_until(at) => {}
+            }
+        }
+        None => direct.news().await,
+    }
+}
+
+/// Takes up what the loop's own pool has and records the outcomes.
+fn drive(direct: &Rc<DirectPool<Sent>>, shared: &Shared, done: &mut Vec<(Sent, Exchanged)>) {
+    direct.drive(Instant::now(), done);
+    for ((intended, sent_at), exchanged) in done.drain(..) {
+        record(shared, &exchanged, intended, sent_at);
+    }
 }
 
 /// Lets the worker's tasks run before the open loop goes on: the runners it
@@ -886,6 +1066,11 @@ async fn one_request(
     queued: Option<Queued>,
 ) {
     let exchanged = shared.client.send(request, sent_at, queued).await;
+    record(shared, &exchanged, intended, sent_at);
+}
+
+/// Records one request's outcome and takes it out of the in-flight counts.
+fn record(shared: &Shared, exchanged: &Exchanged, intended: Instant, sent_at: Instant) {
     let done = exchanged.answered.unwrap_or_else(Instant::now);
     let in_scenario = done.saturating_duration_since(shared.scenario_start);
     let in_window = in_scenario >= shared.warmup && in_scenario < shared.duration;
@@ -967,7 +1152,7 @@ async fn one_subscriber(
 async fn flush_loop(
     recorder: Rc<RefCell<Recorder>>,
     in_flight: Rc<Cell<u64>>,
-    pool: Option<(Transport, usize)>,
+    pool: Option<(PoolFigures, usize)>,
     sse: Option<Rc<Hook>>,
     start: Instant,
     interval: Duration,
@@ -999,7 +1184,7 @@ async fn flush_loop(
 /// Puts the connections the worker's transport established since the last
 /// flush on the newest snapshot, by the protocol spoken on them; with no
 /// snapshot to carry them they wait for the next flush.
-fn attach_connections(snaps: &mut [v1::Snapshot], transport: &Transport) {
+fn attach_connections(snaps: &mut [v1::Snapshot], transport: &PoolFigures) {
     if let Some(last) = snaps.last_mut() {
         for (protocol, n) in transport.take_connections() {
             *last

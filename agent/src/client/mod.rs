@@ -27,6 +27,7 @@ use crate::recorder::Outcome;
 pub use dial::{Dialed, Dialer, Io};
 pub use failure::ClientFailure;
 pub use h2::{Answer, Http2Client};
+pub use http1::DirectPool;
 use http1::Http1Client;
 
 /// How a worker's transport is set up; `Send`, so it can cross to the
@@ -306,6 +307,18 @@ impl Transport {
     pub async fn open_ahead(&self, uri: &http::Uri, n: usize) {
         if let Kind::Http1(c) = &self.kind {
             c.open_ahead(uri, n).await;
+        }
+    }
+
+    /// A pool the open loop drives itself ([`DirectPool`]), with this
+    /// transport's connections, timeout and source addresses: for HTTP/1.1
+    /// over plain TCP to `uri`'s host only, `None` otherwise.
+    pub fn direct<T: 'static>(&self, uri: &http::Uri) -> Option<std::io::Result<DirectPool<T>>> {
+        match &self.kind {
+            Kind::Http1(c) if uri.scheme() == Some(&http::uri::Scheme::HTTP) => {
+                Some(c.direct(uri, self.timeout))
+            }
+            _ => None,
         }
     }
 

@@ -28,10 +28,10 @@ use crate::client::Progress;
 /// response head fits in one read. Kept small, and only held while a
 /// response is being read: 10,000 connections at 8 KiB each would be
 /// 80 MiB of the agent's memory.
-const READ_CHUNK: usize = 2 * 1024;
+pub(super) const READ_CHUNK: usize = 2 * 1024;
 /// A large body is read in pieces up to this size; the buffer is given
 /// back after the exchange.
-const READ_MAX: usize = 64 * 1024;
+pub(super) const READ_MAX: usize = 64 * 1024;
 
 pub(in crate::client) struct Conn {
     io: Io,
@@ -232,7 +232,7 @@ impl Conn {
 /// lists each time, as a 2 KiB block is a "large" one to it
 /// (BENCHMARKS.md). A worker is one thread, so the buffers its exchanges
 /// give back wait here, a few of them, for the next exchanges to take.
-mod spare {
+pub(super) mod spare {
     use std::cell::RefCell;
 
     /// At most this many buffers wait: as many as one tick's answers
@@ -244,7 +244,7 @@ mod spare {
     }
 
     /// An empty buffer, with room for a typical answer.
-    pub(super) fn take() -> Vec<u8> {
+    pub(in crate::client::http1) fn take() -> Vec<u8> {
         BUFFERS
             .with_borrow_mut(Vec::pop)
             .unwrap_or_else(|| Vec::with_capacity(super::READ_CHUNK))
@@ -253,7 +253,7 @@ mod spare {
     /// Keeps `buffer` for a later exchange, unless it grew for a large
     /// body (it is freed then: a few large ones would hold megabytes) or
     /// enough wait already.
-    pub(super) fn give(mut buffer: Vec<u8>) {
+    pub(in crate::client::http1) fn give(mut buffer: Vec<u8>) {
         if buffer.capacity() != super::READ_CHUNK {
             return;
         }
@@ -295,7 +295,7 @@ mod spare {
 /// is one that makes sense — after the request went out, and not in the
 /// future ([`crate::sys::Arrival::instant`]); a wall-clock step can break
 /// either — and now otherwise.
-fn arrived(stamp: Option<crate::sys::Arrival>, on_wire: Instant) -> Instant {
+pub(super) fn arrived(stamp: Option<crate::sys::Arrival>, on_wire: Instant) -> Instant {
     stamp
         .and_then(crate::sys::Arrival::instant)
         .filter(|at| *at >= on_wire)

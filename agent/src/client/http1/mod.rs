@@ -3,6 +3,7 @@
 //! it ([`conn`]) and speaking through a lean codec ([`wire`]).
 
 mod conn;
+mod direct;
 mod pool;
 pub(super) mod wire;
 
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 use super::dial::Dialer;
 use super::failure::ClientFailure;
 use super::{Phase, Progress, Saturation};
+pub use direct::DirectPool;
 use pool::Lease;
 
 /// Keep-alive HTTP/1.1 connections owned by one worker.
@@ -138,6 +140,16 @@ impl Http1Client {
             .await?;
         lease.finished = true;
         Ok(status)
+    }
+
+    /// A pool of this client's kind for `uri`'s host that the open loop
+    /// drives itself ([`DirectPool`]), for requests given `timeout`.
+    pub(super) fn direct<T: 'static>(
+        &self,
+        uri: &Uri,
+        timeout: Duration,
+    ) -> std::io::Result<DirectPool<T>> {
+        DirectPool::new(uri, self.inner.dialer.clone(), self.inner.max_open, timeout)
     }
 
     /// A new connection for `uri`, its connect and TLS times kept in the

@@ -1,0 +1,1196 @@
+//! HTTP/1.1 connections driven by the open loop itself: no task, no waker
+//! and no timer entry per request.
+//!
+//! Through [`crate::client::Transport`], every request is a future that a
+//! task polls: the loop hands it to a runner, the runner takes a lease from
+//! the pool, writes, parks its waker on the socket, is woken by tokio's
+//! reactor, reads, and races a timer the whole time. Each step is cheap,
+//! but together they were a third of the agent's user-space instructions
+//! per request (BENCHMARKS.md). Here the open loop writes a request onto an
+//! idle connection the moment it sends it, and reads the answers itself,
+//! from its own epoll set, when it drives the pool. The pool's epoll file
+//! descriptor sits in tokio's reactor as one more source, so the loop can
+//! still wait on it together with its timer, a stop and hand-overs.
+//!
+//! Only what needs the loop's precision comes here: plain `http://` to one
+//! host. Opening a connection (resolution, `--bind`, the connect phase) is
+//! still the [`Dialer`]'s, in a task of its own, as it happens rarely.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io::{ErrorKind as IoKind, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Uri};
+use http_body_util::Full;
+use hyper::body::Body;
+use loadfleet_proto::vocab::HttpProtocol;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Token};
+use tokio::io::unix::AsyncFd;
+use tokio::time::Instant;
+use tokio_util::either::Either;
+
+use super::conn::{arrived, spare, READ_CHUNK, READ_MAX};
+use super::wire::{render, Fed, ResponseReader};
+use crate::client::dial::{Dialed, Dialer};
+use crate::client::failure::ClientFailure;
+use crate::client::{timeout_kind, Exchanged, Phase, Phases, Queued, Saturation};
+use crate::recorder::Outcome;
+
+/// Readiness events taken from the kernel per call; more are taken by
+/// calling again.
+const EVENTS: usize = 256;
+
+/// One request's way through the pool, with the caller's `tag`.
+struct Job<T> {
+    parts: Parts,
+    body: Bytes,
+    /// When the loop sent it out: its time (the timeout) runs from here.
+    sent_at: Instant,
+    tag: T,
+}
+
+impl<T> Job<T> {
+    fn deadline(&self, timeout: Duration) -> Instant {
+        self.sent_at + timeout
+    }
+}
+
+/// A job that found no connection free and no slot to open one.
+struct Waiting<T> {
+    job: Job<T>,
+    /// Counts it in the pool's saturation while it waits.
+    _queued: Queued,
+}
+
+/// An exchange under way on a connection.
+struct Exchange<T> {
+    tag: T,
+    /// When its time runs out.
+    deadline: Instant,
+    reader: ResponseReader,
+    on_wire: Instant,
+    /// When the head, and the last byte read so far, arrived.
+    head_at: Option<Instant>,
+    last_at: Option<Instant>,
+    pool_wait: Option<Duration>,
+    /// The connect and TLS times of the connection, when this request is
+    /// the first on it.
+    opened: Option<(Duration, Option<Duration>)>,
+    /// Read size to ask for next: doubles while reads fill it.
+    chunk: usize,
+}
+
+/// One open connection.
+struct Slot<T> {
+    stream: TcpStream,
+    /// The end of a request the socket did not take at once.
+    unsent: Vec<u8>,
+    /// Answer bytes read and not consumed; allocated only while an answer
+    /// arrives, as in [`super::conn`].
+    input: Vec<u8>,
+    /// Opened and not used yet: its connect and TLS times, for the first
+    /// request on it to report as its own.
+    fresh: Option<(Duration, Option<Duration>)>,
+    busy: Option<Exchange<T>>,
+}
+
+/// A finished dial and the job that asked for it.
+type DialDone<T> = (
+    Job<T>,
+    Option<Duration>,
+    Result<Result<Dialed, ClientFailure>, ()>,
+);
+
+struct State<T> {
+    /// The epoll set's registry (a descriptor of its own), to add and
+    /// drop connections.
+    registry: mio::Registry,
+    events: Events,
+    /// Connections by token; `None` where one was closed.
+    slots: Vec<Option<Slot<T>>>,
+    vacant: Vec<usize>,
+    /// Idle connections, by token; the most recently used last.
+    idle: Vec<usize>,
+    queue: VecDeque<Waiting<T>>,
+    /// Slots taken: connections open or being opened.
+    open: usize,
+    /// No exchange on the wire runs out of time before this: the
+    /// connections are looked over only then (see [`DirectPool::expire`]).
+    next_check: Instant,
+    /// The request being written; shared, as a connection keeps bytes only
+    /// when its socket did not take them all.
+    out: Vec<u8>,
+    /// Connections established since last taken.
+    established: u64,
+}
+
+/// Keep-alive HTTP/1.1 connections to one host, owned by one worker and
+/// driven by its open loop (see the module's comment). `T` is what the
+/// loop keeps with each request and gets back with its outcome.
+pub struct DirectPool<T> {
+    /// The epoll set, which tokio's reactor watches for readiness.
+    ready: AsyncFd<Epoll>,
+    state: RefCell<State<T>>,
+    dialer: Dialer,
+    uri: Uri,
+    /// `host[:port]` as the Host header carries it.
+    host: String,
+    timeout: Duration,
+    max_open: usize,
+    saturation: Rc<Saturation>,
+    /// Dials finished and not yet taken up, and who to wake for them.
+    dialed: RefCell<Vec<DialDone<T>>>,
+    dial_waker: Cell<Option<Waker>>,
+}
+
+/// The pool's epoll set, and its descriptor for tokio's reactor, read once
+/// so that the reactor never needs the set while it is being polled.
+struct Epoll {
+    poll: RefCell<mio::Poll>,
+    fd: RawFd,
+}
+
+impl AsRawFd for Epoll {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl<T: 'static> DirectPool<T> {
+    /// A pool for `uri`'s host, plain `http://` only; at most `connections`
+    /// open at once, each request given `timeout` from when it was sent.
+    /// Must be made on the worker's runtime.
+    pub fn new(
+        uri: &Uri,
+        dialer: Dialer,
+        connections: usize,
+        timeout: Duration,
+    ) -> std::io::Result<Self> {
+        let poll = mio::Poll::new()?;
+        let registry = poll.registry().try_clone()?;
+        let fd = poll.as_raw_fd();
+        let epoll = Epoll {
+            poll: RefCell::new(poll),
+            fd,
+        };
+        // SAFETY: `Epoll` owns the descriptor (through its `mio::Poll`),
+        // returns that same one from every `as_raw_fd`, and keeps it open
+        // until the `AsyncFd` drops it: the contract of a registration
+        // (tokio's safe constructors are deprecated as unsound).
+        let ready =
+            unsafe { AsyncFd::register_with_interest(epoll, tokio::io::Interest::READABLE) }?;
+        let host = uri
+            .authority()
+            .map(|a| a.as_str().to_string())
+            .ok_or_else(|| std::io::Error::new(IoKind::InvalidInput, "the URL has no host"))?;
+        Ok(Self {
+            ready,
+            state: RefCell::new(State {
+                registry,
+                events: Events::with_capacity(EVENTS),
+                slots: Vec::new(),
+                vacant: Vec::new(),
+                idle: Vec::new(),
+                queue: VecDeque::new(),
+                open: 0,
+                next_check: Instant::now() + timeout,
+                out: Vec::with_capacity(512),
+                established: 0,
+            }),
+            dialer,
+            uri: uri.clone(),
+            host,
+            timeout,
+            max_open: connections.max(1),
+            saturation: Rc::default(),
+            dialed: RefCell::new(Vec::new()),
+            dial_waker: Cell::new(None),
+        })
+    }
+
+    /// Opens up to `n` connections before any request needs them, as
+    /// [`crate::client::Transport::open_ahead`] does for the task-driven
+    /// pool: the first request on each reports its connect time as its own.
+    pub async fn open_ahead(&self, n: usize) {
+        let n = n.min(self.max_open.saturating_sub(self.state.borrow().open));
+        self.state.borrow_mut().open += n;
+        let dials = (0..n).map(|_| self.dialer.dial(&self.uri));
+        for dialed in futures::future::join_all(dials).await {
+            let mut state = self.state.borrow_mut();
+            match dialed.map_err(|e| format!("{e:?}")).and_then(|d| {
+                state
+                    .adopt(d.io)
+                    .map(|token| (token, d.connect, d.tls))
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok((token, connect, tls)) => {
+                    if let Some(slot) = state.slots[token].as_mut() {
+                        slot.fresh = Some((connect, tls));
+                    }
+                    state.idle.push(token);
+                }
+                Err(e) => {
+                    state.open -= 1;
+                    tracing::debug!("opening a connection ahead of the run: {e}");
+                }
+            }
+        }
+    }
+
+    /// Sends a request now: onto an idle connection, or a new one if a slot
+    /// is free; otherwise it waits, oldest first, for the next connection
+    /// freed. Its outcome comes out of a later [`Self::drive`].
+    pub fn submit(
+        self: &Rc<Self>,
+        request: Request<Full<Bytes>>,
+        sent_at: Instant,
+        tag: T,
+        done: &mut Vec<(T, Exchanged)>,
+    ) {
+        let (parts, body) = request.into_parts();
+        let job = Job {
+            parts,
+            body: full_bytes(body),
+            sent_at,
+            tag,
+        };
+        let mut state = self.state.borrow_mut();
+        if !state.queue.is_empty() {
+            state.queue.push_back(Waiting {
+                job,
+                _queued: self.saturation.wait(),
+            });
+            return;
+        }
+        if let Some(token) = state.idle.pop() {
+            self.put_on_wire(&mut state, token, job, sent_at, None, done);
+        } else if state.open < self.max_open {
+            state.open += 1;
+            drop(state);
+            self.dial(job, None);
+        } else {
+            state.queue.push_back(Waiting {
+                job,
+                _queued: self.saturation.wait(),
+            });
+        }
+    }
+
+    /// Takes up everything that happened since the last call, up to `now`:
+    /// answers read, connections closed, dials finished, time run out,
+    /// waiting requests sent on the connections freed. Outcomes go to `done`.
+    pub fn drive(self: &Rc<Self>, now: Instant, done: &mut Vec<(T, Exchanged)>) {
+        // What the reactor knows is taken up now; anything arriving after
+        // the look below sets it again (see [`Self::has_news`]).
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(Ok(mut seen)) = self.ready.poll_read_ready(&mut cx) {
+            seen.clear_ready();
+        }
+        let finished = std::mem::take(&mut *self.dialed.borrow_mut());
+        let mut state = self.state.borrow_mut();
+        for (job, pool_wait, result) in finished {
+            self.dial_finished(&mut state, job, pool_wait, result, done);
+        }
+        loop {
+            let polled = self
+                .ready
+                .get_ref()
+                .poll
+                .borrow_mut()
+                .poll(&mut state.events, Some(Duration::ZERO));
+            if let Err(e) = polled {
+                if e.kind() != IoKind::Interrupted {
+                    tracing::warn!("polling the worker's connections: {e}");
+                }
+                break;
+            }
+            let ready: Vec<(usize, bool, bool)> = state
+                .events
+                .iter()
+                .map(|e| {
+                    let ended = e.is_read_closed() || e.is_error();
+                    (e.token().0, e.is_writable(), ended)
+                })
+                .collect();
+            for &(token, writable, ended) in &ready {
+                if writable {
+                    self.flush(&mut state, token, done);
+                }
+                self.read(&mut state, token, ended, done);
+            }
+            if ready.len() < EVENTS {
+                break;
+            }
+        }
+        self.expire(&mut state, now, done);
+    }
+
+    /// Whether [`Self::drive`] has something to take up, as far as the
+    /// reactor has looked: costs no system call.
+    pub fn has_news(&self) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        self.poll_news(&mut cx).is_ready()
+    }
+
+    /// Waits until [`Self::drive`] has something to take up: an answer, a
+    /// closed connection, a finished dial. The drive clears it.
+    pub async fn news(&self) {
+        std::future::poll_fn(|cx| self.poll_news(cx)).await
+    }
+
+    /// A poll rather than tokio's `readable()` and a `Notify`: the loop
+    /// waits for news on every wake-up, and those register a waiter in a
+    /// list under a lock each time.
+    fn poll_news(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.dialed.borrow().is_empty() {
+            return Poll::Ready(());
+        }
+        match self.ready.poll_read_ready(cx) {
+            Poll::Ready(_) => Poll::Ready(()),
+            Poll::Pending => {
+                self.dial_waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+
+    /// When the pool must be driven again at the latest, for a request
+    /// whose time runs out then.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let state = self.state.borrow();
+        let busy = state.open > state.idle.len();
+        let queued = state.queue.front().map(|w| w.job.deadline(self.timeout));
+        busy.then_some(state.next_check)
+            .into_iter()
+            .chain(queued)
+            .min()
+    }
+
+    /// Every slot is taken and no connection is idle: the next request
+    /// would wait.
+    pub fn full(&self) -> bool {
+        let state = self.state.borrow();
+        state.open >= self.max_open && state.idle.is_empty()
+    }
+
+    /// Time during which requests waited for a connection since the last
+    /// call, up to `now`.
+    pub fn take_saturated(&self, now: Instant) -> Duration {
+        self.saturation.take(now)
+    }
+
+    /// Connections established since the last call.
+    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+        match std::mem::take(&mut self.state.borrow_mut().established) {
+            0 => Vec::new(),
+            n => vec![(HttpProtocol::Http1, n)],
+        }
+    }
+
+    /// Opens a connection for `job` in a task of its own; the job goes on
+    /// it when [`Self::drive`] takes the dial up. Its slot is taken.
+    fn dial(self: &Rc<Self>, job: Job<T>, pool_wait: Option<Duration>) {
+        let pool = self.clone();
+        tokio::task::spawn_local(async move {
+            let deadline = job.deadline(pool.timeout);
+            let result = tokio::time::timeout_at(deadline, pool.dialer.dial(&pool.uri))
+                .await
+                .map_err(|_| ());
+            pool.dialed.borrow_mut().push((job, pool_wait, result));
+            if let Some(waker) = pool.dial_waker.take() {
+                waker.wake();
+            }
+        });
+    }
+
+    fn dial_finished(
+        self: &Rc<Self>,
+        state: &mut State<T>,
+        job: Job<T>,
+        pool_wait: Option<Duration>,
+        result: Result<Result<Dialed, ClientFailure>, ()>,
+        done: &mut Vec<(T, Exchanged)>,
+    ) {
+        let outcome = match result {
+            Ok(Ok(dialed)) => {
+                let opened = (dialed.connect, dialed.tls);
+                match state.adopt(dialed.io) {
+                    Ok(token) => {
+                        if let Some(slot) = state.slots[token].as_mut() {
+                            slot.fresh = Some(opened);
+                        }
+                        self.put_on_wire(state, token, job, Instant::now(), pool_wait, done);
+                        return;
+                    }
+                    Err(e) => Outcome::Error(ClientFailure::Connect(e).kind()),
+                }
+            }
+            Ok(Err(failure)) => Outcome::Error(failure.kind()),
+            Err(()) => Outcome::Error(timeout_kind(Phase::Connecting, pool_wait, self.timeout)),
+        };
+        state.open -= 1;
+        done.push((
+            job.tag,
+            Exchanged {
+                outcome,
+                on_wire: None,
+                pool_wait,
+                phases: Phases::default(),
+                answered: None,
+            },
+        ));
+    }
+
+    /// Writes `job` onto the connection at `token`, which must be open and
+    /// not busy. A connection that cannot take it is closed and the job
+    /// fails.
+    fn put_on_wire(
+        &self,
+        state: &mut State<T>,
+        token: usize,
+        job: Job<T>,
+        on_wire: Instant,
+        pool_wait: Option<Duration>,
+        done: &mut Vec<(T, Exchanged)>,
+    ) {
+        let State {
+            registry,
+            slots,
+            out,
+            next_check,
+            ..
+        } = state;
+        let Some(slot) = slots.get_mut(token).and_then(Option::as_mut) else {
+            return;
+        };
+        out.clear();
+        render(&job.parts, &self.host, &job.body, out);
+        let written = loop {
+            match slot.stream.write(out) {
+                Ok(n) => break Ok(n),
+                Err(e) if e.kind() == IoKind::WouldBlock => break Ok(0),
+                Err(e) if e.kind() == IoKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        let opened = slot.fresh.take();
+        let written = written.and_then(|n| {
+            if n < out.len() {
+                slot.unsent.extend_from_slice(&out[n..]);
+                registry.reregister(
+                    &mut slot.stream,
+                    Token(token),
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            done.push((
+                job.tag,
+                Exchanged {
+                    outcome: Outcome::Error(ClientFailure::Io(e).kind()),
+                    on_wire: Some(on_wire),
+                    pool_wait,
+                    phases: phases(opened, None),
+                    answered: None,
+                },
+            ));
+            state.close(token);
+            return;
+        }
+        let deadline = job.deadline(self.timeout);
+        *next_check = (*next_check).min(deadline);
+        slot.busy = Some(Exchange {
+            tag: job.tag,
+            deadline,
+            reader: ResponseReader::new(&job.parts.method),
+            on_wire,
+            head_at: None,
+            last_at: None,
+            pool_wait,
+            opened,
+            chunk: READ_CHUNK,
+        });
+    }
+
+    /// Writes what the socket at `token` did not take before.
+    fn flush(&self, state: &mut State<T>, token: usize, done: &mut Vec<(T, Exchanged)>) {
+        let State {
+            registry, slots, ..
+        } = state;
+        let Some(slot) = slots.get_mut(token).and_then(Option::as_mut) else {
+            return;
+        };
+        while !slot.unsent.is_empty() {
+            match slot.stream.write(&slot.unsent) {
+                Ok(n) => {
+                    slot.unsent.drain(..n);
+                }
+                Err(e) if e.kind() == IoKind::WouldBlock => return,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) => return self.finish(state, token, Err(ClientFailure::Io(e)), done),
+            }
+        }
+        if let Err(e) = registry.reregister(&mut slot.stream, Token(token), Interest::READABLE) {
+            self.finish(state, token, Err(ClientFailure::Io(e)), done);
+        }
+    }
+
+    /// Reads what the connection at `token` has: its answer, or, on an
+    /// idle connection, the server's close (or bytes nobody asked for,
+    /// which end it too). A read that leaves room in the buffer took all
+    /// there was, so the next edge will say when more comes, unless the
+    /// peer has `ended` its side: that edge is this one, and only the read
+    /// after the data sees the end.
+    fn read(
+        &self,
+        state: &mut State<T>,
+        token: usize,
+        ended: bool,
+        done: &mut Vec<(T, Exchanged)>,
+    ) {
+        let Some(slot) = state.slots.get_mut(token).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(ex) = slot.busy.as_mut() else {
+            let mut probe = [0u8; 64];
+            match std::io::Read::read(&mut slot.stream, &mut probe) {
+                Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {}
+                _ => state.close(token),
+            }
+            return;
+        };
+        let result = loop {
+            if slot.input.capacity() == 0 {
+                slot.input = spare::take();
+            }
+            if slot.input.capacity() - slot.input.len() < ex.chunk / 2 {
+                slot.input.reserve(ex.chunk);
+            }
+            let room = slot.input.capacity() - slot.input.len();
+            match loadfleet_sys::recv_stamped(&slot.stream, &mut slot.input) {
+                Ok((0, _)) => {
+                    // The body's last byte came with the last read that
+                    // had any; the close only confirmed it.
+                    let end = ex.last_at.unwrap_or_else(Instant::now);
+                    break Some(
+                        ex.reader
+                            .closed()
+                            .map(|c| (c.status, false, end))
+                            .map_err(ClientFailure::Wire),
+                    );
+                }
+                Ok((n, stamp)) => {
+                    let at = arrived(stamp, ex.on_wire);
+                    ex.last_at = Some(at);
+                    if n == room {
+                        // More is likely waiting: read it in larger pieces.
+                        ex.chunk = (ex.chunk * 2).min(READ_MAX);
+                    }
+                    match ex.reader.feed(&slot.input) {
+                        Ok(Fed::More(used)) => {
+                            slot.input.drain(..used);
+                            if ex.head_at.is_none() && ex.reader.head_done() {
+                                ex.head_at = Some(at);
+                            }
+                            if n < room && !ended {
+                                break None;
+                            }
+                        }
+                        Ok(Fed::Done(used, complete)) => {
+                            // Bytes after the answer, a request not yet all
+                            // written, or the peer's end (whose edge this
+                            // is) end the connection.
+                            let clean =
+                                used == slot.input.len() && slot.unsent.is_empty() && !ended;
+                            spare::give(std::mem::take(&mut slot.input));
+                            break Some(Ok((complete.status, complete.reusable && clean, at)));
+                        }
+                        Err(e) => break Some(Err(ClientFailure::Wire(e))),
+                    }
+                }
+                Err(e) if e.kind() == IoKind::WouldBlock => break None,
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) => break Some(Err(ClientFailure::Io(e))),
+            }
+        };
+        if let Some(result) = result {
+            self.finish(state, token, result, done);
+        }
+    }
+
+    /// Ends the exchange at `token` with `result` (status, whether the
+    /// connection may carry another, when the answer ended): the
+    /// connection goes idle, or closes.
+    fn finish(
+        &self,
+        state: &mut State<T>,
+        token: usize,
+        result: Result<(u16, bool, Instant), ClientFailure>,
+        done: &mut Vec<(T, Exchanged)>,
+    ) {
+        let Some(ex) = state
+            .slots
+            .get_mut(token)
+            .and_then(Option::as_mut)
+            .and_then(|slot| slot.busy.take())
+        else {
+            return;
+        };
+        let exchanged = match result {
+            Ok((status, reusable, end)) => {
+                // An answer that arrived whole in one read has its head
+                // and its end at the same instant.
+                let head_at = ex.head_at.unwrap_or(end);
+                if reusable {
+                    state.idle.push(token);
+                } else {
+                    state.close(token);
+                }
+                Exchanged {
+                    outcome: Outcome::Status(status),
+                    on_wire: Some(ex.on_wire),
+                    pool_wait: ex.pool_wait,
+                    phases: phases(
+                        ex.opened,
+                        Some((
+                            head_at.saturating_duration_since(ex.on_wire),
+                            end.saturating_duration_since(head_at),
+                        )),
+                    ),
+                    answered: Some(end),
+                }
+            }
+            Err(failure) => {
+                state.close(token);
+                Exchanged {
+                    outcome: Outcome::Error(failure.kind()),
+                    on_wire: Some(ex.on_wire),
+                    pool_wait: ex.pool_wait,
+                    phases: phases(ex.opened, None),
+                    answered: None,
+                }
+            }
+        };
+        done.push((ex.tag, exchanged));
+    }
+
+    /// Ends, at their deadlines, the requests whose time ran out by `now`:
+    /// waiting ones as `pool_timeout`, never sent; those on the wire by
+    /// where they spent it, their connections closed. Then sends waiting
+    /// requests on whatever connections are free.
+    fn expire(self: &Rc<Self>, state: &mut State<T>, now: Instant, done: &mut Vec<(T, Exchanged)>) {
+        if now >= state.next_check {
+            // Deadlines only come later than the earliest one kept, except
+            // for a waiting request going onto the wire, which lowers it
+            // (see `put_on_wire`): so nothing is looked at per request.
+            let mut next = now + self.timeout;
+            for token in 0..state.slots.len() {
+                let Some(deadline) = state.slots[token]
+                    .as_ref()
+                    .and_then(|slot| slot.busy.as_ref())
+                    .map(|ex| ex.deadline)
+                else {
+                    continue;
+                };
+                if deadline > now {
+                    next = next.min(deadline);
+                    continue;
+                }
+                let Some(ex) = state.slots[token].as_mut().and_then(|s| s.busy.take()) else {
+                    continue;
+                };
+                state.close(token);
+                done.push((
+                    ex.tag,
+                    Exchanged {
+                        outcome: Outcome::Error(timeout_kind(
+                            Phase::OnWire,
+                            ex.pool_wait,
+                            self.timeout,
+                        )),
+                        on_wire: Some(ex.on_wire),
+                        pool_wait: ex.pool_wait,
+                        phases: phases(ex.opened, None),
+                        answered: Some(deadline),
+                    },
+                ));
+            }
+            // At least a millisecond apart: when requests time out one after
+            // another, a scan per request over thousands of connections
+            // would cost more than the requests.
+            state.next_check = next.max(now + Duration::from_millis(1));
+        }
+        while let Some(front) = state.queue.front() {
+            let now = Instant::now();
+            let deadline = front.job.deadline(self.timeout);
+            let waited = now.saturating_duration_since(front.job.sent_at);
+            if now >= deadline {
+                if let Some(w) = state.queue.pop_front() {
+                    done.push((
+                        w.job.tag,
+                        Exchanged {
+                            outcome: Outcome::Error(timeout_kind(
+                                Phase::Queued,
+                                Some(waited),
+                                self.timeout,
+                            )),
+                            on_wire: None,
+                            pool_wait: Some(deadline.saturating_duration_since(w.job.sent_at)),
+                            phases: Phases::default(),
+                            answered: Some(deadline),
+                        },
+                    ));
+                }
+                continue;
+            }
+            if let Some(token) = state.idle.pop() {
+                if let Some(w) = state.queue.pop_front() {
+                    self.put_on_wire(state, token, w.job, now, Some(waited), done);
+                }
+            } else if state.open < self.max_open {
+                // The dial is not a wait for the pool: the wait ends here.
+                if let Some(w) = state.queue.pop_front() {
+                    state.open += 1;
+                    self.dial(w.job, Some(waited));
+                }
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+impl<T> State<T> {
+    /// Takes a newly opened connection into the epoll set; returns its token.
+    fn adopt(&mut self, io: crate::client::dial::Io) -> std::io::Result<usize> {
+        let Either::Left(tcp) = io else {
+            return Err(std::io::Error::new(
+                IoKind::InvalidInput,
+                "a TLS connection cannot be driven by the open loop",
+            ));
+        };
+        let mut stream = TcpStream::from_std(tcp.into_std()?);
+        if let Err(err) = loadfleet_sys::stamp_arrivals(&stream) {
+            tracing::debug!("answers are timed when read, not when they arrive: {err}");
+        }
+        let token = self.vacant.pop().unwrap_or(self.slots.len());
+        self.registry
+            .register(&mut stream, Token(token), Interest::READABLE)?;
+        let slot = Slot {
+            stream,
+            unsent: Vec::new(),
+            input: Vec::new(),
+            fresh: None,
+            busy: None,
+        };
+        if token == self.slots.len() {
+            self.slots.push(Some(slot));
+        } else {
+            self.slots[token] = Some(slot);
+        }
+        self.established += 1;
+        Ok(token)
+    }
+
+    /// Closes the connection at `token`, giving its slot back.
+    fn close(&mut self, token: usize) {
+        let Some(mut slot) = self.slots.get_mut(token).and_then(Option::take) else {
+            return;
+        };
+        let _ = self.registry.deregister(&mut slot.stream);
+        if slot.busy.is_none() {
+            self.idle.retain(|&t| t != token);
+        }
+        self.vacant.push(token);
+        self.open -= 1;
+    }
+}
+
+/// A request's phases: its connection's opening when it was the first on
+/// it, and its time to first byte and body when it was answered.
+fn phases(
+    opened: Option<(Duration, Option<Duration>)>,
+    answer: Option<(Duration, Duration)>,
+) -> Phases {
+    Phases {
+        connect: opened.map(|(connect, _)| connect),
+        tls: opened.and_then(|(_, tls)| tls),
+        ttfb: answer.map(|(ttfb, _)| ttfb),
+        body: answer.map(|(_, body)| body),
+        new_connection: opened.is_some(),
+        reused: opened.is_none(),
+    }
+}
+
+/// A `Full` body's bytes: it is one frame, ready at once.
+fn full_bytes(body: Full<Bytes>) -> Bytes {
+    let mut body = std::pin::pin!(body);
+    let mut cx = Context::from_waker(Waker::noop());
+    match body.as_mut().poll_frame(&mut cx) {
+        Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+        _ => Bytes::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use loadfleet_proto::vocab::{ErrorKind, HttpProtocol};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::client::{ClientConfig, Transport};
+
+    /// What the test server does with one request: write these pieces, a
+    /// few milliseconds apart (so an answer arrives cut in several reads),
+    /// then close the connection at once, or not.
+    #[derive(Clone)]
+    struct Reply {
+        pieces: Vec<&'static [u8]>,
+        close: bool,
+    }
+
+    fn reply(pieces: &[&'static [u8]]) -> Reply {
+        Reply {
+            pieces: pieces.to_vec(),
+            close: false,
+        }
+    }
+
+    /// A server on loopback that answers requests, on whatever connection
+    /// they come, with the replies in order (none: it never answers).
+    /// Returns its URL and a count of the connections it accepted.
+    async fn server(replies: Vec<Reply>) -> (Uri, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let replies = replies.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut pending = Vec::new();
+                    loop {
+                        let Ok(n) = stream.read(&mut buf).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            pending.drain(..end + 4);
+                            let Some(r) = replies.lock().unwrap().pop_front() else {
+                                continue;
+                            };
+                            for (i, piece) in r.pieces.iter().enumerate() {
+                                if i > 0 {
+                                    tokio::time::sleep(Duration::from_millis(3)).await;
+                                }
+                                if stream.write_all(piece).await.is_err() {
+                                    return;
+                                }
+                            }
+                            if r.close {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (
+            format!("http://127.0.0.1:{port}/").parse().unwrap(),
+            accepted,
+        )
+    }
+
+    fn pool(uri: &Uri, connections: usize, timeout: Duration) -> Rc<DirectPool<u32>> {
+        let transport = Transport::new(ClientConfig {
+            timeout,
+            connections,
+            source: None,
+            more_sources: Vec::new(),
+            tls: crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
+                .unwrap(),
+            protocol: HttpProtocol::Http1,
+        });
+        Rc::new(transport.direct(uri).expect("plain HTTP/1.1").unwrap())
+    }
+
+    fn get(uri: &Uri) -> Request<Full<Bytes>> {
+        Request::get(uri.clone())
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    }
+
+    /// Drives the pool as the open loop does until `n` outcomes are in
+    /// (within 5 s), in the order they came.
+    async fn outcomes(pool: &Rc<DirectPool<u32>>, n: usize) -> Vec<(u32, Exchanged)> {
+        let mut done = Vec::new();
+        let end = Instant::now() + Duration::from_secs(5);
+        while done.len() < n && Instant::now() < end {
+            tokio::select! {
+                _ = pool.news() => {}
+                _ = tokio::time::sleep_until(pool.next_deadline().unwrap_or(end)) => {}
+            }
+            pool.drive(Instant::now(), &mut done);
+        }
+        done
+    }
+
+    async fn local<F: std::future::Future>(f: F) -> F::Output {
+        tokio::task::LocalSet::new().run_until(f).await
+    }
+
+    /// Answers framed every way HTTP/1.1 allows, arriving in pieces, are
+    /// read whole; one whose body runs to the close ends its connection,
+    /// the others leave it for the next request.
+    #[tokio::test]
+    async fn answers_of_every_framing_are_read_in_pieces() {
+        local(async {
+            let (uri, accepted) = server(vec![
+                reply(&[
+                    b"HTTP/1.1 200 OK\r\ncontent-len",
+                    b"gth: 5\r\n\r\nhel",
+                    b"lo",
+                ]),
+                reply(&[
+                    b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n",
+                    b"3\r\nabc\r\n",
+                    b"2;ext=1\r\nde\r\n0\r\ntrailer: x\r\n\r\n",
+                ]),
+                reply(&[b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"]),
+                Reply {
+                    pieces: vec![b"HTTP/1.1 202 Accepted\r\n\r\nuntil", b" the close"],
+                    close: true,
+                },
+                reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]),
+            ])
+            .await;
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            let mut statuses = Vec::new();
+            for n in 0..5 {
+                let mut done = Vec::new();
+                pool.submit(get(&uri), Instant::now(), n, &mut done);
+                assert!(done.is_empty(), "nothing fails at once");
+                let got = outcomes(&pool, 1).await;
+                assert_eq!(got.len(), 1, "answer {n}");
+                let (tag, ex) = got[0];
+                assert_eq!(tag, n);
+                assert!(ex.on_wire.is_some() && ex.pool_wait.is_none());
+                assert!(ex.answered.is_some_and(|at| at >= ex.on_wire.unwrap()));
+                assert!(
+                    ex.phases.ttfb.is_some() && ex.phases.body.is_some(),
+                    "{n}: {ex:?}"
+                );
+                assert_eq!(ex.phases.new_connection, n == 0 || n == 4, "{n}");
+                statuses.push(ex.outcome);
+            }
+            let status = |s| Outcome::Status(s);
+            assert_eq!(
+                statuses,
+                vec![
+                    status(200),
+                    status(201),
+                    status(204),
+                    status(202),
+                    status(200)
+                ]
+            );
+            assert_eq!(accepted.load(Ordering::SeqCst), 2, "one close, one reopen");
+            assert_eq!(pool.take_connections(), vec![(HttpProtocol::Http1, 2)]);
+        })
+        .await;
+    }
+
+    /// A malformed answer is a protocol error, an answer cut short by the
+    /// close is a reset, and bytes after an answer (nobody asked for them)
+    /// end its connection: each time the next request opens a new one.
+    #[tokio::test]
+    async fn bad_answers_fail_and_close_their_connection() {
+        local(async {
+            let (uri, accepted) = server(vec![
+                reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"]),
+                Reply {
+                    pieces: vec![b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort"],
+                    close: true,
+                },
+                reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nxHTTP/1.1 200 OK\r\n"]),
+                reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]),
+            ])
+            .await;
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            let mut got = Vec::new();
+            for n in 0..4 {
+                pool.submit(get(&uri), Instant::now(), n, &mut Vec::new());
+                got.extend(outcomes(&pool, 1).await);
+            }
+            let kinds: Vec<_> = got.iter().map(|(_, ex)| ex.outcome).collect();
+            assert_eq!(
+                kinds,
+                vec![
+                    Outcome::Error(ErrorKind::Protocol),
+                    Outcome::Error(ErrorKind::Reset),
+                    Outcome::Status(200),
+                    Outcome::Status(200),
+                ]
+            );
+            assert!(
+                got[0].1.phases.ttfb.is_none(),
+                "no answer, no time to first byte"
+            );
+            assert_eq!(accepted.load(Ordering::SeqCst), 4);
+        })
+        .await;
+    }
+
+    /// With one connection, requests beyond it wait, oldest first, and
+    /// keep that wait as their pool wait; all go over the one connection.
+    #[tokio::test]
+    async fn requests_beyond_the_pool_wait_their_turn() {
+        local(async {
+            let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            let mut done = Vec::new();
+            for n in 0..4 {
+                pool.submit(get(&uri), Instant::now(), n, &mut done);
+            }
+            assert!(pool.full());
+            let got = outcomes(&pool, 4).await;
+            assert_eq!(
+                got.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                [0, 1, 2, 3]
+            );
+            assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
+            assert!(got[0].1.pool_wait.is_none());
+            assert!(got[1..].iter().all(|(_, ex)| ex.pool_wait.is_some()));
+            assert_eq!(accepted.load(Ordering::SeqCst), 1);
+            assert!(pool.take_saturated(Instant::now()) > Duration::ZERO);
+            assert!(!pool.full(), "the connection is idle again");
+        })
+        .await;
+    }
+
+    /// A server that never answers: the request on the wire times out at
+    /// its deadline, the one waiting behind it is a `pool_timeout`, never
+    /// sent; the stuck connection is closed and its slot serves again.
+    #[tokio::test]
+    async fn requests_out_of_time_end_at_their_deadlines() {
+        local(async {
+            let (uri, accepted) = server(Vec::new()).await;
+            let timeout = Duration::from_millis(150);
+            let pool = pool(&uri, 1, timeout);
+            let sent = Instant::now();
+            pool.submit(get(&uri), sent, 0, &mut Vec::new());
+            pool.submit(get(&uri), sent, 1, &mut Vec::new());
+            let got = outcomes(&pool, 2).await;
+            assert_eq!(got.len(), 2);
+            for (n, ex) in &got {
+                assert_eq!(ex.answered, Some(sent + timeout), "request {n}");
+            }
+            let wire = got.iter().find(|(n, _)| *n == 0).unwrap().1;
+            assert_eq!(wire.outcome, Outcome::Error(ErrorKind::Timeout));
+            assert!(wire.on_wire.is_some());
+            let queued = got.iter().find(|(n, _)| *n == 1).unwrap().1;
+            assert_eq!(queued.outcome, Outcome::Error(ErrorKind::PoolTimeout));
+            assert!(queued.on_wire.is_none());
+            assert_eq!(queued.pool_wait, Some(timeout));
+            assert!(!pool.full(), "the stuck connection gave its slot back");
+            assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        })
+        .await;
+    }
+
+    /// A keep-alive connection the server closes right after its answer
+    /// (its end comes with the answer's bytes, in the same edge) is not
+    /// kept for the next request, which opens a new one instead of failing
+    /// on it.
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_not_reused() {
+        local(async {
+            let (uri, accepted) = server(vec![Reply {
+                pieces: vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
+                close: true,
+            }])
+            .await;
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            pool.submit(get(&uri), Instant::now(), 0, &mut Vec::new());
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got[0].1.outcome, Outcome::Status(200));
+            // The answer said nothing of closing, so the connection is idle
+            // until its close is read.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            pool.drive(Instant::now(), &mut Vec::new());
+            assert!(!pool.full());
+            assert_eq!(pool.state.borrow().open, 0, "the closed one is gone");
+            pool.submit(get(&uri), Instant::now(), 1, &mut Vec::new());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
+        })
+        .await;
+    }
+
+    /// A port nobody listens on: the request that dialled fails as
+    /// refused, with no connection and its slot given back.
+    #[tokio::test]
+    async fn a_refused_dial_fails_its_request_and_frees_the_slot() {
+        local(async {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            drop(listener);
+            let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+            let pool = pool(&uri, 1, Duration::from_secs(2));
+            pool.submit(get(&uri), Instant::now(), 7, &mut Vec::new());
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got[0].0, 7);
+            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Refused));
+            assert!(got[0].1.on_wire.is_none());
+            assert_eq!(pool.state.borrow().open, 0);
+        })
+        .await;
+    }
+
+    /// Connections opened ahead wait idle; the first request on each
+    /// reports its connect time as its own, and nothing more is opened.
+    #[tokio::test]
+    async fn connections_opened_ahead_serve_the_first_requests() {
+        local(async {
+            let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+            let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
+            let pool = pool(&uri, 2, Duration::from_secs(5));
+            pool.open_ahead(5).await;
+            assert_eq!(pool.state.borrow().idle.len(), 2, "no more than the pool");
+            for n in 0..4 {
+                pool.submit(get(&uri), Instant::now(), n, &mut Vec::new());
+            }
+            let got = outcomes(&pool, 4).await;
+            assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
+            let opened = got
+                .iter()
+                .filter(|(_, ex)| ex.phases.new_connection)
+                .count();
+            assert_eq!(opened, 2);
+            assert!(got
+                .iter()
+                .all(|(_, ex)| ex.phases.new_connection == ex.phases.connect.is_some()));
+            assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        })
+        .await;
+    }
+}

@@ -89,6 +89,9 @@ struct RequestSpec {
     method: Method,
     url: Text,
     uri: Option<Uri>,
+    /// `scheme://host[:port]/` when the URL fixes its host, placeholders
+    /// or not (see [`origin`]).
+    origin: Option<Uri>,
     headers: Vec<(HeaderName, Text)>,
     static_headers: Option<HeaderMap>,
     body: Option<Text>,
@@ -157,6 +160,7 @@ impl RequestSpec {
         };
         Ok(RequestSpec {
             method,
+            origin: origin(&url, uri.as_ref()),
             url,
             uri,
             headers,
@@ -190,6 +194,7 @@ impl RequestSpec {
         };
         Ok(RequestSpec {
             method,
+            origin: origin(&url, uri.as_ref()),
             url,
             uri,
             headers,
@@ -200,6 +205,21 @@ impl RequestSpec {
             grpc: Some(GrpcSpec { encoder, message }),
         })
     }
+}
+
+/// `scheme://host[:port]/` of a URL whose host no placeholder touches: a
+/// static one (`uri`), or a template whose text up to the first `/` after
+/// `://` is literal, so that every URL it renders goes to that host.
+fn origin(url: &Text, uri: Option<&Uri>) -> Option<Uri> {
+    let prefix = match uri {
+        Some(uri) => format!("{}://{}/", uri.scheme_str()?, uri.authority()?),
+        None => {
+            let text = url.literal_prefix();
+            let host = text.find("://")? + 3;
+            text[..=host + text[host..].find('/')?].to_string()
+        }
+    };
+    check_url(&prefix).ok()
 }
 
 /// The parts of a request that HTTP and gRPC share, as parsed.
@@ -293,19 +313,16 @@ impl RequestMix {
         self.plain_http
     }
 
-    /// The one URL every request of the mix goes to the host of, when no
-    /// URL has placeholders and all share one scheme and host: the host
-    /// whose connections a run can open ahead (see
-    /// [`crate::client::Transport::open_ahead`]).
-    pub fn sole_target(&self) -> Option<&Uri> {
-        let first = self.specs.first()?.uri.as_ref()?;
+    /// The origin (`scheme://host[:port]/`) of every request of the mix,
+    /// when all share one and no placeholder comes before the end of their
+    /// host: the host whose connections a run can open ahead (see
+    /// [`crate::client::Transport::open_ahead`]) and the open loop can
+    /// drive itself ([`crate::client::Transport::direct`]).
+    pub fn sole_origin(&self) -> Option<&Uri> {
+        let first = self.specs.first()?.origin.as_ref()?;
         self.specs
             .iter()
-            .all(|spec| {
-                spec.uri.as_ref().is_some_and(|uri| {
-                    uri.scheme() == first.scheme() && uri.authority() == first.authority()
-                })
-            })
+            .all(|spec| spec.origin.as_ref() == Some(first))
             .then_some(first)
     }
 
@@ -464,21 +481,29 @@ mod tests {
     /// Connections can be opened ahead only to the one host every request
     /// of the mix goes to, known before any URL is rendered.
     #[test]
-    fn a_sole_target_is_one_static_host() {
+    fn a_sole_origin_is_one_host_that_no_placeholder_touches() {
         let mix = |urls: &[&str]| {
             let templates: Vec<_> = urls.iter().map(|u| template(u, 1)).collect();
             RequestMix::from_proto(&templates, Some(&data()), None, 0, &AllowList::default())
                 .unwrap()
         };
-        let one = mix(&["http://h:8080/a", "http://h:8080/b?q=1"]);
-        assert_eq!(one.sole_target().map(|u| u.path()), Some("/a"));
-        assert!(mix(&["http://h:8080/a", "http://g:8080/a"])
-            .sole_target()
-            .is_none());
-        assert!(mix(&["http://h/a", "https://h/a"]).sole_target().is_none());
-        assert!(mix(&["http://h/a", "http://h/{{seq}}"])
-            .sole_target()
-            .is_none());
+        let origin = |urls: &[&str]| mix(urls).sole_origin().map(|u| u.to_string());
+        let h = Some("http://h:8080/".to_string());
+        assert_eq!(origin(&["http://h:8080/a", "http://h:8080/b?q=1"]), h);
+        assert_eq!(
+            origin(&["http://h:8080/a/{{seq}}", "http://h:8080/?u={{data.user}}"]),
+            h
+        );
+        assert_eq!(origin(&["http://h:8080/a", "http://g:8080/a"]), None);
+        assert_eq!(origin(&["http://h/a", "https://h/a"]), None);
+        assert_eq!(origin(&["http://h:{{agent}}/a"]), None);
+        assert_eq!(origin(&["http://{{data.user}}/a"]), None);
+        assert_eq!(origin(&["http://h:8080", "http://h:8080/a"]), h);
+        assert_eq!(
+            origin(&["http://h:8080?q={{seq}}"]),
+            None,
+            "no '/' ends the host"
+        );
     }
 
     #[tokio::test]

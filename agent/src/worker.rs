@@ -242,7 +242,7 @@ fn direct_pool(sc: &ScenarioPlan, client: &Transport, alone: bool) -> Option<Rc<
     {
         return None;
     }
-    match client.direct(sc.mix.sole_target()?)? {
+    match client.direct(sc.mix.sole_origin()?)? {
         Ok(pool) => Some(Rc::new(pool)),
         Err(e) => {
             tracing::warn!("requests go through tasks: no epoll set for the open loop ({e})");
@@ -570,7 +570,7 @@ async fn open_loop(
         && shared.client.stamps_answers()
         && sc.mix.plain_http();
     let runners = Runners::new();
-    if let Some(uri) = sc.mix.sole_target() {
+    if let Some(uri) = sc.mix.sole_origin() {
         if shared.sse.is_none() && sc.start > Instant::now() {
             let horizon = OPEN_AHEAD.as_nanos() as u64;
             let needed = slice

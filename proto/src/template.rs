@@ -83,6 +83,15 @@ impl Text {
         self.pieces.iter().all(|p| matches!(p, Piece::Literal(_)))
     }
 
+    /// The text before its first placeholder (all of it, when it has
+    /// none).
+    pub fn literal_prefix(&self) -> &str {
+        match self.pieces.first() {
+            Some(Piece::Literal(s)) => s,
+            _ => "",
+        }
+    }
+
     /// True when the text reads the data table.
     pub fn uses_data(&self) -> bool {
         self.pieces.iter().any(|p| matches!(p, Piece::Data(_)))

@@ -811,11 +811,16 @@ async fn tick(
     if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_until(timer, wake, false, stop).await;
     }
+    sleep_blind(wake).await;
+    true
+}
+
+/// A tick's sleep: the thread blocks until `wake`, listening to nothing.
+async fn sleep_blind(wake: Instant) {
     if let Err(err) = crate::timer::block_until(wake) {
         tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
         tokio::time::sleep_until(wake).await;
     }
-    true
 }
 
 /// [`tick`] for a loop that drives its own pool: its requests are
@@ -839,10 +844,7 @@ async fn tick_direct(
     if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_driving(timer, wake, false, direct, shared, done, stop).await;
     }
-    if let Err(err) = crate::timer::block_until(wake) {
-        tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
-        tokio::time::sleep_until(wake).await;
-    }
+    sleep_blind(wake).await;
     true
 }
 

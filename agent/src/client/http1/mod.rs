@@ -163,6 +163,25 @@ impl Http1Client {
     }
 }
 
+/// A test server's side of a keep-alive connection: waits for the next
+/// whole request head in `pending` (reading more as needed) and drops it;
+/// false once the client has closed.
+#[cfg(test)]
+async fn next_request_head(stream: &mut tokio::net::TcpStream, pending: &mut Vec<u8>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            pending.drain(..end + 4);
+            return true;
+        }
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,25 +226,14 @@ mod tests {
     /// A bare HTTP/1.1 server that answers every request with 200 after
     /// `delay`, over keep-alive connections.
     async fn slow_server(delay: Duration) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         server(move |mut stream| async move {
-            let mut buf = vec![0u8; 4096];
             let mut pending = Vec::new();
-            loop {
-                let Ok(n) = stream.read(&mut buf).await else {
+            while next_request_head(&mut stream, &mut pending).await {
+                tokio::time::sleep(delay).await;
+                let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                if stream.write_all(reply).await.is_err() {
                     return;
-                };
-                if n == 0 {
-                    return;
-                }
-                pending.extend_from_slice(&buf[..n]);
-                while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                    pending.drain(..end + 4);
-                    tokio::time::sleep(delay).await;
-                    let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                    if stream.write_all(reply).await.is_err() {
-                        return;
-                    }
                 }
             }
         })

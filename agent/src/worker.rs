@@ -217,6 +217,14 @@ enum PoolFigures {
 }
 
 impl PoolFigures {
+    /// The figures of the pool a scenario's requests go through.
+    fn of(direct: Option<&Rc<DirectPool<Sent>>>, client: &Transport) -> Self {
+        match direct {
+            Some(d) => PoolFigures::Direct(d.clone()),
+            None => PoolFigures::Transport(client.clone()),
+        }
+    }
+
     fn take_saturated(&self, now: Instant) -> Duration {
         match self {
             PoolFigures::Transport(t) => t.take_saturated(now),
@@ -321,10 +329,7 @@ async fn run_scenarios(
         };
         // The pool is the worker's: its saturated time goes with the first
         // scenario's snapshots only, so adding snapshots up counts it once.
-        let figures = match &shared.direct {
-            Some(d) => PoolFigures::Direct(d.clone()),
-            None => PoolFigures::Transport(client.clone()),
-        };
+        let figures = PoolFigures::of(shared.direct.as_ref(), &client);
         let pool = states.is_empty().then(|| (figures, plan.workers));
         flushers.push(tokio::task::spawn_local(flush_loop(
             shared.recorder.clone(),
@@ -415,10 +420,7 @@ async fn run_scenarios(
     let elapsed = Instant::now().saturating_duration_since(plan.start);
     let up_to = elapsed.as_nanos() as u64 / interval_ns + 1;
     let mut in_flight_at_end = 0;
-    let figures = match states.first().and_then(|s| s.direct.clone()) {
-        Some(d) => PoolFigures::Direct(d),
-        None => PoolFigures::Transport(client.clone()),
-    };
+    let figures = PoolFigures::of(states.first().and_then(|s| s.direct.as_ref()), &client);
     let mut pool_saturated = figures.take_saturated(Instant::now()) / plan.workers.max(1) as u32;
     for s in &states {
         let gauge = Gauge::new(s.in_flight.get(), std::mem::take(&mut pool_saturated));

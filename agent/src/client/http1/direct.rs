@@ -1049,6 +1049,31 @@ mod tests {
         .await;
     }
 
+    /// A hostile server whose head never ends: the loop reads it only up
+    /// to the reader's bound, then fails the request as a protocol error
+    /// and drops the connection, instead of buffering without end.
+    #[tokio::test]
+    async fn a_head_that_never_ends_is_cut_at_the_bound() {
+        local(async {
+            let endless: &'static [u8] = Box::leak(
+                [
+                    b"HTTP/1.1 200 OK\r\n".as_slice(),
+                    &b"x-pad: y\r\n".repeat(10_000),
+                ]
+                .concat()
+                .into_boxed_slice(),
+            );
+            assert!(endless.len() > super::super::wire::MAX_HEAD_BYTES);
+            let (uri, _) = server(vec![reply(&[endless])]).await;
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            pool.submit(get(&uri), Instant::now(), 0, &mut Vec::new());
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Protocol));
+            assert_eq!(pool.state.borrow().open, 0, "the connection is dropped");
+        })
+        .await;
+    }
+
     /// With one connection, requests beyond it wait, oldest first, and
     /// keep that wait as their pool wait; all go over the one connection.
     #[tokio::test]

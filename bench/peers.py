@@ -434,7 +434,7 @@ def main():
         + ", ".join(versions))
     wake = wake_cost()
     say(f"One sleep and wake-up of a thread on CPU {GEN_CPU} costs it {wake:.1f} µs of CPU: "
-        f"at the open loop's 2,500 ticks a second (400 µs), {wake * 2500 / 1e4:.1f}% of a core")
+        f"at the open loop's 2,000 ticks a second (500 µs), {wake * 2000 / 1e4:.1f}% of a core")
     say()
     nginx = start_nginx()
     try:

@@ -49,7 +49,7 @@ struct Cli {
     /// rates (each wake-up is a context switch). The default is the longest
     /// that keeps send-lag p99 under 0.5 ms (BENCHMARKS.md, "Pacing
     /// precision").
-    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "400us", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "500us", value_parser = humantime::parse_duration)]
     wake_quantum: Duration,
     /// Only send to these targets (`host` or `host:port`, repeatable or
     /// comma-separated): an assignment aimed anywhere else is refused, so a

@@ -179,9 +179,9 @@ fn requests_without_an_outcome_are_incomplete_and_latency_a_lower_bound() {
 /// warning. Above 5% unsent it is an error: the load offered was not the
 /// load planned.
 ///
-/// Arrivals every 125 µs against the 400 µs wake quantum make the lateness
+/// Arrivals every 125 µs against the 500 µs wake quantum make the lateness
 /// certain rather than a matter of the machine: arrivals wait for the next
-/// wake-up, up to 400 µs, and most leave more than the 50 µs allowed late,
+/// wake-up, up to 500 µs, and most leave more than the 50 µs allowed late,
 /// however quiet the machine.
 #[test]
 fn mostly_unsent_is_an_error() {

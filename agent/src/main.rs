@@ -151,6 +151,13 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    if cli.wake_quantum > loadfleet_proto::bounds::MAX_WAKE_QUANTUM {
+        anyhow::bail!(
+            "--wake-quantum {} is too long: at most {} (arrivals may leave up to a quantum late; the default is 500us)",
+            humantime::format_duration(cli.wake_quantum),
+            humantime::format_duration(loadfleet_proto::bounds::MAX_WAKE_QUANTUM)
+        );
+    }
     let client_identity = client_identity(&cli)?;
     let open_files = open_files();
     Ok(AgentConfig {

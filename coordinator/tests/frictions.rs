@@ -354,6 +354,31 @@ fn progress_counts_the_drain_apart() {
     }
 }
 
+/// A wake quantum past the bound (or one so long it would overflow the
+/// clock) is refused at the start, naming the flag and the limit, not a
+/// panic in the middle of a run.
+#[test]
+fn an_agent_refuses_a_wake_quantum_past_its_bound() {
+    for quantum in ["101ms", "1h", "500000000years"] {
+        let mut a = agent();
+        a.args([
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+            "--wake-quantum",
+            quantum,
+        ]);
+        let (status, output) = run(a, "agent", Duration::from_secs(30));
+        assert_eq!(status.code(), Some(2), "{quantum}: {output}");
+        assert!(
+            output.contains("--wake-quantum") && output.contains("at most 100ms"),
+            "{quantum}: {output}"
+        );
+        assert!(!output.contains("panicked"), "{quantum}: {output}");
+    }
+}
+
 /// Item 11: an agent dialling `http://` at a TLS coordinator is told to use
 /// https://, not "h2 protocol error".
 #[test]

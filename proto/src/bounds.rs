@@ -37,6 +37,9 @@ pub const MAX_DRAIN: Duration = Duration::from_secs(3600);
 pub const MAX_THINK: Duration = Duration::from_secs(3600);
 /// Longest allowed lag behind schedule before an arrival is `late`.
 pub const MAX_LAG: Duration = Duration::from_secs(3600);
+/// Longest wake quantum an agent takes (`--wake-quantum`): arrivals may
+/// leave up to a quantum late, and past 100 ms that is no longer pacing.
+pub const MAX_WAKE_QUANTUM: Duration = Duration::from_millis(100);
 /// Shortest snapshot interval: each interval is a set of histograms on the
 /// agent and in the report, so a tiny one would allocate without end.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);

@@ -72,6 +72,11 @@ impl<J> Runners<J> {
         busy > 0 && free().is_some_and(|free| free <= self.pending.get())
     }
 
+    /// Jobs wait in the backlog for a connection to free up.
+    pub fn backlogged(&self) -> bool {
+        !self.backlog.borrow().is_empty()
+    }
+
     /// Jobs offered to runners that have not taken them up yet.
     pub fn pending(&self) -> usize {
         self.pending.get()

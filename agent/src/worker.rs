@@ -819,6 +819,13 @@ async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
 /// lag (measured without this rule, in a build that also read the answers
 /// before sending: send-lag p99 0.4–0.7 ms became 0.9–2.8 ms at
 /// 50,000–60,000 req/s on one core, BENCHMARKS.md).
+///
+/// Nor while requests wait for a connection: the answers that free one
+/// must be read as they come. Slept through, each connection carried one
+/// request a tick, so a tick's arrivals beyond the pool (more than 64 at
+/// 500 µs and 130,000 req/s) waited for the next, the queue grew to the
+/// in-flight cap and arrivals went unsent, where the connections could
+/// carry several times that (BENCHMARKS.md, "Wake-ups a quantum apart").
 async fn tick(
     timer: Option<&PreciseTimer>,
     wake: Instant,
@@ -827,7 +834,7 @@ async fn tick(
 ) -> bool {
     // The requests just fired write themselves out.
     settle(runners, false).await;
-    if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
+    if runners.backlogged() || wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_until(timer, wake, false, stop).await;
     }
     sleep_blind(wake).await;
@@ -845,7 +852,8 @@ async fn sleep_blind(wake: Instant) {
 /// [`tick`] for a loop that drives its own pool: its requests are
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
-/// blind until `wake` if there is slack for it.
+/// blind until `wake` if there is slack for it and nothing waits for a
+/// connection.
 async fn tick_direct(
     timer: Option<&PreciseTimer>,
     wake: Instant,
@@ -860,7 +868,7 @@ async fn tick_direct(
     if direct.has_news() {
         drive(direct, shared, done);
     }
-    if wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
+    if direct.queued() || wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_driving(timer, wake, false, direct, shared, done, stop).await;
     }
     sleep_blind(wake).await;

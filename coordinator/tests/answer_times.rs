@@ -90,11 +90,60 @@ fn a_full_pool_reads_its_answers_before_the_tick_sends() {
     assert_eq!(u(&t["intended"]), 1950, "{ctx}");
     assert_eq!(u(&t["sent"]), 1950, "{ctx}");
     assert_eq!(u(&t["completed"]), 1950, "{ctx}");
-    let waits = &t["pool_wait_ms"];
     assert!(
-        f(&waits["max"]) < 50.0,
+        longest_pool_wait(t) < 50.0,
         "no arrival waits long for a connection an unread answer freed: {ctx}"
     );
+}
+
+/// Nor does a tick sleep through the answers while its arrivals wait for a
+/// connection: five arrivals a tick (1,000 req/s, 5 ms quantum) on two
+/// connections. Slept through (the build before), each connection carried
+/// one request a tick and the queue grew for the whole run: 2,428 of 3,000
+/// completed, pool wait p50 865 ms. Read as they come, the answers free the
+/// connections for the rest of the tick's arrivals at once: all 3,000, pool
+/// wait p50 0.09 ms, max 0.7 ms (debug build).
+#[test]
+fn a_tick_with_requests_waiting_reads_the_answers_as_they_come() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let url = format!("http://{addr}/");
+    let (_, output, r, _) = run_report_with_env(
+        "waiting-tick",
+        &[
+            "run",
+            "--url",
+            &url,
+            "--local-agents",
+            "1",
+            "--rate",
+            "1000",
+            "--duration",
+            "3s",
+            "--connections",
+            "2",
+            "--drain",
+            "2s",
+        ],
+        &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
+    );
+    let t = &r["totals"];
+    let ctx = format!("{t}\n{output}");
+    assert_eq!(u(&t["intended"]), 3000, "{ctx}");
+    assert_eq!(u(&t["sent"]), 3000, "{ctx}");
+    assert_eq!(u(&t["completed"]), 3000, "{ctx}");
+    assert!(
+        longest_pool_wait(t) < 25.0,
+        "arrivals wait for answers read as they come, not for the next tick: {ctx}"
+    );
+}
+
+/// The longest wait for a connection in ms, 0 when none waited (the
+/// report then has no `pool_wait_ms`).
+fn longest_pool_wait(totals: &serde_json::Value) -> f64 {
+    match &totals["pool_wait_ms"] {
+        serde_json::Value::Null => 0.0,
+        waits => f(&waits["max"]),
+    }
 }
 
 /// The connections a run's start needs are open before it: at 2,000 req/s

@@ -381,6 +381,12 @@ impl<T: 'static> DirectPool<T> {
         state.open >= self.max_open && state.idle.is_empty()
     }
 
+    /// Requests wait for a connection: the answers that free one should be
+    /// read as they come, not at the next tick.
+    pub fn queued(&self) -> bool {
+        !self.state.borrow().queue.is_empty()
+    }
+
     /// Time during which requests waited for a connection since the last
     /// call, up to `now`.
     pub fn take_saturated(&self, now: Instant) -> Duration {

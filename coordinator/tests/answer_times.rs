@@ -61,37 +61,12 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
 /// grew for the whole run (pool wait p50 375 ms, max 743 ms, measured on
 /// the build before). Reading first gives one request per connection per
 /// tick, so nothing waits for more than about a tick (2.0 ms p50, 2.8–4.0
-/// ms max measured).
+/// ms max measured; since the rule below, nothing waits at all).
 #[test]
 fn a_full_pool_reads_its_answers_before_the_tick_sends() {
-    let (_testbed, addr) = start_testbed(&[]);
-    let url = format!("http://{addr}/");
-    let (_, output, r, _) = run_report_with_env(
-        "full-pool-tick",
-        &[
-            "run",
-            "--url",
-            &url,
-            "--local-agents",
-            "1",
-            "--rate",
-            "650",
-            "--duration",
-            "3s",
-            "--connections",
-            "2",
-            "--drain",
-            "2s",
-        ],
-        &[("LOADFLEET_WAKE_QUANTUM", "2ms")],
-    );
-    let t = &r["totals"];
-    let ctx = format!("{t}\n{output}");
-    assert_eq!(u(&t["intended"]), 1950, "{ctx}");
-    assert_eq!(u(&t["sent"]), 1950, "{ctx}");
-    assert_eq!(u(&t["completed"]), 1950, "{ctx}");
+    let (t, ctx) = three_seconds_on_two_connections("full-pool-tick", 650, "2ms");
     assert!(
-        longest_pool_wait(t) < 50.0,
+        longest_pool_wait(&t) < 50.0,
         "no arrival waits long for a connection an unread answer freed: {ctx}"
     );
 }
@@ -105,10 +80,26 @@ fn a_full_pool_reads_its_answers_before_the_tick_sends() {
 /// wait p50 0.09 ms, max 0.7 ms (debug build).
 #[test]
 fn a_tick_with_requests_waiting_reads_the_answers_as_they_come() {
+    let (t, ctx) = three_seconds_on_two_connections("waiting-tick", 1000, "5ms");
+    assert!(
+        longest_pool_wait(&t) < 25.0,
+        "arrivals wait for answers read as they come, not for the next tick: {ctx}"
+    );
+}
+
+/// Three seconds at `rate` against the testbed on two connections, with
+/// the wake quantum `quantum`: every arrival must be sent and answered.
+/// Returns the report's totals and what to show when an assertion fails.
+fn three_seconds_on_two_connections(
+    name: &str,
+    rate: u64,
+    quantum: &str,
+) -> (serde_json::Value, String) {
     let (_testbed, addr) = start_testbed(&[]);
     let url = format!("http://{addr}/");
+    let rate_arg = rate.to_string();
     let (_, output, r, _) = run_report_with_env(
-        "waiting-tick",
+        name,
         &[
             "run",
             "--url",
@@ -116,7 +107,7 @@ fn a_tick_with_requests_waiting_reads_the_answers_as_they_come() {
             "--local-agents",
             "1",
             "--rate",
-            "1000",
+            &rate_arg,
             "--duration",
             "3s",
             "--connections",
@@ -124,17 +115,15 @@ fn a_tick_with_requests_waiting_reads_the_answers_as_they_come() {
             "--drain",
             "2s",
         ],
-        &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
+        &[("LOADFLEET_WAKE_QUANTUM", quantum)],
     );
-    let t = &r["totals"];
+    let t = r["totals"].clone();
     let ctx = format!("{t}\n{output}");
-    assert_eq!(u(&t["intended"]), 3000, "{ctx}");
-    assert_eq!(u(&t["sent"]), 3000, "{ctx}");
-    assert_eq!(u(&t["completed"]), 3000, "{ctx}");
-    assert!(
-        longest_pool_wait(t) < 25.0,
-        "arrivals wait for answers read as they come, not for the next tick: {ctx}"
-    );
+    let intended = 3 * rate;
+    assert_eq!(u(&t["intended"]), intended, "{ctx}");
+    assert_eq!(u(&t["sent"]), intended, "{ctx}");
+    assert_eq!(u(&t["completed"]), intended, "{ctx}");
+    (t, ctx)
 }
 
 /// The longest wait for a connection in ms, 0 when none waited (the

@@ -10,6 +10,10 @@ use loadfleet_agent::exit;
 use loadfleet_agent::session::{self, SessionEnd, SessionError};
 use loadfleet_agent::sys;
 
+/// The wake quantum the agent runs with unless told otherwise (see
+/// `--wake-quantum`): the longest that keeps send-lag p99 under 0.5 ms.
+const DEFAULT_WAKE_QUANTUM: &str = "500us";
+
 /// A loadfleet agent: joins a coordinator and sends its share of the load.
 #[derive(Debug, Parser)]
 #[command(name = "loadfleet-agent", version)]
@@ -49,7 +53,7 @@ struct Cli {
     /// rates (each wake-up is a context switch). The default is the longest
     /// that keeps send-lag p99 under 0.5 ms (BENCHMARKS.md, "Pacing
     /// precision").
-    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = "500us", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = DEFAULT_WAKE_QUANTUM, value_parser = humantime::parse_duration)]
     wake_quantum: Duration,
     /// Only send to these targets (`host` or `host:port`, repeatable or
     /// comma-separated): an assignment aimed anywhere else is refused, so a
@@ -153,7 +157,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
     };
     if cli.wake_quantum > loadfleet_proto::bounds::MAX_WAKE_QUANTUM {
         anyhow::bail!(
-            "--wake-quantum {} is too long: at most {} (arrivals may leave up to a quantum late; the default is 500us)",
+            "--wake-quantum {} is too long: at most {} (arrivals may leave up to a quantum late; the default is {DEFAULT_WAKE_QUANTUM})",
             humantime::format_duration(cli.wake_quantum),
             humantime::format_duration(loadfleet_proto::bounds::MAX_WAKE_QUANTUM)
         );

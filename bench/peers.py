@@ -38,7 +38,7 @@ LADDER = [int(r) for r in os.environ.get(
 LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
 MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
 MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))
-PARTS = os.environ.get("PARTS", "peers ladder accuracy memory").split()
+PARTS = os.environ.get("PARTS", "peers ladder wall accuracy memory").split()
 GEN_CPU = os.environ.get("GEN_CPU", "0")
 TARGET_CPU = os.environ.get("TARGET_CPU", "1")
 # Extra agent settings for every loadfleet run, e.g. LOADFLEET_WAKE_QUANTUM.
@@ -218,6 +218,7 @@ def loadfleet(url, rate, seconds, tag, connections=CONNECTIONS, max_in_flight=10
             "unsent": t["unsent"]["total"], "sent": t["sent"],
             "lag_p99_ms": (a.get("lag_ms") or {}).get("p99", float("nan")),
             "p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"), "p999_ms": lat.get("p999"),
+            "pool_wait_p99_ms": (t.get("pool_wait_ms") or {}).get("p99", 0.0),
             "max_in_flight": max((i.get("max_in_flight", 0) for i in r.get("intervals", [])),
                                  default=None),
             "rss_last_mib": rss_last / 1024, "rss_peak_mib": rss_peak / 1024}
@@ -357,6 +358,38 @@ def part_ladder(nginx):
     return held
 
 
+def part_wall(nginx):
+    """P2 asked directly, pair by pair: wrk closed, then at once loadfleet
+    open at the rate wrk just reached. On a VM whose speed drifts by ±10%
+    from one minute to the next, a ladder's step and the median of wrk's
+    rounds taken minutes apart can land on either side of each other; a
+    pair taken back to back cannot drift much, and asks exactly whether
+    the open rate held is at least the closed one."""
+    say(f"### The wall, pair by pair (P2): wrk closed, then loadfleet open at wrk's rate, "
+        f"{SECONDS_RUN} s each, {ROUNDS} pairs")
+    say()
+    say("loadfleet holds wrk's rate with zero unsent and send-lag p99 <= 1 ms "
+        "(the ladder's rule), for as long as wrk ran.")
+    say()
+    say("| pair | wrk closed req/s | loadfleet offered req/s | completed req/s | unsent | "
+        "send-lag p99 ms | pool-wait p99 ms | req per CPU-s (wrk / loadfleet) | held |")
+    say("|---:|---:|---:|---:|---:|---:|---:|---|:--:|")
+    held = 0
+    for i in range(ROUNDS):
+        w = wrk(nginx, SECONDS_RUN, f"wall-wrk-{i}")
+        rate = int(w["rps"]) // 1000 * 1000
+        r = loadfleet(nginx, rate, SECONDS_RUN, f"wall-loadfleet-{i}")
+        ok = r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
+        held += ok
+        say(f"| {i + 1} | {w['rps']:.0f} | {rate} | {r['rps']:.0f} | {r['unsent']} | "
+            f"{r['lag_p99_ms']} | {r.get('pool_wait_p99_ms', '')} | "
+            f"{per_cpu(w):.0f} / {per_cpu(r):.0f} | {'yes' if ok else 'no'} |")
+    say()
+    say(f"P2 pair by pair (goal: held in most pairs): loadfleet held wrk's closed rate "
+        f"in **{held} of {ROUNDS}**")
+    say()
+
+
 def part_accuracy():
     """The 10 ms testbed measured by both tools, next to the same testbed
     with no delay: the difference is the delay as the tools see it, free of
@@ -449,6 +482,8 @@ def main():
                     f"req/s = {held['loadfleet']} / {closed:.0f} = "
                     f"**{held['loadfleet'] / closed:.2f}**")
                 say()
+        if "wall" in PARTS:
+            part_wall(nginx)
         if "accuracy" in PARTS:
             part_accuracy()
         if "memory" in PARTS:

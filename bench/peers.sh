@@ -14,9 +14,11 @@
 #   1. three rounds of: wrk closed; oha -q RATE open; loadfleet open at
 #      RATE — requests per generator CPU-second, medians and ratios;
 #   2. a rate ladder to the wall for loadfleet and oha (alternating);
-#   3. the accuracy check (P3): the testbed with --delay 10ms at 200 req/s,
+#   3. the wall pair by pair (P2): wrk closed, then at once loadfleet open
+#      at the rate wrk just reached, three pairs — held or not;
+#   4. the accuracy check (P3): the testbed with --delay 10ms at 200 req/s,
 #      measured by loadfleet and by oha;
-#   4. the memory check (P4): the agent's RSS after a short and a longer
+#   5. the memory check (P4): the agent's RSS after a short and a longer
 #      run, and with 10,000 requests in flight.
 #
 # Usage: bench/peers.sh [--quick]
@@ -25,7 +27,7 @@
 #        its second miss; the ladder ends when both have)
 #        MEMORY_SHORT=60 MEMORY_LONG=120 (set MEMORY_LONG=600 for the
 #        10-minute check; it then takes ~12 minutes more)
-#        PARTS="peers ladder accuracy memory" (any subset)
+#        PARTS="peers ladder wall accuracy memory" (any subset)
 #
 # Installs what is missing: nginx-light and wrk from Debian, oha with
 # `cargo install oha --locked` (no Debian package; ~4 minutes of compile on

@@ -358,6 +358,39 @@ def part_ladder(nginx):
     return held
 
 
+def cpu_jiffies(cpu):
+    """(busy, total) jiffies of one CPU so far, from /proc/stat."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f[0] == f"cpu{cpu}":
+            ticks = [int(x) for x in f[1:]]
+            return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+    return 0, 0
+
+
+class BusyDuring:
+    """How busy a CPU is in the middle of a run, from 3 s in to 1 s before
+    its end: start-up and drain left out, so that a generator's start does
+    not dilute the figure."""
+
+    def __init__(self, cpu, seconds):
+        import threading
+        self.cpu, self.first, self.last = cpu, None, None
+        self.timers = [threading.Timer(3, self.take, ("first",)),
+                       threading.Timer(max(seconds - 1, 4), self.take, ("last",))]
+        for t in self.timers:
+            t.start()
+
+    def take(self, which):
+        setattr(self, which, cpu_jiffies(self.cpu))
+
+    def share(self):
+        for t in self.timers:
+            t.join()
+        (b0, t0), (b1, t1) = self.first, self.last
+        return (b1 - b0) / (t1 - t0) if t1 > t0 else float("nan")
+
+
 def part_wall(nginx):
     """P2 asked directly, pair by pair: wrk closed, then at once loadfleet
     open at the rate wrk just reached. On a VM whose speed drifts by ±10%
@@ -372,21 +405,33 @@ def part_wall(nginx):
         "(the ladder's rule), for as long as wrk ran.")
     say()
     say("| pair | wrk closed req/s | loadfleet offered req/s | completed req/s | unsent | "
-        "send-lag p99 ms | pool-wait p99 ms | req per CPU-s (wrk / loadfleet) | held |")
-    say("|---:|---:|---:|---:|---:|---:|---:|---|:--:|")
-    held = 0
+        "send-lag p99 ms | pool-wait p99 ms | req per CPU-s (wrk / loadfleet) | "
+        f"target's CPU {TARGET_CPU} busy (wrk / loadfleet) | held |")
+    say("|---:|---:|---:|---:|---:|---:|---:|---|---|:--:|")
+    held, target = 0, []
     for i in range(ROUNDS):
+        busy = BusyDuring(TARGET_CPU, SECONDS_RUN)
         w = wrk(nginx, SECONDS_RUN, f"wall-wrk-{i}")
+        w_busy = busy.share()
         rate = int(w["rps"]) // 1000 * 1000
+        busy = BusyDuring(TARGET_CPU, SECONDS_RUN)
         r = loadfleet(nginx, rate, SECONDS_RUN, f"wall-loadfleet-{i}")
+        r_busy = busy.share()
+        target.append(w_busy)
         ok = r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
         held += ok
         say(f"| {i + 1} | {w['rps']:.0f} | {rate} | {r['rps']:.0f} | {r['unsent']} | "
             f"{r['lag_p99_ms']} | {r.get('pool_wait_p99_ms', '')} | "
-            f"{per_cpu(w):.0f} / {per_cpu(r):.0f} | {'yes' if ok else 'no'} |")
+            f"{per_cpu(w):.0f} / {per_cpu(r):.0f} | {w_busy:.1%} / {r_busy:.1%} | "
+            f"{'yes' if ok else 'no'} |")
     say()
     say(f"P2 pair by pair (goal: held in most pairs): loadfleet held wrk's closed rate "
         f"in **{held} of {ROUNDS}**")
+    if med(target) >= 0.95:
+        say()
+        say(f"Under wrk the target's core was {med(target):.0%} busy (median): wrk's rate is "
+            "about all the target serves, so holding it open loads the target to the brim, "
+            "where any stall of either side leaves a queue that does not drain.")
     say()
 
 

@@ -369,15 +369,15 @@ def cpu_jiffies(cpu):
 
 
 class BusyDuring:
-    """How busy a CPU is in the middle of a run, from 3 s in to 1 s before
-    its end: start-up and drain left out, so that a generator's start does
-    not dilute the figure."""
+    """How busy a CPU is in the middle of a run of `seconds`, from 3 s in to
+    1 s before its end (less in a short run): start-up and drain left out,
+    so that a generator's start does not dilute the figure."""
 
     def __init__(self, cpu, seconds):
         import threading
         self.cpu, self.first, self.last = cpu, None, None
-        self.timers = [threading.Timer(3, self.take, ("first",)),
-                       threading.Timer(max(seconds - 1, 4), self.take, ("last",))]
+        self.timers = [threading.Timer(min(3, 0.3 * seconds), self.take, ("first",)),
+                       threading.Timer(max(seconds - 1, 0.8 * seconds), self.take, ("last",))]
         for t in self.timers:
             t.start()
 
@@ -393,8 +393,8 @@ class BusyDuring:
 
 def part_wall(nginx):
     """P2 asked directly, pair by pair: wrk closed, then at once loadfleet
-    open at the rate wrk just reached. On a VM whose speed drifts by ±10%
-    from one minute to the next, a ladder's step and the median of wrk's
+    open at the rate wrk just reached. On a VM whose speed drifts by a
+    tenth or more from one minute to the next, a ladder's step and the median of wrk's
     rounds taken minutes apart can land on either side of each other; a
     pair taken back to back cannot drift much, and asks exactly whether
     the open rate held is at least the closed one."""
@@ -430,8 +430,9 @@ def part_wall(nginx):
     if med(target) >= 0.95:
         say()
         say(f"Under wrk the target's core was {med(target):.0%} busy (median): wrk's rate is "
-            "about all the target serves, so holding it open loads the target to the brim, "
-            "where any stall of either side leaves a queue that does not drain.")
+            "about all the target serves, so holding it open loads the target to the brim: a "
+            "queue that a stall of either side starts drains only as fast as the target has "
+            "room to spare.")
     say()
 
 

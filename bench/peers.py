@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -224,6 +225,12 @@ def loadfleet(url, rate, seconds, tag, connections=CONNECTIONS, max_in_flight=10
             "rss_last_mib": rss_last / 1024, "rss_peak_mib": rss_peak / 1024}
 
 
+def holds(r):
+    """The rule a loadfleet run holds its rate by, in the ladder and the wall
+    pairs alike: nothing unsent, send-lag p99 within 1 ms."""
+    return r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
+
+
 def per_cpu(r):
     return r["completed"] / r["cpu"] if r["cpu"] > 0 else 0.0
 
@@ -344,7 +351,7 @@ def part_ladder(nginx):
                 unsent, lag = "", ""
             else:
                 r = loadfleet(nginx, rate, LADDER_SECONDS, tag)
-                ok = r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
+                ok = holds(r)
                 unsent, lag = r["unsent"], r["lag_p99_ms"]
             if ok:
                 held[tool] = max(held[tool], rate)
@@ -374,7 +381,6 @@ class BusyDuring:
     so that a generator's start does not dilute the figure."""
 
     def __init__(self, cpu, seconds):
-        import threading
         self.cpu, self.first, self.last = cpu, None, None
         self.timers = [threading.Timer(min(3, 0.3 * seconds), self.take, ("first",)),
                        threading.Timer(max(seconds - 1, 0.8 * seconds), self.take, ("last",))]
@@ -418,7 +424,7 @@ def part_wall(nginx):
         r = loadfleet(nginx, rate, SECONDS_RUN, f"wall-loadfleet-{i}")
         r_busy = busy.share()
         target.append(w_busy)
-        ok = r["unsent"] == 0 and r["lag_p99_ms"] <= 1.0
+        ok = holds(r)
         held += ok
         say(f"| {i + 1} | {w['rps']:.0f} | {rate} | {r['rps']:.0f} | {r['unsent']} | "
             f"{r['lag_p99_ms']} | {r.get('pool_wait_p99_ms', '')} | "

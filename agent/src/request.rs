@@ -102,6 +102,15 @@ struct RequestSpec {
 }
 
 impl RequestSpec {
+    /// Whether every request of this kind is the same: no placeholder in
+    /// its URL, headers or body, and no gRPC framing built per call.
+    fn fixed(&self) -> bool {
+        self.uri.is_some()
+            && self.static_headers.is_some()
+            && self.body.is_none()
+            && self.grpc.is_none()
+    }
+
     fn from_proto(
         t: &v1::RequestTemplate,
         columns: &[String],
@@ -326,6 +335,15 @@ impl RequestMix {
             .then_some(first)
     }
 
+    /// Which of the mix's requests arrival `seq` is, when that request is
+    /// the same bytes every time: a transport may then render it once and
+    /// keep it, instead of building and rendering it per arrival (about a
+    /// tenth of the agent's instructions per request, BENCHMARKS.md).
+    pub fn fixed_kind(&self, seq: u64) -> Option<usize> {
+        let kind = self.interleave.owner(seq);
+        self.specs[kind].fixed().then_some(kind)
+    }
+
     /// Builds the request for fleet-wide arrival `seq`. An error means the
     /// rendered values do not form a valid request (e.g. a data value with a
     /// space in a URL) or aim outside `--allow-target`; the arrival is then
@@ -338,7 +356,9 @@ impl RequestMix {
         rng: &mut SplitMix64,
     ) -> Result<Request<Full<Bytes>>, UnsentReason> {
         let spec = &self.specs[self.interleave.owner(seq)];
-        let row = if self.rows.is_empty() {
+        // A request that uses no data draws no row, so the picks are the
+        // same whether or not its bytes are kept ([`Self::fixed_kind`]).
+        let row = if self.rows.is_empty() || spec.fixed() {
             None
         } else if self.random_rows {
             Some(self.rows[(rng.next_u64() % self.rows.len() as u64) as usize].as_slice())
@@ -530,6 +550,51 @@ mod tests {
             assert_eq!(body, format!("seq={seq}").as_bytes());
         }
         assert_eq!(a, 300, "weights 3:1 give exactly three quarters");
+    }
+
+    /// Only a request with nothing rendered per arrival is fixed: a
+    /// placeholder anywhere (URL, header, body) makes it built each time.
+    #[test]
+    fn only_requests_with_no_placeholder_are_fixed() {
+        let fixed = |t: v1::RequestTemplate| {
+            let mix = RequestMix::from_proto(&[t], Some(&data()), None, 0, &AllowList::default())
+                .unwrap();
+            mix.fixed_kind(7)
+        };
+        let mut plain = template("http://h/a", 1);
+        plain.headers[0].value = "ann".into();
+        plain.body = b"{}".to_vec();
+        assert_eq!(fixed(plain.clone()), Some(0));
+        let mut binary = plain.clone();
+        binary.body = vec![0xff, 0xfe];
+        assert_eq!(fixed(binary), Some(0), "a binary body is sent as it is");
+        let mut url = plain.clone();
+        url.url = "http://h/{{seq}}".into();
+        assert_eq!(fixed(url), None);
+        let mut header = plain.clone();
+        header.headers[0].value = "{{random_id}}".into();
+        assert_eq!(fixed(header), None);
+        let mut body = plain;
+        body.body = b"{{data.user}}".to_vec();
+        assert_eq!(fixed(body), None);
+        let mut b = template("http://h/b", 1);
+        b.headers.clear();
+        b.body.clear();
+        let mix = RequestMix::from_proto(
+            &[template("http://h/a/{{seq}}", 1), b],
+            Some(&data()),
+            None,
+            0,
+            &AllowList::default(),
+        )
+        .unwrap();
+        let kinds: Vec<_> = (0..4).map(|seq| mix.fixed_kind(seq)).collect();
+        assert_eq!(
+            kinds.iter().filter(|k| **k == Some(1)).count(),
+            2,
+            "{kinds:?}"
+        );
+        assert_eq!(kinds.iter().filter(|k| k.is_none()).count(), 2, "{kinds:?}");
     }
 
     #[test]

@@ -28,7 +28,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientConfig, DirectPool, Exchanged, Phases, Queued, Transport};
+use crate::client::{
+    ClientConfig, DirectPool, Exchanged, Fixed, Outgoing, Phases, Queued, Transport,
+};
 use crate::recorder::{Completion, Gauge, Recorder};
 use crate::request::RequestMix;
 use crate::runners::{Runners, Seat};
@@ -607,6 +609,8 @@ async fn open_loop(
     let direct = shared.direct.as_ref();
     // Outcomes the direct pool gave, to record.
     let mut done = Vec::new();
+    // The direct pool's rendering of each request kind that never changes.
+    let mut fixed = Vec::new();
     loop {
         if handovers.has_changed().unwrap_or(false) {
             let news = handovers.borrow_and_update().clone();
@@ -728,6 +732,24 @@ async fn open_loop(
                 .arrival_unsent(interval, UnsentReason::ConcurrencyLimit);
             continue;
         }
+        if let Some(direct) = direct {
+            let request = match shared.mix.fixed_kind(seq) {
+                Some(kind) => fixed_request(&mut fixed, kind, || {
+                    build_or_count(shared, seq, interval).map(|r| direct.fix(r))
+                })
+                .map(Outgoing::Fixed),
+                None => build_or_count(shared, seq, interval).map(Outgoing::Built),
+            };
+            let Some(request) = request else {
+                continue;
+            };
+            shared.mark_sent(interval, lag);
+            direct.submit(request, now, (intended, now), &mut done);
+            for ((intended, sent_at), exchanged) in done.drain(..) {
+                record(shared, &exchanged, intended, sent_at);
+            }
+            continue;
+        }
         let Some(request) = build_or_count(shared, seq, interval) else {
             continue;
         };
@@ -741,12 +763,7 @@ async fn open_loop(
             });
             continue;
         }
-        if let Some(direct) = direct {
-            direct.submit(request, now, (intended, now), &mut done);
-            for ((intended, sent_at), exchanged) in done.drain(..) {
-                record(shared, &exchanged, intended, sent_at);
-            }
-        } else if runners.must_hold(|| shared.client.free_connections()) {
+        if runners.must_hold(|| shared.client.free_connections()) {
             runners.hold((request, intended, now, Some(shared.client.queue())));
         } else if let Some(seat) = runners.offer((request, intended, now, None)) {
             tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
@@ -1052,6 +1069,21 @@ fn build_or_count(
             None
         }
     }
+}
+
+/// The request of `kind`, rendered by `render` the first time only.
+fn fixed_request(
+    kept: &mut Vec<Option<Fixed>>,
+    kind: usize,
+    render: impl FnOnce() -> Option<Fixed>,
+) -> Option<Fixed> {
+    if kept.len() <= kind {
+        kept.resize(kind + 1, None);
+    }
+    if kept[kind].is_none() {
+        kept[kind] = render();
+    }
+    kept[kind].clone()
 }
 
 fn interval_of(shared: &Shared, at: Instant) -> u64 {

@@ -41,9 +41,45 @@ impl Arrival {
     /// since the stamp can do (the caller then has no better time than
     /// now).
     pub fn instant(self) -> Option<Instant> {
+        Clocks::now()?.before(self)
+    }
+}
+
+/// The wall clock and the monotonic clock, read together once for a batch
+/// of stamps: converting each stamp against its own reading of both clocks
+/// was about a twentieth of the agent's instructions per request at the
+/// open loop's ticks, which read ten answers or more at once
+/// (BENCHMARKS.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Clocks {
+    wall: Duration,
+    mono: Instant,
+}
+
+impl Clocks {
+    /// Both clocks now; `None` if the wall clock is before 1970.
+    pub fn now() -> Option<Self> {
         let wall = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
-        let now = Instant::now();
-        now.checked_sub(wall.checked_sub(self.0)?)
+        Some(Self {
+            wall,
+            mono: Instant::now(),
+        })
+    }
+
+    /// `stamp` on the monotonic clock, as [`Arrival::instant`] says. A
+    /// stamp later than this reading (the segment arrived since) is
+    /// converted against a fresh one, which also tells it from a stamp in
+    /// the future.
+    pub fn instant(&self, stamp: Arrival) -> Option<Instant> {
+        match self.wall.checked_sub(stamp.0) {
+            Some(ago) => self.mono.checked_sub(ago),
+            None => stamp.instant(),
+        }
+    }
+
+    /// `stamp` on the monotonic clock if it is no later than this reading.
+    fn before(&self, stamp: Arrival) -> Option<Instant> {
+        self.mono.checked_sub(self.wall.checked_sub(stamp.0)?)
     }
 }
 
@@ -120,6 +156,37 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     use super::*;
+
+    /// One reading of the clocks converts a batch of stamps as each
+    /// stamp's own reading would: one taken before it, one that came
+    /// after it (against a fresh reading), and none in the future.
+    #[test]
+    fn one_reading_converts_stamps_before_and_after_it() {
+        let wall = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let earlier = Arrival(wall() - Duration::from_millis(30));
+        let clocks = Clocks::now().unwrap();
+        let at = clocks.instant(earlier).unwrap();
+        let by_itself = earlier.instant().unwrap();
+        let apart = if at > by_itself {
+            at - by_itself
+        } else {
+            by_itself - at
+        };
+        assert!(apart < Duration::from_millis(5), "{apart:?}");
+        assert!(at + Duration::from_millis(25) <= clocks.mono);
+        std::thread::sleep(Duration::from_millis(20));
+        let later = Arrival(wall());
+        let at = clocks.instant(later).unwrap();
+        assert!(
+            at >= clocks.mono + Duration::from_millis(19),
+            "{at:?} {clocks:?}"
+        );
+        assert!(at <= Instant::now());
+        assert_eq!(
+            clocks.instant(Arrival(wall() + Duration::from_secs(3600))),
+            None
+        );
+    }
 
     #[test]
     fn the_option_is_accepted_on_a_tcp_socket() {

@@ -27,8 +27,8 @@ use crate::recorder::Outcome;
 pub use dial::{Dialed, Dialer, Io};
 pub use failure::ClientFailure;
 pub use h2::{Answer, Http2Client};
-pub use http1::DirectPool;
 use http1::Http1Client;
+pub use http1::{DirectPool, Fixed, Outgoing};
 
 /// How a worker's transport is set up; `Send`, so it can cross to the
 /// worker's thread, where the transport itself is made.

@@ -168,7 +168,7 @@ impl Conn {
                 self.finish(progress, on_wire, head_at, end);
                 return Ok(done.status);
             }
-            let at = arrived(stamp, on_wire);
+            let at = arrived(stamp.and_then(crate::sys::Arrival::instant), on_wire);
             last_at = Some(at);
             match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
@@ -291,13 +291,12 @@ pub(super) mod spare {
     }
 }
 
-/// When bytes read at this moment arrived: the kernel's stamp when there
-/// is one that makes sense — after the request went out, and not in the
-/// future ([`crate::sys::Arrival::instant`]); a wall-clock step can break
-/// either — and now otherwise.
-pub(super) fn arrived(stamp: Option<crate::sys::Arrival>, on_wire: Instant) -> Instant {
+/// When bytes read at this moment arrived: the kernel's stamp, on the
+/// monotonic clock, when there is one that makes sense — after the request
+/// went out, and not in the future ([`crate::sys::Arrival::instant`]); a
+/// wall-clock step can break either — and now otherwise.
+pub(super) fn arrived(stamp: Option<Instant>, on_wire: Instant) -> Instant {
     stamp
-        .and_then(crate::sys::Arrival::instant)
         .filter(|at| *at >= on_wire)
         .unwrap_or_else(Instant::now)
 }

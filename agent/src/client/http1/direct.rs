@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Uri};
+use http::{Method, Request, Uri};
 use http_body_util::Full;
 use hyper::body::Body;
 use loadfleet_proto::vocab::HttpProtocol;
@@ -51,10 +51,45 @@ use crate::recorder::Outcome;
 /// calling again.
 const EVENTS: usize = 256;
 
+/// A request as the loop hands it to the pool. Not boxed: a box would be
+/// one more allocation per built request, to save a few bytes' copy of a
+/// fixed one.
+#[allow(clippy::large_enum_variant)]
+pub enum Outgoing {
+    /// Built for this arrival; rendered as it goes onto the wire.
+    Built(Request<Full<Bytes>>),
+    /// The same every time, rendered once ([`DirectPool::fix`]).
+    Fixed(Fixed),
+}
+
+/// A request's bytes as they go onto the wire, rendered once for every
+/// arrival of a kind that never changes ([`crate::request::RequestMix::fixed_kind`]):
+/// building and rendering it anew was about a tenth of the agent's
+/// instructions per request (BENCHMARKS.md). Shared, not copied, by the
+/// requests that carry it.
+#[derive(Clone)]
+pub struct Fixed(Rc<(Method, Vec<u8>)>);
+
+/// A request as the pool keeps it until it is on the wire (not boxed, as
+/// [`Outgoing`]).
+#[allow(clippy::large_enum_variant)]
+enum Payload {
+    Render(Parts, Bytes),
+    Fixed(Fixed),
+}
+
+impl Payload {
+    fn method(&self) -> &Method {
+        match self {
+            Payload::Render(parts, _) => &parts.method,
+            Payload::Fixed(fixed) => &fixed.0 .0,
+        }
+    }
+}
+
 /// One request's way through the pool, with the caller's `tag`.
 struct Job<T> {
-    parts: Parts,
-    body: Bytes,
+    request: Payload,
     /// When the loop sent it out: its time (the timeout) runs from here.
     sent_at: Instant,
     tag: T,
@@ -249,20 +284,34 @@ impl<T: 'static> DirectPool<T> {
         }
     }
 
+    /// `request` rendered as this pool puts it on the wire, to be sent as
+    /// it is for every arrival of its kind.
+    pub fn fix(&self, request: Request<Full<Bytes>>) -> Fixed {
+        let (parts, body) = request.into_parts();
+        let mut wire = Vec::new();
+        render(&parts, &self.host, &full_bytes(body), &mut wire);
+        Fixed(Rc::new((parts.method, wire)))
+    }
+
     /// Sends a request now: onto an idle connection, or a new one if a slot
     /// is free; otherwise it waits, oldest first, for the next connection
     /// freed. Its outcome comes out of a later [`Self::drive`].
     pub fn submit(
         self: &Rc<Self>,
-        request: Request<Full<Bytes>>,
+        request: Outgoing,
         sent_at: Instant,
         tag: T,
         done: &mut Vec<(T, Exchanged)>,
     ) {
-        let (parts, body) = request.into_parts();
+        let request = match request {
+            Outgoing::Built(request) => {
+                let (parts, body) = request.into_parts();
+                Payload::Render(parts, full_bytes(body))
+            }
+            Outgoing::Fixed(fixed) => Payload::Fixed(fixed),
+        };
         let job = Job {
-            parts,
-            body: full_bytes(body),
+            request,
             sent_at,
             tag,
         };
@@ -305,6 +354,9 @@ impl<T: 'static> DirectPool<T> {
         }
         let epoll = self.ready.get_ref();
         let mut events = epoll.events.borrow_mut();
+        // Every answer read below converts its stamp against this one
+        // reading of the clocks.
+        let clocks = loadfleet_sys::Clocks::now();
         loop {
             let polled = epoll
                 .poll
@@ -324,7 +376,7 @@ impl<T: 'static> DirectPool<T> {
                     self.flush(&mut state, token, done);
                 }
                 let ended = event.is_read_closed() || event.is_error();
-                self.read(&mut state, token, ended, done);
+                self.read(&mut state, token, ended, clocks.as_ref(), done);
             }
             if seen < EVENTS {
                 break;
@@ -477,10 +529,15 @@ impl<T: 'static> DirectPool<T> {
         let Some(slot) = slots.get_mut(token).and_then(Option::as_mut) else {
             return;
         };
-        out.clear();
-        render(&job.parts, &self.host, &job.body, out);
+        let wire = match &job.request {
+            Payload::Render(parts, body) => {
+                render(parts, &self.host, body, out);
+                out.as_slice()
+            }
+            Payload::Fixed(fixed) => fixed.0 .1.as_slice(),
+        };
         let written = loop {
-            match slot.stream.write(out) {
+            match slot.stream.write(wire) {
                 Ok(n) => break Ok(n),
                 Err(e) if e.kind() == IoKind::WouldBlock => break Ok(0),
                 Err(e) if e.kind() == IoKind::Interrupted => continue,
@@ -489,8 +546,8 @@ impl<T: 'static> DirectPool<T> {
         };
         let opened = slot.fresh.take();
         let written = written.and_then(|n| {
-            if n < out.len() {
-                slot.unsent.extend_from_slice(&out[n..]);
+            if n < wire.len() {
+                slot.unsent.extend_from_slice(&wire[n..]);
                 registry.reregister(
                     &mut slot.stream,
                     Token(token),
@@ -518,7 +575,7 @@ impl<T: 'static> DirectPool<T> {
         slot.busy = Some(Exchange {
             tag: job.tag,
             deadline,
-            reader: ResponseReader::new(&job.parts.method),
+            reader: ResponseReader::new(job.request.method()),
             on_wire,
             head_at: None,
             last_at: None,
@@ -562,6 +619,7 @@ impl<T: 'static> DirectPool<T> {
         state: &mut State<T>,
         token: usize,
         ended: bool,
+        clocks: Option<&loadfleet_sys::Clocks>,
         done: &mut Vec<(T, Exchanged)>,
     ) {
         let Some(slot) = state.slots.get_mut(token).and_then(Option::as_mut) else {
@@ -596,7 +654,7 @@ impl<T: 'static> DirectPool<T> {
                     );
                 }
                 Ok((n, stamp)) => {
-                    let at = arrived(stamp, ex.on_wire);
+                    let at = arrived(stamp.and_then(|s| clocks?.instant(s)), ex.on_wire);
                     ex.last_at = Some(at);
                     if n == room {
                         // More is likely waiting: read it in larger pieces.
@@ -928,10 +986,94 @@ mod tests {
         Rc::new(transport.direct(uri).expect("plain HTTP/1.1").unwrap())
     }
 
-    fn get(uri: &Uri) -> Request<Full<Bytes>> {
-        Request::get(uri.clone())
-            .body(Full::new(Bytes::new()))
-            .unwrap()
+    fn get(uri: &Uri) -> Outgoing {
+        Outgoing::Built(
+            Request::get(uri.clone())
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+    }
+
+    /// A request of a kind that never changes goes out, every time, as the
+    /// same request built and rendered afresh would, and keeps its method:
+    /// the answer to a HEAD has no body, whatever its length says.
+    #[tokio::test]
+    async fn a_fixed_request_goes_out_as_rendered_every_time() {
+        local(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let uri: Uri = format!("http://127.0.0.1:{port}/a/b?c=d").parse().unwrap();
+            let server = tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut seen = Vec::new();
+                let mut answered = 0;
+                while answered < 3 {
+                    let mut buf = [0u8; 1024];
+                    let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf)
+                        .await
+                        .unwrap();
+                    assert!(n > 0, "the client closed early");
+                    seen.extend_from_slice(&buf[..n]);
+                    let heads = seen.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                    while answered < heads {
+                        let answer: &[u8] = if answered == 2 {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+                        };
+                        stream.write_all(answer).await.unwrap();
+                        answered += 1;
+                    }
+                }
+                seen
+            });
+            let pool = pool(&uri, 1, Duration::from_secs(5));
+            let request = || {
+                Request::post(uri.clone())
+                    .header("x-kind", "fixed")
+                    .body(Full::new(Bytes::from_static(b"{}")))
+                    .unwrap()
+            };
+            let fixed = pool.fix(request());
+            let head = pool.fix(
+                Request::head(uri.clone())
+                    .body(Full::new(Bytes::new()))
+                    .unwrap(),
+            );
+            for (n, out) in [fixed.clone(), fixed, head].into_iter().enumerate() {
+                let mut done = Vec::new();
+                pool.submit(Outgoing::Fixed(out), Instant::now(), n as u32, &mut done);
+                assert!(done.is_empty(), "nothing fails at once");
+                let got = outcomes(&pool, 1).await;
+                assert_eq!(got.len(), 1, "answer {n}");
+                assert_eq!(
+                    got[0].1.outcome,
+                    Outcome::Status(200),
+                    "{n}: {:?}",
+                    got[0].1
+                );
+            }
+            let (parts, body) = request().into_parts();
+            let mut one = Vec::new();
+            render(
+                &parts,
+                &format!("127.0.0.1:{port}"),
+                &full_bytes(body),
+                &mut one,
+            );
+            let expected = one.repeat(2);
+            let seen = server.await.unwrap();
+            assert!(
+                seen.starts_with(&expected),
+                "{:?}",
+                String::from_utf8_lossy(&seen)
+            );
+            assert_eq!(
+                &seen[expected.len()..],
+                format!("HEAD /a/b?c=d HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n").as_bytes()
+            );
+        })
+        .await;
     }
 
     /// Drives the pool as the open loop does until `n` outcomes are in

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::dial::Dialer;
 use super::failure::ClientFailure;
 use super::{Phase, Progress, Saturation};
-pub use direct::DirectPool;
+pub use direct::{DirectPool, Fixed, Outgoing};
 use pool::Lease;
 
 /// Keep-alive HTTP/1.1 connections owned by one worker.

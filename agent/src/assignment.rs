@@ -119,7 +119,19 @@ pub fn plan_workers(
     let interleave = Arc::new(Interleave::new(&a.weights).map_err(AssignmentError::Weights)?);
     // Vetted against the vocabulary already: empty means HTTP/1.1.
     let protocol = a.protocol.parse().unwrap_or(HttpProtocol::Http1);
-    let tls = crate::tls::target_config(&config.target_roots, a.tls.as_ref(), alpn(protocol))
+    // The system's trust store is read only for a plan that may go over
+    // TLS (see [`crate::tls::TargetRoots`]).
+    let plain = a
+        .scenarios
+        .iter()
+        .flat_map(|sc| &sc.requests)
+        .all(|r| crate::request::plain_http_url(&r.url));
+    let roots = if plain {
+        Arc::new(rustls::RootCertStore::empty())
+    } else {
+        config.target_roots.all()
+    };
+    let tls = crate::tls::target_config(&roots, a.tls.as_ref(), alpn(protocol))
         .map_err(AssignmentError::Tls)?;
     let agent = a.agent_index;
     // Parse every scenario once; workers share the result.
@@ -266,6 +278,46 @@ mod tests {
             }],
             ..Default::default()
         }
+    }
+
+    /// A plan whose every URL is http:// never has the system's trust
+    /// store read (a tenth of a slow agent's start); one https:// URL does.
+    #[test]
+    fn only_a_plan_that_may_use_tls_reads_the_system_store() {
+        let config = |roots| AgentConfig {
+            coordinator: "http://127.0.0.1:1".into(),
+            token: String::new(),
+            id: "a".into(),
+            label: String::new(),
+            source: None,
+            more_sources: Vec::new(),
+            workers: 1,
+            connect_timeout: Duration::from_secs(1),
+            wake_quantum: Duration::from_micros(500),
+            allow_targets: AllowList::default(),
+            target_roots: roots,
+            coordinator_ca: None,
+            client_identity: None,
+            protocol_version: 0,
+            open_files: 1024,
+        };
+        let plain = config(Arc::new(crate::tls::TargetRoots::new(None).unwrap()));
+        let mut both = assignment("http://127.0.0.1:9/a");
+        plan_workers(&both, &plain, Instant::now()).unwrap();
+        assert!(!plain.target_roots.read());
+        let mut secure = assignment("HTTPS://127.0.0.1:9/b");
+        both.scenarios[0]
+            .requests
+            .push(secure.scenarios[0].requests[0].clone());
+        plan_workers(&both, &plain, Instant::now()).unwrap();
+        assert!(plain.target_roots.read(), "a mix with one https:// URL");
+        secure.scenarios[0].requests[0].url = "{{data.scheme}}://127.0.0.1:9/".into();
+        let templated = config(Arc::new(crate::tls::TargetRoots::new(None).unwrap()));
+        let _ = plan_workers(&secure, &templated, Instant::now());
+        assert!(
+            templated.target_roots.read(),
+            "a scheme from data may be https"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -177,7 +178,9 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
         allow_targets: AllowList::parse(&cli.allow_targets)?,
-        target_roots: loadfleet_agent::tls::target_roots(cli.ca_cert.as_deref())?,
+        target_roots: Arc::new(loadfleet_agent::tls::TargetRoots::new(
+            cli.ca_cert.as_deref(),
+        )?),
         coordinator_ca: match &cli.ca_cert {
             Some(path) => Some(
                 std::fs::read(path)

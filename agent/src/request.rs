@@ -263,6 +263,13 @@ impl GrpcContext {
     }
 }
 
+/// Whether a request URL (a template or not) starts `http://`, so that
+/// whatever its placeholders render it goes over plain TCP.
+pub fn plain_http_url(url: &str) -> bool {
+    url.get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+}
+
 /// A scenario's weighted mix of requests and the data they draw from.
 pub struct RequestMix {
     specs: Vec<RequestSpec>,
@@ -307,11 +314,7 @@ impl RequestMix {
             random_rows: data.is_some_and(|d| d.random),
             agent,
             allow: allow.clone(),
-            plain_http: requests.iter().all(|t| {
-                t.url
-                    .get(..7)
-                    .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
-            }),
+            plain_http: requests.iter().all(|t| plain_http_url(&t.url)),
         })
     }
 

@@ -6,7 +6,7 @@
 //! assignment ([`target_config`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls_pki_types::pem::PemObject;
@@ -54,39 +54,75 @@ pub enum TlsError {
 }
 
 /// The trust anchors for https:// targets: the system's store and
-/// `--ca-cert`. Kept apart from a client config so each assignment can add
+/// `--ca-cert`, kept apart from a client config so each assignment can add
 /// the plan's own CAs to them.
-pub fn target_roots(ca_cert: Option<&Path>) -> Result<Arc<rustls::RootCertStore>, TlsError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for cert in native.certs {
-        // A malformed entry in the system store is skipped, as browsers do.
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = ca_cert {
-        let mut added = 0;
-        let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        for cert in certs {
-            let cert = cert.map_err(|source| TlsError::NotPem {
+///
+/// `--ca-cert` is read and checked at start, so a bad flag stops the agent
+/// at once. The system's store is read the first time an assignment needs
+/// it: it is a file per CA to read and decode, as many instructions as all
+/// the rest of the agent's start (19 million under callgrind,
+/// BENCHMARKS.md), which a run against plain http:// targets never needs.
+#[derive(Debug)]
+pub struct TargetRoots {
+    /// `--ca-cert`'s anchors, checked.
+    flag: rustls::RootCertStore,
+    /// The system's anchors and the flag's, once read.
+    all: OnceLock<Arc<rustls::RootCertStore>>,
+}
+
+impl TargetRoots {
+    /// Reads and checks `--ca-cert`; the system's store is left for later.
+    pub fn new(ca_cert: Option<&Path>) -> Result<Self, TlsError> {
+        let mut flag = rustls::RootCertStore::empty();
+        if let Some(path) = ca_cert {
+            let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;
-            roots.add(cert).map_err(|source| TlsError::NotCa {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            added += 1;
+            for cert in certs {
+                let cert = cert.map_err(|source| TlsError::NotPem {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                flag.add(cert).map_err(|source| TlsError::NotCa {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            }
+            if flag.is_empty() {
+                return Err(TlsError::Empty {
+                    path: path.to_path_buf(),
+                });
+            }
         }
-        if added == 0 {
-            return Err(TlsError::Empty {
-                path: path.to_path_buf(),
-            });
-        }
+        Ok(Self {
+            flag,
+            all: OnceLock::new(),
+        })
     }
-    Ok(Arc::new(roots))
+
+    /// Every anchor: the system's store (read now if it was not yet) and
+    /// `--ca-cert`'s.
+    pub fn all(&self) -> Arc<rustls::RootCertStore> {
+        self.all
+            .get_or_init(|| {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    // A malformed entry in the system store is skipped, as
+                    // browsers do.
+                    let _ = roots.add(cert);
+                }
+                roots.extend(self.flag.roots.iter().cloned());
+                Arc::new(roots)
+            })
+            .clone()
+    }
+
+    /// Whether the system's store has been read.
+    #[cfg(test)]
+    pub fn read(&self) -> bool {
+        self.all.get().is_some()
+    }
 }
 
 /// Why the plan's TLS settings (shipped in the assignment) cannot be used.
@@ -219,15 +255,15 @@ mod tests {
         let empty = dir.join("empty.pem");
         std::fs::write(&empty, "").unwrap();
         for path in [dir.join("missing.pem"), empty] {
-            let e = target_roots(Some(&path)).unwrap_err().to_string();
+            let e = TargetRoots::new(Some(&path)).err().unwrap().to_string();
             assert!(e.contains("--ca-cert"), "{e}");
         }
-        assert!(target_roots(None).is_ok());
+        assert!(TargetRoots::new(None).is_ok());
     }
 
     #[test]
     fn plan_tls_builds_or_names_the_field() {
-        let roots = target_roots(None).unwrap();
+        let roots = TargetRoots::new(None).unwrap().all();
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let good = loadfleet_proto::v1::TargetTls {
             insecure: false,

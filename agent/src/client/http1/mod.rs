@@ -262,12 +262,8 @@ mod tests {
             connections,
             source: None,
             more_sources: Vec::new(),
-            tls: crate::tls::target_config(
-                &crate::tls::target_roots(None).unwrap(),
-                None,
-                &[b"http/1.1"],
-            )
-            .unwrap(),
+            tls: crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
+                .unwrap(),
             protocol: HttpProtocol::Http1,
         })
     }

@@ -47,9 +47,8 @@ impl Arrival {
 
 /// The wall clock and the monotonic clock, read together once for a batch
 /// of stamps: converting each stamp against its own reading of both clocks
-/// was about a twentieth of the agent's instructions per request at the
-/// open loop's ticks, which read ten answers or more at once
-/// (BENCHMARKS.md).
+/// cost about 300 instructions an answer, and the open loop's ticks read
+/// ten answers or more at once (BENCHMARKS.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Clocks {
     wall: Duration,

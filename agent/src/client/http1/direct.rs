@@ -64,7 +64,7 @@ pub enum Outgoing {
 
 /// A request's bytes as they go onto the wire, rendered once for every
 /// arrival of a kind that never changes ([`crate::request::RequestMix::fixed_kind`]):
-/// building and rendering it anew was about a tenth of the agent's
+/// building and rendering it anew was some 700 of the agent's user-space
 /// instructions per request (BENCHMARKS.md). Shared, not copied, by the
 /// requests that carry it.
 #[derive(Clone)]

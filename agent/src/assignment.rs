@@ -281,7 +281,7 @@ mod tests {
     }
 
     /// A plan whose every URL is http:// never has the system's trust
-    /// store read (a tenth of a slow agent's start); one https:// URL does.
+    /// store read (most of an agent's start); one https:// URL does.
     #[test]
     fn only_a_plan_that_may_use_tls_reads_the_system_store() {
         let config = |roots| AgentConfig {

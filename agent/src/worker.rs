@@ -738,7 +738,7 @@ async fn open_loop(
                     build_or_count(shared, seq, interval).map(|r| direct.fix(r))
                 })
                 .map(Outgoing::Fixed),
-                None => build_or_count(shared, seq, interval).map(Outgoing::Built),
+                None => build_or_count(shared, seq, interval).map(Outgoing::built),
             };
             let Some(request) = request else {
                 continue;

@@ -51,13 +51,14 @@ use crate::recorder::Outcome;
 /// calling again.
 const EVENTS: usize = 256;
 
-/// A request as the loop hands it to the pool. Not boxed: a box would be
-/// one more allocation per built request, to save a few bytes' copy of a
-/// fixed one.
+/// A request as the loop hands it to the pool, and as the pool keeps it
+/// until it is on the wire. Not boxed: a box would be one more allocation
+/// per built request, to save a few bytes' copy of a fixed one.
 #[allow(clippy::large_enum_variant)]
 pub enum Outgoing {
-    /// Built for this arrival; rendered as it goes onto the wire.
-    Built(Request<Full<Bytes>>),
+    /// Built for this arrival ([`Outgoing::built`]); rendered as it goes
+    /// onto the wire.
+    Built(Parts, Bytes),
     /// The same every time, rendered once ([`DirectPool::fix`]).
     Fixed(Fixed),
 }
@@ -70,26 +71,24 @@ pub enum Outgoing {
 #[derive(Clone)]
 pub struct Fixed(Rc<(Method, Vec<u8>)>);
 
-/// A request as the pool keeps it until it is on the wire (not boxed, as
-/// [`Outgoing`]).
-#[allow(clippy::large_enum_variant)]
-enum Payload {
-    Render(Parts, Bytes),
-    Fixed(Fixed),
-}
+impl Outgoing {
+    /// A request built for this arrival.
+    pub fn built(request: Request<Full<Bytes>>) -> Self {
+        let (parts, body) = request.into_parts();
+        Outgoing::Built(parts, full_bytes(body))
+    }
 
-impl Payload {
     fn method(&self) -> &Method {
         match self {
-            Payload::Render(parts, _) => &parts.method,
-            Payload::Fixed(fixed) => &fixed.0 .0,
+            Outgoing::Built(parts, _) => &parts.method,
+            Outgoing::Fixed(fixed) => &fixed.0 .0,
         }
     }
 }
 
 /// One request's way through the pool, with the caller's `tag`.
 struct Job<T> {
-    request: Payload,
+    request: Outgoing,
     /// When the loop sent it out: its time (the timeout) runs from here.
     sent_at: Instant,
     tag: T,
@@ -303,13 +302,6 @@ impl<T: 'static> DirectPool<T> {
         tag: T,
         done: &mut Vec<(T, Exchanged)>,
     ) {
-        let request = match request {
-            Outgoing::Built(request) => {
-                let (parts, body) = request.into_parts();
-                Payload::Render(parts, full_bytes(body))
-            }
-            Outgoing::Fixed(fixed) => Payload::Fixed(fixed),
-        };
         let job = Job {
             request,
             sent_at,
@@ -530,11 +522,11 @@ impl<T: 'static> DirectPool<T> {
             return;
         };
         let wire = match &job.request {
-            Payload::Render(parts, body) => {
+            Outgoing::Built(parts, body) => {
                 render(parts, &self.host, body, out);
                 out.as_slice()
             }
-            Payload::Fixed(fixed) => fixed.0 .1.as_slice(),
+            Outgoing::Fixed(fixed) => fixed.0 .1.as_slice(),
         };
         let written = loop {
             match slot.stream.write(wire) {
@@ -987,7 +979,7 @@ mod tests {
     }
 
     fn get(uri: &Uri) -> Outgoing {
-        Outgoing::Built(
+        Outgoing::built(
             Request::get(uri.clone())
                 .body(Full::new(Bytes::new()))
                 .unwrap(),

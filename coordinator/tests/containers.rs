@@ -71,24 +71,8 @@ fn compose_fleet_runs_across_containers() {
     );
     let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
     let r = read_report(&out.join("report"));
-    // On a shared 2-core machine a container can be starved for a moment;
-    // the report then rightly says the generator set the pace. Any other
-    // error verdict, or any other exit status, fails the test.
-    let errors: Vec<&str> = r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .filter(|v| v["level"] == "error")
-        .filter_map(|v| v["code"].as_str())
-        .collect();
-    match status.code() {
-        Some(0) => assert!(errors.is_empty(), "{output}"),
-        Some(3) => assert!(
-            !errors.is_empty() && errors.iter().all(|c| *c == "GENERATOR_SATURATED"),
-            "{output}"
-        ),
-        other => panic!("exit {other:?}: {output}"),
-    }
+    // On a shared 2-core machine a container can be starved for a moment.
+    assert_ok_or_saturated(status, &r, &output);
     let t = &r["totals"];
     assert_eq!(u(&t["intended"]), 800, "{output}");
     assert_eq!(u(&t["unsent"]["total"]), 0);

@@ -47,8 +47,10 @@ fn ramp_is_followed_second_by_second() {
         .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
         .arg(&dir);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
-    assert_eq!(status.code(), Some(0), "{output}");
     let r = read_report(&dir);
+    // What this checks is the schedule; a stall of the shared test machine
+    // may add GENERATOR_SATURATED, which is not about it.
+    assert_ok_or_saturated(status, &r, &output);
     let intervals = r["intervals"].as_array().expect("intervals");
     for i in 0..10u64 {
         let iv = intervals
@@ -567,20 +569,8 @@ fn plan_expect_waits_for_remote_agents() {
     let (status, output) = c.wait(Duration::from_secs(60));
     let r = read_report(&dir);
     // On a busy test machine the agents may start late enough to be
-    // flagged GENERATOR_SATURATED (exit 3); no other error is acceptable.
-    let errors: Vec<&str> = r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .filter(|v| v["level"] == "error")
-        .filter_map(|v| v["code"].as_str())
-        .collect();
-    assert!(
-        errors.iter().all(|c| *c == "GENERATOR_SATURATED"),
-        "{errors:?}: {output}"
-    );
-    let expected = if errors.is_empty() { 0 } else { 3 };
-    assert_eq!(status.code(), Some(expected), "{output}");
+    // flagged GENERATOR_SATURATED.
+    assert_ok_or_saturated(status, &r, &output);
     for a in agents {
         let (status, output) = a.wait(Duration::from_secs(15));
         assert_eq!(status.code(), Some(0), "{output}");

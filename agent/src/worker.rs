@@ -41,9 +41,6 @@ use crate::timer::PreciseTimer;
 /// Sleeps longer than this also watch for a stop, so a long pause in the
 /// schedule cannot delay stopping; shorter ones just check the flag after.
 const WATCHED_SLEEP: Duration = Duration::from_millis(20);
-/// How early a long coarse sleep ends, leaving the rest to the precise timer:
-/// tokio's wheel has 1 ms slots and its wake-up can come a little later.
-const COARSE_MARGIN: Duration = Duration::from_millis(3);
 /// A worker that wakes this long after it meant to was frozen (SIGSTOP, a
 /// paused VM): by then the coordinator may have declared the agent lost
 /// and handed its arrivals to others, so it must not fire another one.
@@ -650,13 +647,15 @@ async fn open_loop(
             // late, which the lag histogram and the latency (taken from the
             // intended instant) both show.
             let wake = intended.max(last_wake + plan.wake_quantum);
+            // An arrival sent at its own instant should leave at it; one
+            // held back to the quantum is late by design already.
+            let exact = wake == intended;
             if wake > now + WATCHED_SLEEP {
                 // A long wait listens for hand-overs, whose arrivals may
                 // come first; then the next one is picked afresh.
-                let coarse = wake - COARSE_MARGIN;
-                due = coarse;
+                due = wake;
                 tokio::select! {
-                    _ = tokio::time::sleep_until(coarse) => {}
+                    _ = sleep_precisely(timer.as_ref(), wake, exact) => {}
                     _ = handover_news(&mut handovers) => due = Instant::now(),
                     _ = pool_news(direct.map(|d| &**d)) => due = Instant::now(),
                     _ = stop.cancelled() => break,
@@ -666,9 +665,6 @@ async fn open_loop(
                 }
                 continue;
             }
-            // An arrival sent at its own instant should leave at it; one
-            // held back to the quantum is late by design already.
-            let exact = wake == intended;
             let waited = match direct {
                 Some(direct) if ticks && !exact => {
                     unread = true;
@@ -1091,32 +1087,39 @@ fn interval_of(shared: &Shared, at: Instant) -> u64 {
 }
 
 /// Waits for an instant; false when stopped meanwhile. Long waits (pauses in
-/// the schedule) go through tokio's timer so a stop interrupts them; the last
-/// stretch goes through the precise timer, `exact` as
-/// [`PreciseTimer::sleep_until`] says.
+/// the schedule) also listen for a stop.
 async fn wait_until(
     timer: Option<&PreciseTimer>,
     intended: Instant,
     exact: bool,
     stop: &CancellationToken,
 ) -> bool {
-    let now = Instant::now();
-    if intended > now + WATCHED_SLEEP {
+    if intended > Instant::now() + WATCHED_SLEEP {
         tokio::select! {
-            _ = tokio::time::sleep_until(intended - COARSE_MARGIN) => {}
-            _ = stop.cancelled() => return false,
+            _ = sleep_precisely(timer, intended, exact) => true,
+            _ = stop.cancelled() => false,
         }
+    } else {
+        sleep_precisely(timer, intended, exact).await;
+        true
     }
+}
+
+/// Sleeps until `at` on the precise timer, `exact` as
+/// [`PreciseTimer::sleep_until`] says; on tokio's, with its 1 ms slots,
+/// without one. The whole wait, however long, is one sleep: tokio's wheel
+/// for the long part, then the precise timer for the last few ms, was two
+/// or three wake-ups per arrival at low rates, where one will do.
+async fn sleep_precisely(timer: Option<&PreciseTimer>, at: Instant, exact: bool) {
     match timer {
         Some(t) => {
-            if let Err(e) = t.sleep_until(intended, exact).await {
+            if let Err(e) = t.sleep_until(at, exact).await {
                 tracing::debug!("precise timer failed ({e}); falling back to tokio's");
-                tokio::time::sleep_until(intended).await;
+                tokio::time::sleep_until(at).await;
             }
         }
-        None => tokio::time::sleep_until(intended).await,
+        None => tokio::time::sleep_until(at).await,
     }
-    true
 }
 
 async fn one_request(

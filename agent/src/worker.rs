@@ -558,7 +558,7 @@ async fn open_loop(
     let timer = PreciseTimer::new()
         .map_err(|e| tracing::warn!("no precise timer ({e}); arrivals may lag up to 1 ms"))
         .ok();
-    let mut last_wake = Instant::now();
+    let mut ticks = Ticks::new(Instant::now(), plan.wake_quantum);
     // When the loop should be running again at the latest, had nothing
     // frozen it.
     let mut due = Instant::now();
@@ -566,7 +566,7 @@ async fn open_loop(
     // Whether a coalesced wake-up may be a tick (see [`tick`]): only where
     // every answer's time is its arrival's, whenever it is read, and
     // nothing else on the thread needs it awake.
-    let ticks = shared.alone
+    let may_tick = shared.alone
         && shared.sse.is_none()
         && shared.client.stamps_answers()
         && sc.mix.plain_http();
@@ -646,7 +646,7 @@ async fn open_loop(
             // more than the requests. Arrivals then leave up to one quantum
             // late, which the lag histogram and the latency (taken from the
             // intended instant) both show.
-            let wake = intended.max(last_wake + plan.wake_quantum);
+            let wake = ticks.wake(intended);
             // An arrival sent at its own instant should leave at it; one
             // held back to the quantum is late by design already.
             let exact = wake == intended;
@@ -665,15 +665,26 @@ async fn open_loop(
                 }
                 continue;
             }
+            let mut cut = false;
             let waited = match direct {
-                Some(direct) if ticks && !exact => {
+                Some(direct) if may_tick && !exact => {
                     unread = true;
-                    tick_direct(timer.as_ref(), wake, direct, shared, &mut done, stop).await
+                    let due = ticks.due(intended);
+                    match tick_direct(timer.as_ref(), wake, due, direct, shared, &mut done, stop)
+                        .await
+                    {
+                        TickEnd::Stopped => false,
+                        TickEnd::Woke => true,
+                        TickEnd::Cut => {
+                            cut = true;
+                            true
+                        }
+                    }
                 }
                 Some(direct) => {
                     wait_driving(timer.as_ref(), wake, exact, direct, shared, &mut done, stop).await
                 }
-                None if ticks && !exact => {
+                None if may_tick && !exact => {
                     unread = true;
                     tick(timer.as_ref(), wake, &runners, stop).await
                 }
@@ -683,10 +694,14 @@ async fn open_loop(
                 break;
             }
             now = Instant::now();
-            last_wake = tick_anchor(wake, now, plan.wake_quantum);
-            let gap = now.saturating_duration_since(wake);
-            if watch.frozen(gap, now) {
-                return Err(gap);
+            if cut {
+                ticks.cut();
+            } else {
+                ticks.woke(wake, now);
+                let gap = now.saturating_duration_since(wake);
+                if watch.frozen(gap, now) {
+                    return Err(gap);
+                }
             }
             unchecked = 1;
         }
@@ -766,6 +781,52 @@ async fn open_loop(
         }
     }
     Ok(())
+}
+
+/// The open loop's coalesced wake-ups: where the next one's quantum
+/// counts from, and whether the coming tick may still end early.
+struct Ticks {
+    anchor: Instant,
+    quantum: Duration,
+    /// Whether the coming tick may end before its instant to send an
+    /// arrival that fell due while it read (see [`tick_direct`]): once per
+    /// tick, so that a worker whose reads keep finding arrivals due still
+    /// sleeps between its ticks.
+    may_cut: bool,
+}
+
+impl Ticks {
+    fn new(now: Instant, quantum: Duration) -> Self {
+        Self {
+            anchor: now,
+            quantum,
+            may_cut: true,
+        }
+    }
+
+    /// When to wake for an arrival intended at `intended`: at it, or a
+    /// quantum after the last wake-up if that is later.
+    fn wake(&self, intended: Instant) -> Instant {
+        intended.max(self.anchor + self.quantum)
+    }
+
+    /// The arrival a tick waiting for one at `intended` may end early for.
+    fn due(&self, intended: Instant) -> Option<Instant> {
+        self.may_cut.then_some(intended)
+    }
+
+    /// A wake-up meant for `wake` came at `now`.
+    fn woke(&mut self, wake: Instant, now: Instant) {
+        self.anchor = tick_anchor(wake, now, self.quantum);
+        self.may_cut = true;
+    }
+
+    /// The coming tick ended early: it has not come yet, so its instant is
+    /// still the next wake-up's, and the wait after this arrival's send is
+    /// the rest of it.
+    fn cut(&mut self) {
+        self.may_cut = false;
+    }
 }
 
 /// Where the next wake-up's quantum counts from, after one meant for
@@ -862,30 +923,55 @@ async fn sleep_blind(wake: Instant) {
     }
 }
 
+/// How [`tick_direct`] ended.
+enum TickEnd {
+    /// Stopped meanwhile.
+    Stopped,
+    /// At the tick's instant, or later.
+    Woke,
+    /// Before it, with the next arrival due.
+    Cut,
+}
+
 /// [`tick`] for a loop that drives its own pool: its requests are
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
 /// blind until `wake` if there is slack for it and nothing waits for a
 /// connection.
+///
+/// Unless the arrival the tick waits for, `due`, fell due while it read:
+/// then it ends at once, and that arrival goes out now rather than a
+/// whole quantum after its instant, less the reads' time (tens of µs at
+/// 20,000 req/s; at 100,000, a third of the quantum). The loop gives a
+/// `due` once per tick, so this costs at most one more look at the
+/// sockets per tick, and no wake-up.
 async fn tick_direct(
     timer: Option<&PreciseTimer>,
     wake: Instant,
+    due: Option<Instant>,
     direct: &Rc<DirectPool<Sent>>,
     shared: &Shared,
     done: &mut Vec<(Sent, Exchanged)>,
     stop: &CancellationToken,
-) -> bool {
+) -> TickEnd {
     // Also has tokio's reactor look at the sockets, so that the pool knows
     // without a system call of its own whether any answer came.
     tokio::task::yield_now().await;
     if direct.has_news() {
         drive(direct, shared, done);
     }
-    if direct.queued() || wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
-        return wait_driving(timer, wake, false, direct, shared, done, stop).await;
+    let now = Instant::now();
+    if due.is_some_and(|at| at <= now) {
+        return TickEnd::Cut;
+    }
+    if direct.queued() || wake.saturating_duration_since(now) < TICK_SLACK {
+        return match wait_driving(timer, wake, false, direct, shared, done, stop).await {
+            true => TickEnd::Woke,
+            false => TickEnd::Stopped,
+        };
     }
     sleep_blind(wake).await;
-    true
+    TickEnd::Woke
 }
 
 /// [`wait_until`] for a loop that drives its own pool: it takes up the
@@ -1273,6 +1359,32 @@ mod tests {
             "busy, shared"
         );
         assert!(stopped(gap, None), "no clock: the safe side");
+    }
+
+    /// A tick that ended early to send an arrival its reads found due
+    /// still comes at its instant, and the loop's pace stays one quantum.
+    #[test]
+    fn a_cut_tick_still_comes_at_its_instant_and_is_cut_once() {
+        let quantum = Duration::from_micros(500);
+        let start = Instant::now();
+        let us = |n| start + Duration::from_micros(n);
+        let mut ticks = Ticks::new(start, quantum);
+        let tick = ticks.wake(us(100));
+        assert_eq!(tick, us(500), "arrivals closer than a quantum wait for it");
+        assert_eq!(ticks.due(us(100)), Some(us(100)));
+        // Its reads found the arrival at 100 µs due: it went out, and the
+        // next one waits for the same tick, which is not cut again.
+        ticks.cut();
+        assert_eq!(ticks.wake(us(300)), tick);
+        assert_eq!(ticks.due(us(300)), None);
+        ticks.woke(tick, us(530));
+        assert_eq!(ticks.wake(us(600)), us(1000), "one quantum after the tick");
+        assert_eq!(ticks.due(us(600)), Some(us(600)));
+        assert_eq!(
+            ticks.wake(us(2000)),
+            us(2000),
+            "a far arrival at its instant"
+        );
     }
 
     /// Every wake-up 60 µs late, as on a VM: a hundred ticks of 500 µs

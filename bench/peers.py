@@ -247,7 +247,12 @@ def wake_cost(period_us=400, n=5000):
     rusage over n absolute sleeps of period_us, less the same loop without
     the sleep. The open loop pays this once per tick (BENCHMARKS.md), so
     it is the machine's floor under loadfleet's cost at low rates: on a VM
-    whose halts go through the hypervisor it is tens of µs."""
+    whose halts go through the hypervisor it is tens of µs.
+
+    Also how late those wake-ups came, in µs (p50, p99): what a tick's
+    arrivals wait beyond the quantum when one is late, so a tail here is a
+    floor under any sleeping generator's send lag (on one AMD VM, p99 0.6
+    to 1.9 ms: send-lag p99 1-2 ms at 20,000 req/s, BENCHMARKS.md)."""
     import ctypes
     import resource
     libc = ctypes.CDLL(None, use_errno=True)
@@ -255,8 +260,11 @@ def wake_cost(period_us=400, n=5000):
     class Timespec(ctypes.Structure):
         _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
+    late = []
+
     def loop(sleep):
         t = Timespec()
+        woke = Timespec()
         libc.clock_gettime(1, ctypes.byref(t))
         r0 = resource.getrusage(resource.RUSAGE_THREAD)
         for _ in range(n):
@@ -266,17 +274,20 @@ def wake_cost(period_us=400, n=5000):
                 t.tv_nsec -= 1_000_000_000
             if sleep:
                 libc.clock_nanosleep(1, 1, ctypes.byref(t), None)
-            else:
-                libc.clock_gettime(1, ctypes.byref(Timespec()))
+            libc.clock_gettime(1, ctypes.byref(woke))
+            if sleep:
+                late.append((woke.tv_sec - t.tv_sec) * 1e6 + (woke.tv_nsec - t.tv_nsec) / 1e3)
         r1 = resource.getrusage(resource.RUSAGE_THREAD)
         return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {int(GEN_CPU)})
     try:
-        return (loop(True) - loop(False)) / n * 1e6
+        cost = (loop(True) - loop(False)) / n * 1e6
     finally:
         os.sched_setaffinity(0, old)
+    late.sort()
+    return cost, late[len(late) // 2], late[len(late) * 99 // 100]
 
 
 
@@ -519,9 +530,10 @@ def main():
         f"load average before: {os.getloadavg()[0]:.1f}")
     say(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  loadfleet {rev}  "
         + ", ".join(versions))
-    wake = wake_cost()
+    wake, late_p50, late_p99 = wake_cost()
     say(f"One sleep and wake-up of a thread on CPU {GEN_CPU} costs it {wake:.1f} µs of CPU: "
-        f"at the open loop's 2,000 ticks a second (500 µs), {wake * 2000 / 1e4:.1f}% of a core")
+        f"at the open loop's 2,000 ticks a second (500 µs), {wake * 2000 / 1e4:.1f}% of a core; "
+        f"it comes {late_p50:.0f} µs late (p50), {late_p99:.0f} µs (p99)")
     say()
     nginx = start_nginx()
     try:

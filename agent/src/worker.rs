@@ -965,9 +965,11 @@ async fn tick_direct(
         return TickEnd::Cut;
     }
     if direct.queued() || wake.saturating_duration_since(now) < TICK_SLACK {
-        return match wait_driving(timer, wake, false, direct, shared, done, stop).await {
-            true => TickEnd::Woke,
-            false => TickEnd::Stopped,
+        let waited = wait_driving(timer, wake, false, direct, shared, done, stop).await;
+        return if waited {
+            TickEnd::Woke
+        } else {
+            TickEnd::Stopped
         };
     }
     sleep_blind(wake).await;

@@ -563,9 +563,9 @@ async fn open_loop(
     // frozen it.
     let mut due = Instant::now();
     let mut watch = FreezeWatch::new();
-    // Whether a coalesced wake-up may be a tick (see [`tick`]): only where
-    // every answer's time is its arrival's, whenever it is read, and
-    // nothing else on the thread needs it awake.
+    // Whether a wake-up may be a tick (see [`tick`], [`tick_direct`]):
+    // only where every answer's time is its arrival's, whenever it is
+    // read, and nothing else on the thread needs it awake.
     let may_tick = shared.alone
         && shared.sse.is_none()
         && shared.client.stamps_answers()
@@ -667,12 +667,15 @@ async fn open_loop(
             }
             let mut cut = false;
             let waited = match direct {
-                Some(direct) if may_tick && !exact => {
+                Some(direct) if may_tick => {
                     unread = true;
                     let due = ticks.due(intended);
-                    match tick_direct(timer.as_ref(), wake, due, direct, shared, &mut done, stop)
-                        .await
-                    {
+                    let sleep = Sleep {
+                        timer: timer.as_ref(),
+                        wake,
+                        exact,
+                    };
+                    match tick_direct(sleep, due, direct, shared, &mut done, stop).await {
                         TickEnd::Stopped => false,
                         TickEnd::Woke => true,
                         TickEnd::Cut => {
@@ -911,15 +914,37 @@ async fn tick(
     if runners.backlogged() || wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
         return wait_until(timer, wake, false, stop).await;
     }
-    sleep_blind(wake).await;
+    Sleep {
+        timer,
+        wake,
+        exact: false,
+    }
+    .blind()
+    .await;
     true
 }
 
-/// A tick's sleep: the thread blocks until `wake`, listening to nothing.
-async fn sleep_blind(wake: Instant) {
-    if let Err(err) = crate::timer::block_until(wake) {
-        tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
-        tokio::time::sleep_until(wake).await;
+/// A wait of the open loop's for its next wake-up, as
+/// [`PreciseTimer::sleep_until`] takes it.
+#[derive(Clone, Copy)]
+struct Sleep<'a> {
+    timer: Option<&'a PreciseTimer>,
+    wake: Instant,
+    exact: bool,
+}
+
+impl Sleep<'_> {
+    /// A tick's sleep: the thread blocks until `wake`, listening to
+    /// nothing.
+    async fn blind(self) {
+        let blocked = match self.timer {
+            Some(timer) => timer.block(self.wake, self.exact),
+            None => crate::timer::block_until(self.wake),
+        };
+        if let Err(err) = blocked {
+            tracing::debug!("cannot sleep until the tick ({err}); waiting on tokio's timer");
+            tokio::time::sleep_until(self.wake).await;
+        }
     }
 }
 
@@ -936,8 +961,17 @@ enum TickEnd {
 /// [`tick`] for a loop that drives its own pool: its requests are
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
-/// blind until `wake` if there is slack for it and nothing waits for a
-/// connection.
+/// blind until `wake` if there is slack for it, nothing waits for a
+/// connection and no request's time runs out before then (an answer read
+/// after its deadline would count as one that beat it).
+///
+/// Here an arrival's own wake-up (`exact`, at rates below one a quantum)
+/// is a tick as well, up to [`WATCHED_SLEEP`] away, which a stop already
+/// waits for: each answer then waits in its socket for the next arrival's
+/// wake-up instead of waking the worker itself, which was a second
+/// wake-up per arrival (at 1,000 req/s, 1.0 context switches per arrival
+/// instead of 2.0, and 69–81 µs of CPU instead of 116–155,
+/// BENCHMARKS.md). The exact sleep keeps its lead, spun through blind.
 ///
 /// Unless the arrival the tick waits for, `due`, fell due while it read:
 /// then it ends at once, and that arrival goes out now rather than nearly
@@ -946,8 +980,7 @@ enum TickEnd {
 /// this costs at most one more look at the sockets per tick (0.1 more
 /// system calls per request there), and no wake-up.
 async fn tick_direct(
-    timer: Option<&PreciseTimer>,
-    wake: Instant,
+    sleep: Sleep<'_>,
     due: Option<Instant>,
     direct: &Rc<DirectPool<Sent>>,
     shared: &Shared,
@@ -964,15 +997,19 @@ async fn tick_direct(
     if due.is_some_and(|at| at <= now) {
         return TickEnd::Cut;
     }
-    if direct.queued() || wake.saturating_duration_since(now) < TICK_SLACK {
-        let waited = wait_driving(timer, wake, false, direct, shared, done, stop).await;
+    let Sleep { timer, wake, exact } = sleep;
+    if direct.queued()
+        || wake.saturating_duration_since(now) < TICK_SLACK
+        || direct.next_deadline().is_some_and(|at| at < wake)
+    {
+        let waited = wait_driving(timer, wake, exact, direct, shared, done, stop).await;
         return if waited {
             TickEnd::Woke
         } else {
             TickEnd::Stopped
         };
     }
-    sleep_blind(wake).await;
+    sleep.blind().await;
     TickEnd::Woke
 }
 

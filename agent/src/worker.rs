@@ -961,9 +961,10 @@ enum TickEnd {
 /// [`tick`] for a loop that drives its own pool: its requests are
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
-/// blind until `wake` if there is slack for it, nothing waits for a
-/// connection and no request's time runs out before then (an answer read
-/// after its deadline would count as one that beat it).
+/// blind until `wake` if there is slack for it and nothing waits for a
+/// connection. A request whose time runs out meanwhile is still a timeout
+/// at its deadline: the pool judges an answer by when it came, not when it
+/// was read.
 ///
 /// Here an arrival's own wake-up (`exact`, at rates below one a quantum)
 /// is a tick as well, up to [`WATCHED_SLEEP`] away, which a stop already
@@ -998,10 +999,7 @@ async fn tick_direct(
         return TickEnd::Cut;
     }
     let Sleep { timer, wake, exact } = sleep;
-    if direct.queued()
-        || wake.saturating_duration_since(now) < TICK_SLACK
-        || direct.next_deadline().is_some_and(|at| at < wake)
-    {
+    if direct.queued() || wake.saturating_duration_since(now) < TICK_SLACK {
         let waited = wait_driving(timer, wake, exact, direct, shared, done, stop).await;
         return if waited {
             TickEnd::Woke

@@ -55,6 +55,84 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
     assert!(f(&t["latency_ms"]["p50"]) > p50, "{t}");
 }
 
+/// Below one arrival a quantum each arrival has its own wake-up, and that
+/// is a tick too: the answers wait in their sockets for the next arrival's.
+/// At 100 req/s against a 2 ms delay each answer is read about 8 ms after
+/// it came, so timed when read the service time would be near 10 ms.
+#[test]
+fn answers_read_on_the_next_arrivals_wake_up_are_timed_at_their_arrival() {
+    let (_testbed, addr) = start_testbed(&["--delay", "2ms"]);
+    let (status, output, r) = one_agent_at_100_per_second("next-arrival", &addr, &[]);
+    assert_ok_or_saturated(status, &r, &output);
+    let t = &r["totals"];
+    assert!(u(&t["completed"]) >= 295, "{t}");
+    let service = &t["service_time_ms"];
+    let p50 = f(&service["p50"]);
+    assert!(
+        (1.9..5.0).contains(&p50),
+        "service p50 {p50} ms against a 2 ms delay: {service}"
+    );
+}
+
+/// Nor is a timeout judged by when the answer was read: at 100 req/s with
+/// a 3 ms timeout against a 6 ms delay, every answer comes after its
+/// request's deadline and before the worker's next wake-up, which reads it
+/// whole. Each is a timeout, none a success (299 of 300 were successes,
+/// read before the deadlines were looked at, in a build whose pool judged
+/// answers by when it read them).
+#[test]
+fn a_timeout_is_judged_by_when_the_answer_came_not_when_it_was_read() {
+    let (_testbed, addr) = start_testbed(&["--delay", "6ms"]);
+    let (_, output, r) = one_agent_at_100_per_second("late-answers", &addr, &["--timeout", "3ms"]);
+    let t = &r["totals"];
+    let ctx = format!("{t}\n{output}");
+    assert_eq!(u(&t["intended"]), 300, "{ctx}");
+    assert!(u(&t["sent"]) >= 295, "{ctx}");
+    assert_eq!(u(&t["errors"]["timeout"]), u(&t["sent"]), "{ctx}");
+}
+
+/// Nor does the worker sleep through a dial: it is a task of the worker's,
+/// and its request waits for it. At 100 req/s with a 20 ms timeout against
+/// a 30 ms delay every request times out and its connection closes, so
+/// each arrival dials anew; slept through until the next arrival, each
+/// connect took 10 ms (measured), where loopback takes well under one.
+#[test]
+fn a_dial_under_way_is_not_slept_through() {
+    let (_testbed, addr) = start_testbed(&["--delay", "30ms"]);
+    let (_, output, r) = one_agent_at_100_per_second("dials", &addr, &["--timeout", "20ms"]);
+    let t = &r["totals"];
+    let ctx = format!("{t}\n{output}");
+    assert!(u(&t["phases"]["connections_opened"]) >= 100, "{ctx}");
+    let connect = f(&t["phases"]["connect_ms"]["p50"]);
+    assert!(connect < 5.0, "connect p50 {connect} ms on loopback: {ctx}");
+}
+
+/// Three seconds at 100 req/s from one local agent against the testbed
+/// at `addr`, with `extra` flags.
+fn one_agent_at_100_per_second(
+    name: &str,
+    addr: &str,
+    extra: &[&str],
+) -> (std::process::ExitStatus, String, serde_json::Value) {
+    let url = format!("http://{addr}/");
+    let mut args = vec![
+        "run",
+        "--url",
+        &url,
+        "--local-agents",
+        "1",
+        "--rate",
+        "100",
+        "--duration",
+        "3s",
+        "--drain",
+        "1s",
+    ];
+    args.extend_from_slice(extra);
+    let (status, output, r, _) = run_report(name, &args);
+    (status, output, r)
+}
+
 /// A tick sends before it reads, but not when every connection is busy:
 /// then the answers that came during its sleep are read first, and the
 /// connections they free carry this tick's arrivals. With two connections

@@ -185,6 +185,9 @@ pub struct DirectPool<T> {
     /// Dials finished and not yet taken up, and who to wake for them.
     dialed: RefCell<Vec<DialDone<T>>>,
     dial_waker: Cell<Option<Waker>>,
+    /// Dials under way: tasks of the worker's, each with a request that
+    /// waits for its connection.
+    dialing: Cell<usize>,
 }
 
 /// The pool's epoll set, and its descriptor for tokio's reactor, read once
@@ -252,6 +255,7 @@ impl<T: 'static> DirectPool<T> {
             saturation: Rc::default(),
             dialed: RefCell::new(Vec::new()),
             dial_waker: Cell::new(None),
+            dialing: Cell::new(0),
         })
     }
 
@@ -426,9 +430,10 @@ impl<T: 'static> DirectPool<T> {
     }
 
     /// Requests wait for a connection: the answers that free one should be
-    /// read as they come, not at the next tick.
+    /// read as they come, not at the next tick; and the dials that open
+    /// one are tasks of the worker's, which must run to finish them.
     pub fn queued(&self) -> bool {
-        !self.state.borrow().queue.is_empty()
+        !self.state.borrow().queue.is_empty() || self.dialing.get() > 0
     }
 
     /// Time during which requests waited for a connection since the last
@@ -449,11 +454,13 @@ impl<T: 'static> DirectPool<T> {
     /// it when [`Self::drive`] takes the dial up. Its slot is taken.
     fn dial(self: &Rc<Self>, job: Job<T>, pool_wait: Option<Duration>) {
         let pool = self.clone();
+        self.dialing.set(self.dialing.get() + 1);
         tokio::task::spawn_local(async move {
             let deadline = job.deadline(pool.timeout);
             let result = tokio::time::timeout_at(deadline, pool.dialer.dial(&pool.uri))
                 .await
                 .map_err(|_| ());
+            pool.dialing.set(pool.dialing.get().saturating_sub(1));
             pool.dialed.borrow_mut().push((job, pool_wait, result));
             if let Some(waker) = pool.dial_waker.take() {
                 waker.wake();
@@ -703,6 +710,28 @@ impl<T: 'static> DirectPool<T> {
             return;
         };
         let exchanged = match result {
+            // Read after its deadline (the worker slept through it, see
+            // `worker::tick_direct`), an answer that came too late is the
+            // timeout it was, as expiring it at its deadline would have
+            // said; it came whole, so its connection can carry another.
+            Ok((_, reusable, end)) if end > ex.deadline => {
+                if reusable {
+                    state.idle.push(token);
+                } else {
+                    state.close(token);
+                }
+                Exchanged {
+                    outcome: Outcome::Error(timeout_kind(
+                        Phase::OnWire,
+                        ex.pool_wait,
+                        self.timeout,
+                    )),
+                    on_wire: Some(ex.on_wire),
+                    pool_wait: ex.pool_wait,
+                    phases: phases(ex.opened, None),
+                    answered: Some(ex.deadline),
+                }
+            }
             Ok((status, reusable, end)) => {
                 // An answer that arrived whole in one read has its head
                 // and its end at the same instant.
@@ -1268,6 +1297,39 @@ mod tests {
             assert_eq!(queued.pool_wait, Some(timeout));
             assert!(!pool.full(), "the stuck connection gave its slot back");
             assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        })
+        .await;
+    }
+
+    /// An answer that ends after its request's deadline is a timeout, even
+    /// when the pool is driven only later (a worker asleep until its next
+    /// arrival) and reads it whole before it looks at the deadlines.
+    #[tokio::test]
+    async fn an_answer_read_after_its_deadline_is_a_timeout() {
+        local(async {
+            let (uri, _) = server(vec![reply(&[
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n",
+                b"ok",
+            ])])
+            .await;
+            let timeout = Duration::from_millis(1);
+            let pool = pool(&uri, 1, timeout);
+            pool.open_ahead(1).await;
+            let sent = Instant::now();
+            pool.submit(get(&uri), sent, 0, &mut Vec::new());
+            // The body comes 3 ms after the head: well after the deadline,
+            // and all of it before this look.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut done = Vec::new();
+            pool.drive(Instant::now(), &mut done);
+            assert_eq!(done.len(), 1);
+            let ex = &done[0].1;
+            assert_eq!(ex.outcome, Outcome::Error(ErrorKind::Timeout));
+            assert_eq!(ex.answered, Some(sent + timeout));
+            assert!(
+                !pool.full(),
+                "the connection, its answer whole, serves again"
+            );
         })
         .await;
     }

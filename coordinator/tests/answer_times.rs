@@ -42,12 +42,7 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
     assert_eq!(u(&t["intended"]), 6000, "{t}");
     assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 6000, "{t}");
     assert!(u(&t["completed"]) >= 5900, "{t}");
-    let service = &t["service_time_ms"];
-    let p50 = f(&service["p50"]);
-    assert!(
-        (11.9..13.5).contains(&p50),
-        "service p50 {p50} ms against a 12 ms delay: {service}"
-    );
+    let p50 = service_p50_within(t, 11.9..13.5);
     // The wait for the tick shows where it belongs: in the send lag, and so
     // in the latency, which runs from the intended instant.
     let lag_p99 = f(&r["agents"][0]["lag_ms"]["p99"]);
@@ -61,17 +56,23 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
 /// it came, so timed when read the service time would be near 10 ms.
 #[test]
 fn answers_read_on_the_next_arrivals_wake_up_are_timed_at_their_arrival() {
-    let (_testbed, addr) = start_testbed(&["--delay", "2ms"]);
-    let (status, output, r) = one_agent_at_100_per_second("next-arrival", &addr, &[]);
+    let (status, output, r) = one_agent_at_100_per_second("next-arrival", "2ms", &[]);
     assert_ok_or_saturated(status, &r, &output);
     let t = &r["totals"];
     assert!(u(&t["completed"]) >= 295, "{t}");
-    let service = &t["service_time_ms"];
+    service_p50_within(t, 1.9..5.0);
+}
+
+/// The service time's p50 in ms, checked to be within `ms` of the
+/// testbed's delay.
+fn service_p50_within(totals: &serde_json::Value, ms: std::ops::Range<f64>) -> f64 {
+    let service = &totals["service_time_ms"];
     let p50 = f(&service["p50"]);
     assert!(
-        (1.9..5.0).contains(&p50),
-        "service p50 {p50} ms against a 2 ms delay: {service}"
+        ms.contains(&p50),
+        "service p50 {p50} ms, not within {ms:?}: {service}"
     );
+    p50
 }
 
 /// Nor is a timeout judged by when the answer was read: at 100 req/s with
@@ -82,8 +83,7 @@ fn answers_read_on_the_next_arrivals_wake_up_are_timed_at_their_arrival() {
 /// answers by when it read them).
 #[test]
 fn a_timeout_is_judged_by_when_the_answer_came_not_when_it_was_read() {
-    let (_testbed, addr) = start_testbed(&["--delay", "6ms"]);
-    let (_, output, r) = one_agent_at_100_per_second("late-answers", &addr, &["--timeout", "3ms"]);
+    let (_, output, r) = one_agent_at_100_per_second("late-answers", "6ms", &["--timeout", "3ms"]);
     let t = &r["totals"];
     let ctx = format!("{t}\n{output}");
     assert_eq!(u(&t["intended"]), 300, "{ctx}");
@@ -98,8 +98,7 @@ fn a_timeout_is_judged_by_when_the_answer_came_not_when_it_was_read() {
 /// connect took 10 ms (measured), where loopback takes well under one.
 #[test]
 fn a_dial_under_way_is_not_slept_through() {
-    let (_testbed, addr) = start_testbed(&["--delay", "30ms"]);
-    let (_, output, r) = one_agent_at_100_per_second("dials", &addr, &["--timeout", "20ms"]);
+    let (_, output, r) = one_agent_at_100_per_second("dials", "30ms", &["--timeout", "20ms"]);
     let t = &r["totals"];
     let ctx = format!("{t}\n{output}");
     assert!(u(&t["phases"]["connections_opened"]) >= 100, "{ctx}");
@@ -107,13 +106,14 @@ fn a_dial_under_way_is_not_slept_through() {
     assert!(connect < 5.0, "connect p50 {connect} ms on loopback: {ctx}");
 }
 
-/// Three seconds at 100 req/s from one local agent against the testbed
-/// at `addr`, with `extra` flags.
+/// Three seconds at 100 req/s from one local agent, with `extra` flags,
+/// against a testbed that answers after `delay`.
 fn one_agent_at_100_per_second(
     name: &str,
-    addr: &str,
+    delay: &str,
     extra: &[&str],
 ) -> (std::process::ExitStatus, String, serde_json::Value) {
+    let (_testbed, addr) = start_testbed(&["--delay", delay]);
     let url = format!("http://{addr}/");
     let mut args = vec![
         "run",
@@ -141,13 +141,17 @@ fn one_agent_at_100_per_second(
 /// grew for the whole run (pool wait p50 375 ms, max 743 ms, measured on
 /// the build before). Reading first gives one request per connection per
 /// tick, so nothing waits for more than about a tick (2.0 ms p50, 2.8–4.0
-/// ms max measured; since the rule below, nothing waits at all).
+/// ms max measured; since the rule below, nothing waits at all). A stall
+/// of the shared test machine still queues the arrivals behind it (one
+/// answer 57 ms late left 52 of 1,950 waiting up to 61 ms, in a full run
+/// of the suite), so the bound is on how many wait, not how long: with the
+/// fault, the queue never drained and nearly every arrival waited.
 #[test]
 fn a_full_pool_reads_its_answers_before_the_tick_sends() {
     let (t, ctx) = three_seconds_on_two_connections("full-pool-tick", 650, "2ms");
     assert!(
-        pool_wait(&t, "max") < 50.0,
-        "no arrival waits long for a connection an unread answer freed: {ctx}"
+        pool_wait(&t, "count") < 195.0,
+        "fewer than a tenth of the arrivals wait for a connection an unread answer freed: {ctx}"
     );
 }
 

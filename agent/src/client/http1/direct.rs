@@ -720,17 +720,7 @@ impl<T: 'static> DirectPool<T> {
                 } else {
                     state.close(token);
                 }
-                Exchanged {
-                    outcome: Outcome::Error(timeout_kind(
-                        Phase::OnWire,
-                        ex.pool_wait,
-                        self.timeout,
-                    )),
-                    on_wire: Some(ex.on_wire),
-                    pool_wait: ex.pool_wait,
-                    phases: phases(ex.opened, None),
-                    answered: Some(ex.deadline),
-                }
+                self.out_of_time(&ex)
             }
             Ok((status, reusable, end)) => {
                 // An answer that arrived whole in one read has its head
@@ -769,6 +759,18 @@ impl<T: 'static> DirectPool<T> {
         done.push((ex.tag, exchanged));
     }
 
+    /// What a request on the wire whose time ran out comes to: a timeout,
+    /// at its deadline.
+    fn out_of_time(&self, ex: &Exchange<T>) -> Exchanged {
+        Exchanged {
+            outcome: Outcome::Error(timeout_kind(Phase::OnWire, ex.pool_wait, self.timeout)),
+            on_wire: Some(ex.on_wire),
+            pool_wait: ex.pool_wait,
+            phases: phases(ex.opened, None),
+            answered: Some(ex.deadline),
+        }
+    }
+
     /// Ends, at their deadlines, the requests whose time ran out by `now`:
     /// waiting ones as `pool_timeout`, never sent; those on the wire by
     /// where they spent it, their connections closed. Then sends waiting
@@ -795,20 +797,8 @@ impl<T: 'static> DirectPool<T> {
                     continue;
                 };
                 state.close(token);
-                done.push((
-                    ex.tag,
-                    Exchanged {
-                        outcome: Outcome::Error(timeout_kind(
-                            Phase::OnWire,
-                            ex.pool_wait,
-                            self.timeout,
-                        )),
-                        on_wire: Some(ex.on_wire),
-                        pool_wait: ex.pool_wait,
-                        phases: phases(ex.opened, None),
-                        answered: Some(deadline),
-                    },
-                ));
+                let exchanged = self.out_of_time(&ex);
+                done.push((ex.tag, exchanged));
             }
             // At least a millisecond apart: when requests time out one after
             // another, a scan per request over thousands of connections

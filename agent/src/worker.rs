@@ -962,7 +962,7 @@ enum TickEnd {
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
 /// blind until `wake` if there is slack for it and nothing waits for a
-/// connection. A request whose time runs out meanwhile is still a timeout
+/// connection, queued or dialled. A request whose time runs out meanwhile is still a timeout
 /// at its deadline: the pool judges an answer by when it came, not when it
 /// was read.
 ///

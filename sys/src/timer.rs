@@ -15,8 +15,9 @@
 //! brought back — and every microsecond of it would be send lag, and
 //! latency, on an arrival that was meant to leave on time. So an exact
 //! sleep arms the timer early by the median lateness of its recent
-//! wake-ups from sleeps of about its length, and yields through the
-//! rest: the CPU it costs is the wake-up's jitter, not its delay.
+//! wake-ups from sleeps of about its length, and yields (or, with the
+//! thread blocked, spins) through the rest: the CPU it costs is the
+//! wake-up's jitter, not its delay.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,8 +69,8 @@ const SPANS: [Duration; 3] = [
 pub struct PreciseTimer {
     fd: AsyncFd<Registered>,
     /// How late after its armed instant this timer's recent wake-ups have
-    /// come at the median ([`ON_TIME_PERCENT`]), in ns, per class of sleep length
-    /// ([`SPANS`]): what an exact sleep arms it early by. Atomic only so
+    /// come at the median ([`ON_TIME_PERCENT`]), in ns, per class of sleep
+    /// length ([`SPANS`]): what an exact sleep arms it early by. Atomic only so
     /// the timer stays `Sync` for the testbed's multi-threaded runtime; one
     /// task at a time uses a timer.
     late_ns: [AtomicU64; SPANS.len() + 1],

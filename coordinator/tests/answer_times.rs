@@ -17,22 +17,11 @@ use common::*;
 #[test]
 fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
     let (_testbed, addr) = start_testbed(&["--delay", "12ms"]);
-    let url = format!("http://{addr}/");
-    let (status, output, r, _) = run_report_with_env(
+    let (status, output, r) = three_seconds_at(
         "answer-times",
-        &[
-            "run",
-            "--url",
-            &url,
-            "--local-agents",
-            "1",
-            "--rate",
-            "2000",
-            "--duration",
-            "3s",
-            "--drain",
-            "2s",
-        ],
+        &addr,
+        2000,
+        &["--drain", "2s"],
         &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
     );
     // The 5 ms quantum keeps lag p99 near 5 ms, so a stall of the test
@@ -114,7 +103,22 @@ fn one_agent_at_100_per_second(
     extra: &[&str],
 ) -> (std::process::ExitStatus, String, serde_json::Value) {
     let (_testbed, addr) = start_testbed(&["--delay", delay]);
+    let mut flags = vec!["--drain", "1s"];
+    flags.extend_from_slice(extra);
+    three_seconds_at(name, &addr, 100, &flags, &[])
+}
+
+/// Three seconds at `rate` from one local agent against the testbed at
+/// `addr`, with `extra` flags and `env` for the coordinator.
+fn three_seconds_at(
+    name: &str,
+    addr: &str,
+    rate: u64,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String, serde_json::Value) {
     let url = format!("http://{addr}/");
+    let rate = rate.to_string();
     let mut args = vec![
         "run",
         "--url",
@@ -122,14 +126,12 @@ fn one_agent_at_100_per_second(
         "--local-agents",
         "1",
         "--rate",
-        "100",
+        &rate,
         "--duration",
         "3s",
-        "--drain",
-        "1s",
     ];
     args.extend_from_slice(extra);
-    let (status, output, r, _) = run_report(name, &args);
+    let (status, output, r, _) = run_report_with_env(name, &args, env);
     (status, output, r)
 }
 
@@ -183,25 +185,11 @@ fn three_seconds_on_two_connections(
     quantum: &str,
 ) -> (serde_json::Value, String) {
     let (_testbed, addr) = start_testbed(&[]);
-    let url = format!("http://{addr}/");
-    let rate_arg = rate.to_string();
-    let (_, output, r, _) = run_report_with_env(
+    let (_, output, r) = three_seconds_at(
         name,
-        &[
-            "run",
-            "--url",
-            &url,
-            "--local-agents",
-            "1",
-            "--rate",
-            &rate_arg,
-            "--duration",
-            "3s",
-            "--connections",
-            "2",
-            "--drain",
-            "2s",
-        ],
+        &addr,
+        rate,
+        &["--connections", "2", "--drain", "2s"],
         &[("LOADFLEET_WAKE_QUANTUM", quantum)],
     );
     let t = r["totals"].clone();

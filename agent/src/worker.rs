@@ -241,12 +241,11 @@ impl PoolFigures {
 
 /// A pool the open loop drives itself, with no task per request, for a
 /// scenario that can use one: the worker's only scenario, open model, no
-/// subscription, every request HTTP/1.1 over plain TCP to one host. That
-/// is where the agent's cost per request matters most, and the loop
-/// already reads answers on its own ticks there (see [`tick`]).
+/// subscription, every request HTTP/1.1 to one host, over plain TCP or
+/// TLS. That is where the agent's cost per request matters most, and the
+/// loop reads answers on its own ticks there (see [`tick_direct`]).
 fn direct_pool(sc: &ScenarioPlan, client: &Transport, alone: bool) -> Option<Rc<DirectPool<Sent>>> {
-    if !alone || sc.sse.is_some() || !matches!(sc.model, Model::Open { .. }) || !sc.mix.plain_http()
-    {
+    if !alone || sc.sse.is_some() || !matches!(sc.model, Model::Open { .. }) {
         return None;
     }
     match client.direct(sc.mix.sole_origin()?)? {
@@ -565,11 +564,13 @@ async fn open_loop(
     let mut watch = FreezeWatch::new();
     // Whether a wake-up may be a tick (see [`tick`], [`tick_direct`]):
     // only where every answer's time is its arrival's, whenever it is
-    // read, and nothing else on the thread needs it awake.
+    // read, and nothing else on the thread needs it awake. The loop's own
+    // pool stamps every answer, TLS or not; through the tasks, only plain
+    // TCP's reads are stamped.
     let may_tick = shared.alone
         && shared.sse.is_none()
         && shared.client.stamps_answers()
-        && sc.mix.plain_http();
+        && (shared.direct.is_some() || sc.mix.plain_http());
     let runners = Runners::new();
     if let Some(uri) = sc.mix.sole_origin() {
         if shared.sse.is_none() && sc.start > Instant::now() {

@@ -39,6 +39,45 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
     assert!(f(&t["latency_ms"]["p50"]) > p50, "{t}");
 }
 
+/// The same over TLS: the open loop's own pool reads the socket and has
+/// rustls only decrypt, so an answer read on a later tick keeps the
+/// kernel's stamp of its ciphertext's arrival.
+#[test]
+fn answers_over_tls_read_on_a_later_tick_are_timed_at_their_arrival() {
+    let dir = temp_dir("answer-times-tls-cert");
+    let (cert, key) = localhost_certificate(&dir);
+    let (_testbed, addr) =
+        start_testbed(&["--delay", "12ms", "--tls-cert", &cert, "--tls-key", &key]);
+    let port = addr.rsplit(':').next().expect("port");
+    let url = format!("https://localhost:{port}/");
+    let (status, output, r, _) = run_report_with_env(
+        "answer-times-tls",
+        &[
+            "run",
+            "--url",
+            &url,
+            "--local-agents",
+            "1",
+            "--rate",
+            "2000",
+            "--duration",
+            "3s",
+            "--drain",
+            "2s",
+        ],
+        &[
+            ("LOADFLEET_WAKE_QUANTUM", "5ms"),
+            ("LOADFLEET_CA_CERT", &cert),
+        ],
+    );
+    assert_ok_or_saturated(status, &r, &output);
+    let t = &r["totals"];
+    assert_eq!(u(&t["intended"]), 6000, "{t}");
+    assert!(u(&t["completed"]) >= 5900, "{t}");
+    assert!(t["errors"].as_object().is_none_or(|e| e.is_empty()), "{t}");
+    service_p50_within(t, 11.9..13.5);
+}
+
 /// Below one arrival a quantum each arrival has its own wake-up, and that
 /// is a tick too: the answers wait in their sockets for the next arrival's.
 /// At 100 req/s against a 2 ms delay each answer is read about 8 ms after

@@ -311,11 +311,12 @@ impl Transport {
     }
 
     /// A pool the open loop drives itself ([`DirectPool`]), with this
-    /// transport's connections, timeout and source addresses: for HTTP/1.1
-    /// over plain TCP to `uri`'s host only, `None` otherwise.
+    /// transport's connections, timeout, source addresses and TLS settings:
+    /// for HTTP/1.1 to `uri`'s host only, `None` otherwise.
     pub fn direct<T: 'static>(&self, uri: &http::Uri) -> Option<std::io::Result<DirectPool<T>>> {
+        let web = [http::uri::Scheme::HTTP, http::uri::Scheme::HTTPS];
         match &self.kind {
-            Kind::Http1(c) if uri.scheme() == Some(&http::uri::Scheme::HTTP) => {
+            Kind::Http1(c) if uri.scheme().is_some_and(|s| web.contains(s)) => {
                 Some(c.direct(uri, self.timeout))
             }
             _ => None,

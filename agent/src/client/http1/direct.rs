@@ -15,9 +15,12 @@
 //! descriptor sits in tokio's reactor as one more source, so the loop can
 //! still wait on it together with its timer, a stop and hand-overs.
 //!
-//! Only the open loop's commonest case comes here: plain `http://` to one
-//! host, where answers carry the kernel's arrival stamps so the loop may
-//! read them on its own ticks. Opening a connection (resolution, `--bind`, the connect phase) is
+//! Only the open loop's commonest case comes here: HTTP/1.1 to one host,
+//! `http://` or `https://`. The pool reads the sockets itself, so answers
+//! carry the kernel's arrival stamps and the loop may read them on its own
+//! ticks; over TLS, rustls only encrypts and decrypts what the pool writes
+//! and reads (`https://` at 20,000 req/s went from 29,000–35,000 to
+//! ... requests per CPU-second, BENCHMARKS.md). Opening a connection (resolution, `--bind`, the connect phase) is
 //! still the [`Dialer`]'s, in a task of its own, as it happens rarely.
 
 use std::cell::{Cell, RefCell};
@@ -128,7 +131,14 @@ struct Exchange<T> {
 /// One open connection.
 struct Slot<T> {
     stream: TcpStream,
-    /// The end of a request the socket did not take at once.
+    /// The TLS session over `stream`, for `https://`. The pool reads and
+    /// writes the socket itself and has rustls only encrypt and decrypt, so
+    /// an answer keeps the kernel's arrival stamp of its ciphertext and is
+    /// read on the loop's ticks like a plain one. Boxed, as in
+    /// [`crate::client::dial::Io`]: a session is over a kilobyte.
+    tls: Option<Box<rustls::ClientConnection>>,
+    /// The end of a request the socket (or, over TLS, the session) did not
+    /// take at once.
     unsent: Vec<u8>,
     /// Answer bytes read and not consumed; allocated only while an answer
     /// arrives, as in [`super::conn`].
@@ -164,6 +174,9 @@ struct State<T> {
     /// The request being written; shared, as a connection keeps bytes only
     /// when its socket did not take them all.
     out: Vec<u8>,
+    /// Ciphertext just read from a TLS connection, until its session has
+    /// taken it: shared too, as a session keeps what it has not decrypted.
+    raw: Vec<u8>,
     /// Connections established since last taken.
     established: u64,
 }
@@ -207,7 +220,7 @@ impl AsRawFd for Epoll {
 }
 
 impl<T: 'static> DirectPool<T> {
-    /// A pool for `uri`'s host, plain `http://` only; at most `connections`
+    /// A pool for `uri`'s host, `http://` or `https://`; at most `connections`
     /// open at once, each request given `timeout` from when it was sent.
     /// Must be made on the worker's runtime.
     pub fn new(
@@ -245,6 +258,7 @@ impl<T: 'static> DirectPool<T> {
                 open: 0,
                 next_check: Instant::now() + timeout,
                 out: Vec::with_capacity(512),
+                raw: Vec::new(),
                 established: 0,
             }),
             dialer,
@@ -535,18 +549,9 @@ impl<T: 'static> DirectPool<T> {
             }
             Outgoing::Fixed(fixed) => fixed.0 .1.as_slice(),
         };
-        let written = loop {
-            match slot.stream.write(wire) {
-                Ok(n) => break Ok(n),
-                Err(e) if e.kind() == IoKind::WouldBlock => break Ok(0),
-                Err(e) if e.kind() == IoKind::Interrupted => continue,
-                Err(e) => break Err(e),
-            }
-        };
         let opened = slot.fresh.take();
-        let written = written.and_then(|n| {
-            if n < wire.len() {
-                slot.unsent.extend_from_slice(&wire[n..]);
+        let written = slot.send(wire).and_then(|()| {
+            if slot.pending() {
                 registry.reregister(
                     &mut slot.stream,
                     Token(token),
@@ -592,15 +597,10 @@ impl<T: 'static> DirectPool<T> {
         let Some(slot) = slots.get_mut(token).and_then(Option::as_mut) else {
             return;
         };
-        while !slot.unsent.is_empty() {
-            match slot.stream.write(&slot.unsent) {
-                Ok(n) => {
-                    slot.unsent.drain(..n);
-                }
-                Err(e) if e.kind() == IoKind::WouldBlock => return,
-                Err(e) if e.kind() == IoKind::Interrupted => {}
-                Err(e) => return self.finish(state, token, Err(ClientFailure::Io(e)), done),
-            }
+        match slot.push() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => return self.finish(state, token, Err(ClientFailure::Io(e)), done),
         }
         if let Err(e) = registry.reregister(&mut slot.stream, Token(token), Interest::READABLE) {
             self.finish(state, token, Err(ClientFailure::Io(e)), done);
@@ -621,27 +621,25 @@ impl<T: 'static> DirectPool<T> {
         clocks: Option<&loadfleet_sys::Clocks>,
         done: &mut Vec<(T, Exchanged)>,
     ) {
-        let Some(slot) = state.slots.get_mut(token).and_then(Option::as_mut) else {
+        let State { slots, raw, .. } = state;
+        let Some(slot) = slots.get_mut(token).and_then(Option::as_mut) else {
             return;
         };
-        let Some(ex) = slot.busy.as_mut() else {
-            let mut probe = [0u8; 64];
-            match std::io::Read::read(&mut slot.stream, &mut probe) {
-                Err(e) if e.kind() == IoKind::WouldBlock || e.kind() == IoKind::Interrupted => {}
-                _ => state.close(token),
+        if slot.busy.is_none() {
+            if !slot.idle_read(raw) {
+                state.close(token);
             }
             return;
-        };
+        }
         let result = loop {
-            if slot.input.capacity() == 0 {
-                slot.input = spare::take();
-            }
-            if slot.input.capacity() - slot.input.len() < ex.chunk / 2 {
-                slot.input.reserve(ex.chunk);
-            }
-            let room = slot.input.capacity() - slot.input.len();
-            match loadfleet_sys::recv_stamped(&slot.stream, &mut slot.input) {
-                Ok((0, _)) => {
+            let chunk = slot.busy.as_ref().map_or(READ_CHUNK, |ex| ex.chunk);
+            let received = slot.receive(raw, chunk);
+            let Some(ex) = slot.busy.as_mut() else {
+                break None;
+            };
+            match received {
+                Ok(Received::Nothing) => break None,
+                Ok(Received::End) => {
                     // The body's last byte came with the last read that
                     // had any; the close only confirmed it.
                     let end = ex.last_at.unwrap_or_else(Instant::now);
@@ -652,10 +650,14 @@ impl<T: 'static> DirectPool<T> {
                             .map_err(ClientFailure::Wire),
                     );
                 }
-                Ok((n, stamp)) => {
+                Ok(Received::Bytes {
+                    filled,
+                    stamp,
+                    closed,
+                }) => {
                     let at = arrived(stamp.and_then(|s| clocks?.instant(s)), ex.on_wire);
                     ex.last_at = Some(at);
-                    if n == room {
+                    if filled {
                         // More is likely waiting: read it in larger pieces.
                         ex.chunk = (ex.chunk * 2).min(READ_MAX);
                     }
@@ -665,7 +667,17 @@ impl<T: 'static> DirectPool<T> {
                             if ex.head_at.is_none() && ex.reader.head_done() {
                                 ex.head_at = Some(at);
                             }
-                            if n < room && !ended {
+                            if closed {
+                                // The TLS peer said it is done: as a FIN
+                                // after these bytes.
+                                break Some(
+                                    ex.reader
+                                        .closed()
+                                        .map(|c| (c.status, false, at))
+                                        .map_err(ClientFailure::Wire),
+                                );
+                            }
+                            if !filled && !ended {
                                 break None;
                             }
                         }
@@ -674,16 +686,14 @@ impl<T: 'static> DirectPool<T> {
                             // written, or the peer's end (whose edge this
                             // is) end the connection.
                             let clean =
-                                used == slot.input.len() && slot.unsent.is_empty() && !ended;
+                                used == slot.input.len() && !slot.pending() && !ended && !closed;
                             spare::give(std::mem::take(&mut slot.input));
                             break Some(Ok((complete.status, complete.reusable && clean, at)));
                         }
                         Err(e) => break Some(Err(ClientFailure::Wire(e))),
                     }
                 }
-                Err(e) if e.kind() == IoKind::WouldBlock => break None,
-                Err(e) if e.kind() == IoKind::Interrupted => {}
-                Err(e) => break Some(Err(ClientFailure::Io(e))),
+                Err(failure) => break Some(Err(failure)),
             }
         };
         if let Some(result) = result {
@@ -845,14 +855,208 @@ impl<T: 'static> DirectPool<T> {
     }
 }
 
+/// What one read of a connection's socket gave its answer.
+enum Received {
+    /// Nothing more for now: the next edge says when it comes.
+    Nothing,
+    /// The peer's FIN.
+    End,
+    /// Bytes: whatever of them is answer (all of them, over plain TCP) is
+    /// in the slot's `input`.
+    Bytes {
+        /// They filled the room there was: more is likely waiting.
+        filled: bool,
+        /// When they reached the machine.
+        stamp: Option<loadfleet_sys::Arrival>,
+        /// The TLS peer's `close_notify` came with them: the answer ends
+        /// where they do.
+        closed: bool,
+    },
+}
+
+impl<T> Slot<T> {
+    /// Starts `wire` on its way: what the socket (or the TLS session) does
+    /// not take at once is kept for [`Self::push`].
+    fn send(&mut self, wire: &[u8]) -> std::io::Result<()> {
+        let Some(tls) = self.tls.as_mut() else {
+            let written = loop {
+                match self.stream.write(wire) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == IoKind::WouldBlock => break 0,
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            };
+            self.unsent.extend_from_slice(&wire[written..]);
+            return Ok(());
+        };
+        let taken = tls.writer().write(wire)?;
+        self.unsent.extend_from_slice(&wire[taken..]);
+        self.push().map(drop)
+    }
+
+    /// Writes out what is still in the process; true once nothing is.
+    fn push(&mut self) -> std::io::Result<bool> {
+        let Some(tls) = self.tls.as_mut() else {
+            while !self.unsent.is_empty() {
+                match self.stream.write(&self.unsent) {
+                    Ok(n) => {
+                        self.unsent.drain(..n);
+                    }
+                    Err(e) if e.kind() == IoKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == IoKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(true);
+        };
+        loop {
+            if !self.unsent.is_empty() {
+                let taken = tls.writer().write(&self.unsent)?;
+                self.unsent.drain(..taken);
+            }
+            if !tls.wants_write() {
+                if self.unsent.is_empty() {
+                    return Ok(true);
+                }
+                // Room in the session and yet it took nothing: it is
+                // closed for writing.
+                return Err(std::io::Error::new(
+                    IoKind::BrokenPipe,
+                    "the TLS session no longer takes data",
+                ));
+            }
+            match tls.write_tls(&mut self.stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == IoKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == IoKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Part of a request is still in the process.
+    fn pending(&self) -> bool {
+        !self.unsent.is_empty() || self.tls.as_ref().is_some_and(|tls| tls.wants_write())
+    }
+
+    /// Reads the socket once, asking for about `chunk` bytes; over TLS
+    /// through `raw`, the plaintext going to `input`.
+    fn receive(&mut self, raw: &mut Vec<u8>, chunk: usize) -> Result<Received, ClientFailure> {
+        let Some(tls) = self.tls.as_mut() else {
+            if self.input.capacity() == 0 {
+                self.input = spare::take();
+            }
+            if self.input.capacity() - self.input.len() < chunk / 2 {
+                self.input.reserve(chunk);
+            }
+            return Ok(match read_socket(&self.stream, &mut self.input) {
+                Ok(Some((0, _, _))) => Received::End,
+                Ok(Some((_, filled, stamp))) => Received::Bytes {
+                    filled,
+                    stamp,
+                    closed: false,
+                },
+                Ok(None) => Received::Nothing,
+                Err(e) => return Err(ClientFailure::Io(e)),
+            });
+        };
+        raw.clear();
+        raw.reserve(chunk);
+        let (filled, stamp) = match read_socket(&self.stream, raw) {
+            Ok(Some((0, _, _))) => return Ok(Received::End),
+            Ok(Some((_, filled, stamp))) => (filled, stamp),
+            Ok(None) => return Ok(Received::Nothing),
+            Err(e) => return Err(ClientFailure::Io(e)),
+        };
+        if self.input.capacity() == 0 {
+            self.input = spare::take();
+        }
+        let closed = decrypt(tls, raw, &mut self.input).map_err(ClientFailure::Tls)?;
+        // A session may have something to say back (a key update's answer).
+        self.push().map_err(ClientFailure::Io)?;
+        Ok(Received::Bytes {
+            filled,
+            stamp,
+            closed,
+        })
+    }
+
+    /// Reads an idle connection's socket: false if the connection is done
+    /// (closed, failed, or sent bytes nobody asked for). Over TLS, session
+    /// messages of the server's own (a TLS 1.3 ticket after the handshake)
+    /// are not an end.
+    fn idle_read(&mut self, raw: &mut Vec<u8>) -> bool {
+        loop {
+            match self.receive(raw, READ_CHUNK) {
+                Ok(Received::Nothing) => return true,
+                Ok(Received::Bytes { closed, filled, .. }) => {
+                    if closed || !self.input.is_empty() {
+                        return false;
+                    }
+                    if !filled {
+                        return true;
+                    }
+                }
+                Ok(Received::End) | Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// One `recv` into `buf`'s spare room: the bytes read (0 at the peer's
+/// FIN), whether they filled the room, and their arrival stamp; `None`
+/// when the socket has nothing now.
+fn read_socket(
+    stream: &TcpStream,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Option<(usize, bool, Option<loadfleet_sys::Arrival>)>> {
+    let room = buf.capacity() - buf.len();
+    loop {
+        match loadfleet_sys::recv_stamped(stream, buf) {
+            Ok((n, stamp)) => return Ok(Some((n, n == room, stamp))),
+            Err(e) if e.kind() == IoKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == IoKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Feeds `raw` ciphertext to `tls` and appends the plaintext it gives to
+/// `input`; true if the peer closed the session (`close_notify`).
+fn decrypt(
+    tls: &mut rustls::ClientConnection,
+    raw: &[u8],
+    input: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    let mut rest = raw;
+    loop {
+        if !rest.is_empty() {
+            tls.read_tls(&mut rest)?;
+        }
+        tls.process_new_packets()
+            .map_err(|e| std::io::Error::new(IoKind::InvalidData, e))?;
+        match std::io::Read::read_to_end(&mut tls.reader(), input) {
+            // The reader ends only at the peer's close_notify.
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind() == IoKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        if rest.is_empty() {
+            return Ok(false);
+        }
+    }
+}
+
 impl<T> State<T> {
     /// Takes a newly opened connection into the epoll set; returns its token.
     fn adopt(&mut self, io: crate::client::dial::Io) -> std::io::Result<usize> {
-        let Either::Left(tcp) = io else {
-            return Err(std::io::Error::new(
-                IoKind::InvalidInput,
-                "a TLS connection cannot be driven by the open loop",
-            ));
+        let (tcp, tls) = match io {
+            Either::Left(tcp) => (tcp, None),
+            Either::Right(tls) => {
+                let (tcp, session) = (*tls).into_inner();
+                (tcp, Some(Box::new(session)))
+            }
         };
         let mut stream = TcpStream::from_std(tcp.into_std()?);
         if let Err(err) = loadfleet_sys::stamp_arrivals(&stream) {
@@ -863,6 +1067,7 @@ impl<T> State<T> {
             .register(&mut stream, Token(token), Interest::READABLE)?;
         let slot = Slot {
             stream,
+            tls,
             unsent: Vec::new(),
             input: Vec::new(),
             fresh: None,
@@ -948,53 +1153,131 @@ mod tests {
     /// they come, with the replies in order (none: it never answers).
     /// Returns its URL and a count of the connections it accepted.
     async fn server(replies: Vec<Reply>) -> (Uri, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let replies = replies.clone();
-                tokio::spawn(async move {
-                    let mut pending = Vec::new();
-                    while super::super::next_request_head(&mut stream, &mut pending).await {
-                        let Some(r) = replies.lock().unwrap().pop_front() else {
-                            continue;
-                        };
-                        for (i, piece) in r.pieces.iter().enumerate() {
-                            if i > 0 {
-                                tokio::time::sleep(Duration::from_millis(3)).await;
-                            }
-                            if stream.write_all(piece).await.is_err() {
-                                return;
-                            }
-                        }
-                        if r.close {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let (port, accepted) = serve(replies, None).await;
         (
             format!("http://127.0.0.1:{port}/").parse().unwrap(),
             accepted,
         )
     }
 
+    /// [`server`] over TLS, with a certificate for `localhost`: its URL, the
+    /// count, and a pool (of `connections`) that trusts the certificate.
+    async fn tls_server(
+        replies: Vec<Reply>,
+        connections: usize,
+    ) -> (Uri, Arc<AtomicUsize>, Rc<DirectPool<u32>>) {
+        let (acceptor, trust) = tls_pair();
+        let (port, accepted) = serve(replies, Some(acceptor)).await;
+        let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
+        let pool = pool_with(&uri, connections, Duration::from_secs(5), trust);
+        (uri, accepted, pool)
+    }
+
+    /// A server's TLS side for `localhost`, and a client's that trusts it.
+    fn tls_pair() -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
+        use rustls_pki_types::pem::PemObject;
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
+            cert.key_pair.serialize_pem().as_bytes(),
+        )
+        .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let plan = loadfleet_proto::v1::TargetTls {
+            ca_cert: cert.cert.pem().into_bytes(),
+            ..Default::default()
+        };
+        let trust =
+            crate::tls::target_config(&rustls::RootCertStore::empty(), Some(&plan), &[b"http/1.1"])
+                .unwrap();
+        (tokio_rustls::TlsAcceptor::from(Arc::new(config)), trust)
+    }
+
+    /// The servers' loop: plain TCP, or TLS through `tls`; the port and the
+    /// count of connections accepted. A reply that closes ends the session
+    /// as a TLS server does (`close_notify`, then the FIN).
+    async fn serve(
+        replies: Vec<Reply>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> (u16, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let replies = replies.clone();
+                match &tls {
+                    None => {
+                        tokio::spawn(answer(stream, replies));
+                    }
+                    Some(acceptor) => {
+                        let acceptor = acceptor.clone();
+                        tokio::spawn(async move {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                answer(stream, replies).await;
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        (port, accepted)
+    }
+
+    /// One connection of [`serve`]'s.
+    async fn answer(
+        mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        replies: Arc<Mutex<VecDeque<Reply>>>,
+    ) {
+        let mut pending = Vec::new();
+        while super::super::next_request_head(&mut stream, &mut pending).await {
+            let Some(r) = replies.lock().unwrap().pop_front() else {
+                continue;
+            };
+            for (i, piece) in r.pieces.iter().enumerate() {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                }
+                if stream.write_all(piece).await.is_err() {
+                    return;
+                }
+            }
+            if r.close {
+                let _ = stream.shutdown().await;
+                return;
+            }
+        }
+    }
+
     fn pool(uri: &Uri, connections: usize, timeout: Duration) -> Rc<DirectPool<u32>> {
+        let tls = crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
+            .unwrap();
+        pool_with(uri, connections, timeout, tls)
+    }
+
+    fn pool_with(
+        uri: &Uri,
+        connections: usize,
+        timeout: Duration,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Rc<DirectPool<u32>> {
         let transport = Transport::new(ClientConfig {
             timeout,
             connections,
             source: None,
             more_sources: Vec::new(),
-            tls: crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
-                .unwrap(),
+            tls,
             protocol: HttpProtocol::Http1,
         });
-        Rc::new(transport.direct(uri).expect("plain HTTP/1.1").unwrap())
+        Rc::new(transport.direct(uri).expect("HTTP/1.1").unwrap())
     }
 
     fn get(uri: &Uri) -> Outgoing {
@@ -1112,59 +1395,202 @@ mod tests {
     #[tokio::test]
     async fn answers_of_every_framing_are_read_in_pieces() {
         local(async {
-            let (uri, accepted) = server(vec![
-                reply(&[
-                    b"HTTP/1.1 200 OK\r\ncontent-len",
-                    b"gth: 5\r\n\r\nhel",
-                    b"lo",
-                ]),
-                reply(&[
-                    b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n",
-                    b"3\r\nabc\r\n",
-                    b"2;ext=1\r\nde\r\n0\r\ntrailer: x\r\n\r\n",
-                ]),
-                reply(&[b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"]),
-                Reply {
-                    pieces: vec![b"HTTP/1.1 202 Accepted\r\n\r\nuntil", b" the close"],
-                    close: true,
-                },
-                reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]),
-            ])
-            .await;
+            let (uri, accepted) = server(every_framing()).await;
             let pool = pool(&uri, 1, Duration::from_secs(5));
-            let mut statuses = Vec::new();
-            for n in 0..5 {
-                let mut done = Vec::new();
-                pool.submit(get(&uri), Instant::now(), n, &mut done);
-                assert!(done.is_empty(), "nothing fails at once");
-                let got = outcomes(&pool, 1).await;
-                assert_eq!(got.len(), 1, "answer {n}");
-                let (tag, ex) = got[0];
-                assert_eq!(tag, n);
-                assert!(ex.on_wire.is_some() && ex.pool_wait.is_none());
-                assert!(ex.answered.is_some_and(|at| at >= ex.on_wire.unwrap()));
-                assert!(
-                    ex.phases.ttfb.is_some() && ex.phases.body.is_some(),
-                    "{n}: {ex:?}"
-                );
-                assert_eq!(ex.phases.new_connection, n == 0 || n == 4, "{n}");
-                statuses.push(ex.outcome);
-            }
-            let status = |s| Outcome::Status(s);
-            assert_eq!(
-                statuses,
-                vec![
-                    status(200),
-                    status(201),
-                    status(204),
-                    status(202),
-                    status(200)
-                ]
-            );
-            assert_eq!(accepted.load(Ordering::SeqCst), 2, "one close, one reopen");
-            assert_eq!(pool.take_connections(), vec![(HttpProtocol::Http1, 2)]);
+            reads_every_framing(&uri, &accepted, &pool).await;
         })
         .await;
+    }
+
+    /// The same over TLS, where the pool reads the socket and rustls only
+    /// decrypts: records cut across reads, and a body that runs to the
+    /// close ended by the server's `close_notify`.
+    #[tokio::test]
+    async fn answers_over_tls_are_read_in_pieces() {
+        local(async {
+            let (uri, accepted, pool) = tls_server(every_framing(), 1).await;
+            reads_every_framing(&uri, &accepted, &pool).await;
+        })
+        .await;
+    }
+
+    fn every_framing() -> Vec<Reply> {
+        vec![
+            reply(&[
+                b"HTTP/1.1 200 OK\r\ncontent-len",
+                b"gth: 5\r\n\r\nhel",
+                b"lo",
+            ]),
+            reply(&[
+                b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n",
+                b"3\r\nabc\r\n",
+                b"2;ext=1\r\nde\r\n0\r\ntrailer: x\r\n\r\n",
+            ]),
+            reply(&[b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"]),
+            Reply {
+                pieces: vec![b"HTTP/1.1 202 Accepted\r\n\r\nuntil", b" the close"],
+                close: true,
+            },
+            reply(&[b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]),
+        ]
+    }
+
+    /// Sends [`every_framing`]'s five requests one after another and checks
+    /// their outcomes.
+    async fn reads_every_framing(uri: &Uri, accepted: &AtomicUsize, pool: &Rc<DirectPool<u32>>) {
+        let mut statuses = Vec::new();
+        for n in 0..5 {
+            let mut done = Vec::new();
+            pool.submit(get(uri), Instant::now(), n, &mut done);
+            assert!(done.is_empty(), "nothing fails at once");
+            let got = outcomes(pool, 1).await;
+            assert_eq!(got.len(), 1, "answer {n}");
+            let (tag, ex) = got[0];
+            assert_eq!(tag, n);
+            assert!(ex.on_wire.is_some() && ex.pool_wait.is_none());
+            assert!(ex.answered.is_some_and(|at| at >= ex.on_wire.unwrap()));
+            assert!(
+                ex.phases.ttfb.is_some() && ex.phases.body.is_some(),
+                "{n}: {ex:?}"
+            );
+            assert_eq!(ex.phases.new_connection, n == 0 || n == 4, "{n}");
+            statuses.push(ex.outcome);
+        }
+        let status = |s| Outcome::Status(s);
+        assert_eq!(
+            statuses,
+            vec![
+                status(200),
+                status(201),
+                status(204),
+                status(202),
+                status(200)
+            ]
+        );
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "one close, one reopen");
+        assert_eq!(pool.take_connections(), vec![(HttpProtocol::Http1, 2)]);
+    }
+
+    /// A TLS 1.3 server sends its session tickets after the handshake,
+    /// which reach a connection opened ahead while it is idle: they are
+    /// the session's, not bytes nobody asked for, and the connection stays
+    /// for the requests. Bytes that are not TLS at all are a `tls` error.
+    #[tokio::test]
+    async fn a_tls_connection_outlives_its_tickets_and_fails_on_garbage() {
+        local(async {
+            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            let (uri, accepted, pool) = tls_server(vec![reply(&[ok]); 3], 1).await;
+            pool.open_ahead(1).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut done = Vec::new();
+            pool.drive(Instant::now(), &mut done);
+            assert!(done.is_empty());
+            for n in 0..3 {
+                pool.submit(get(&uri), Instant::now(), n, &mut done);
+                let got = outcomes(&pool, 1).await;
+                assert_eq!(got.len(), 1, "answer {n}");
+                assert_eq!(got[0].1.outcome, Outcome::Status(200), "{n}");
+                assert_eq!(got[0].1.phases.new_connection, n == 0, "{n}");
+            }
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                1,
+                "the tickets closed nothing"
+            );
+
+            // A server that answers in plain text under the session.
+            let (acceptor, trust) = tls_pair();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                let (stream, _) = listener.accept().await.unwrap();
+                let mut tls = acceptor.accept(stream).await.unwrap();
+                let mut pending = Vec::new();
+                if super::super::next_request_head(&mut tls, &mut pending).await {
+                    let _ = tls.get_mut().0.write_all(ok).await;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            });
+            let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
+            let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
+            pool.submit(get(&uri), Instant::now(), 9, &mut done);
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Tls));
+        })
+        .await;
+    }
+
+    /// A request larger than the socket (and, over TLS, the session's
+    /// buffer) takes at once goes out whole over later writes, plain or
+    /// TLS, and its answer is read after it.
+    #[tokio::test]
+    async fn a_request_larger_than_the_socket_takes_goes_out_whole() {
+        local(async {
+            for tls in [false, true] {
+                let (acceptor, trust) = tls_pair();
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let port = listener.local_addr().unwrap().port();
+                tokio::spawn(async move {
+                    let (stream, _) = listener.accept().await.unwrap();
+                    if tls {
+                        let stream = acceptor.accept(stream).await.unwrap();
+                        count_body(stream).await;
+                    } else {
+                        count_body(stream).await;
+                    }
+                });
+                let scheme = if tls { "https" } else { "http" };
+                let uri: Uri = format!("{scheme}://localhost:{port}/").parse().unwrap();
+                let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
+                let body = Bytes::from(vec![b'x'; BIG_BODY]);
+                let request = Request::post(uri.clone()).body(Full::new(body)).unwrap();
+                let mut done = Vec::new();
+                pool.submit(Outgoing::built(request), Instant::now(), 1, &mut done);
+                let got = outcomes(&pool, 1).await;
+                assert_eq!(got.len(), 1, "tls {tls}");
+                assert_eq!(got[0].1.outcome, Outcome::Status(200), "tls {tls}");
+            }
+        })
+        .await;
+    }
+
+    /// Larger than a loopback socket's send buffer takes at once, and than
+    /// rustls buffers unsent.
+    const BIG_BODY: usize = 8 << 20;
+
+    /// Reads one request's head and its `content-length` body after a
+    /// pause (so the client's socket fills), then answers 200 if the body
+    /// came whole, 400 otherwise.
+    async fn count_body(mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin) {
+        use tokio::io::AsyncReadExt;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut seen = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let head_end = loop {
+            if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        };
+        let mut body = seen.len() - head_end;
+        while body < BIG_BODY {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => body += n,
+            }
+        }
+        let status: &[u8] = if body == BIG_BODY {
+            b"200 OK"
+        } else {
+            b"400 Bad"
+        };
+        let answer = [b"HTTP/1.1 ", status, b"\r\ncontent-length: 0\r\n\r\n"].concat();
+        let _ = stream.write_all(&answer).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     /// A malformed answer is a protocol error, an answer cut short by the

@@ -167,7 +167,10 @@ impl Http1Client {
 /// whole request head in `pending` (reading more as needed) and drops it;
 /// false once the client has closed.
 #[cfg(test)]
-async fn next_request_head(stream: &mut tokio::net::TcpStream, pending: &mut Vec<u8>) -> bool {
+async fn next_request_head(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    pending: &mut Vec<u8>,
+) -> bool {
     use tokio::io::AsyncReadExt;
     let mut buf = [0u8; 4096];
     loop {

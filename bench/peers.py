@@ -39,7 +39,7 @@ LADDER = [int(r) for r in os.environ.get(
 LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
 MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
 MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))
-PARTS = os.environ.get("PARTS", "peers ladder wall accuracy memory").split()
+PARTS = os.environ.get("PARTS", "peers tls ladder wall accuracy memory").split()
 GEN_CPU = os.environ.get("GEN_CPU", "0")
 TARGET_CPU = os.environ.get("TARGET_CPU", "1")
 # Extra agent settings for every loadfleet run, e.g. LOADFLEET_WAKE_QUANTUM.
@@ -59,21 +59,35 @@ def free_port():
 
 
 def wait_http(url, timeout=10.0):
+    import ssl
     import urllib.request
+    # The TLS target's certificate is self-signed: only whether it answers
+    # matters here.
+    unchecked = ssl._create_unverified_context()
     end = time.time() + timeout
     while time.time() < end:
         try:
-            urllib.request.urlopen(url, timeout=1).read()
+            urllib.request.urlopen(url, timeout=1, context=unchecked).read()
             return
         except Exception:
             time.sleep(0.1)
     raise SystemExit(f"bench: {url} did not answer within {timeout}s")
 
 
-def start_nginx():
-    d = OUT / "nginx"
+def start_nginx(tls=False):
+    """nginx `return 200` on TARGET_CPU; with `tls`, over TLS with a
+    self-signed certificate made here (the generators skip its check)."""
+    d = OUT / ("nginx-tls" if tls else "nginx")
     (d / "logs").mkdir(parents=True, exist_ok=True)
     port = free_port()
+    listen, certs = "", ""
+    if tls:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
+                        "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost"],
+                       check=True, capture_output=True)
+        listen = " ssl"
+        certs = f"ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;"
     (d / "nginx.conf").write_text(f"""
 worker_processes 1;
 daemon off;
@@ -85,7 +99,8 @@ http {{
     keepalive_requests 10000000;
     keepalive_timeout 300s;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port}{listen} backlog=4096;
+        {certs}
         location / {{ return 200 "ok\\n"; }}
     }}
 }}
@@ -93,7 +108,7 @@ http {{
     p = subprocess.Popen(["taskset", "-c", TARGET_CPU, "nginx", "-c", str(d / "nginx.conf"),
                           "-p", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     children.append(p)
-    url = f"http://127.0.0.1:{port}/"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/"
     wait_http(url)
     return url
 
@@ -179,10 +194,10 @@ def wrk(url, seconds, tag):
     return {"tool": "wrk", "completed": done, "cpu": cpu, "rps": done / seconds}
 
 
-def oha(url, rate, seconds, tag):
+def oha(url, rate, seconds, tag, extra=()):
     out = OUT / f"{tag}.json"
     cmd = ["oha", "--no-tui", "--output-format", "json", "-z", f"{seconds}s",
-           "-c", str(CONNECTIONS), "--latency-correction"]
+           "-c", str(CONNECTIONS), "--latency-correction", *extra]
     if rate:
         cmd += ["-q", str(rate)]
     cpu, wall, _, _ = run_measured(cmd + [url], out)
@@ -342,6 +357,40 @@ def part_peers(nginx):
         f"loadfleet send-lag p99 median {lag} ms (goal <= 0.5)")
     say()
     return runs
+
+
+def part_tls():
+    """P1's comparison over `https://`: the same nginx behind TLS (a
+    self-signed P-256 certificate, whose check both tools skip), oha and
+    loadfleet alternating at RATE. Encryption is work every generator does
+    for every request, so the ratio says how much of the rest each adds."""
+    nginx = start_nginx(tls=True)
+    server = children[-1]
+    say(f"### Over TLS: nginx https on CPU {TARGET_CPU}, each generator on CPU {GEN_CPU}, "
+        f"{CONNECTIONS} connections, {SECONDS_RUN} s, {ROUNDS} alternating rounds")
+    say()
+    say("| round | tool | completed | generator CPU s | req per CPU-s | send-lag p99 ms |")
+    say("|---:|---|---:|---:|---:|---:|")
+    runs = {"oha": [], "loadfleet": []}
+    try:
+        for i in range(ROUNDS):
+            for tool in (["oha", "loadfleet"] if i % 2 == 0 else ["loadfleet", "oha"]):
+                tag = f"tls-{tool}-{i}"
+                if tool == "oha":
+                    r = oha(nginx, RATE, SECONDS_RUN, tag, extra=("--insecure",))
+                else:
+                    r = loadfleet(nginx, RATE, SECONDS_RUN, tag, extra=("--insecure",))
+                runs[tool].append(r)
+                lag = r.get("lag_p99_ms", "")
+                say(f"| {i + 1} | {tool} | {r['completed']} | {r['cpu']:.2f} | "
+                    f"{per_cpu(r):.0f} | {lag} |")
+    finally:
+        stop(server)
+    m = {t: med([per_cpu(r) for r in rs]) for t, rs in runs.items()}
+    say()
+    say(f"Over TLS, loadfleet / oha at {RATE} req/s: **{m['loadfleet'] / m['oha']:.2f}** "
+        f"({m['loadfleet']:.0f} / {m['oha']:.0f} req per CPU-s, medians)")
+    say()
 
 
 def part_ladder(nginx):
@@ -545,6 +594,8 @@ def main():
     nginx = start_nginx()
     try:
         runs = part_peers(nginx) if "peers" in PARTS else None
+        if "tls" in PARTS:
+            part_tls()
         if "ladder" in PARTS:
             held = part_ladder(nginx)
             if runs:

@@ -13,12 +13,14 @@
 # wake-up of a thread costs on this machine (the floor under every tick):
 #   1. three rounds of: wrk closed; oha -q RATE open; loadfleet open at
 #      RATE — requests per generator CPU-second, medians and ratios;
-#   2. a rate ladder to the wall for loadfleet and oha (alternating);
-#   3. the wall pair by pair (P2): wrk closed, then at once loadfleet open
+#   2. the same side by side over TLS (nginx https with a self-signed
+#      certificate): oha -q RATE --insecure and loadfleet --insecure;
+#   3. a rate ladder to the wall for loadfleet and oha (alternating);
+#   4. the wall pair by pair (P2): wrk closed, then at once loadfleet open
 #      at the rate wrk just reached, three pairs — held or not;
-#   4. the accuracy check (P3): the testbed with --delay 10ms at 200 req/s,
+#   5. the accuracy check (P3): the testbed with --delay 10ms at 200 req/s,
 #      measured by loadfleet and by oha;
-#   5. the memory check (P4): the agent's RSS after a short and a longer
+#   6. the memory check (P4): the agent's RSS after a short and a longer
 #      run, and with 10,000 requests in flight.
 #
 # Usage: bench/peers.sh [--quick]
@@ -27,9 +29,9 @@
 #        its second miss; the ladder ends when both have)
 #        MEMORY_SHORT=60 MEMORY_LONG=120 (set MEMORY_LONG=600 for the
 #        10-minute check; it then takes ~12 minutes more)
-#        PARTS="peers ladder wall accuracy memory" (any subset)
+#        PARTS="peers tls ladder wall accuracy memory" (any subset)
 #
-# Installs what is missing: nginx-light and wrk from Debian, oha with
+# Installs what is missing: nginx-light, wrk and openssl from Debian, oha with
 # `cargo install oha --locked` (no Debian package; ~4 minutes of compile on
 # two cores, once).
 set -euo pipefail
@@ -44,6 +46,7 @@ fi
 need_apt=()
 command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v wrk >/dev/null || need_apt+=(wrk)
+command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi

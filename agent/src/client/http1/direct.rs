@@ -21,8 +21,9 @@
 //! ticks; over TLS, rustls only encrypts and decrypts what the pool writes
 //! and reads (`https://` at 20,000 req/s: 0.10 context switches per
 //! request instead of 0.60, and a quarter less CPU than through tasks,
-//! BENCHMARKS.md). Opening a connection (resolution, `--bind`, the connect phase) is
-//! still the [`Dialer`]'s, in a task of its own, as it happens rarely.
+//! BENCHMARKS.md). Opening a connection (resolution, `--bind`, the connect
+//! phase, the TLS handshake) is still the [`Dialer`]'s, in a task of its
+//! own, as it happens rarely.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

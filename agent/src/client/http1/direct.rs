@@ -56,6 +56,10 @@ use crate::recorder::Outcome;
 /// calling again.
 const EVENTS: usize = 256;
 
+/// Full reads of session messages an idle TLS connection may take in one
+/// go before it is closed: a server's tickets take one.
+const IDLE_READS: usize = 4;
+
 /// A request as the loop hands it to the pool, and as the pool keeps it
 /// until it is on the wire. Not boxed: a box would be one more allocation
 /// per built request, to save a few bytes' copy of a fixed one.
@@ -987,9 +991,10 @@ impl<T> Slot<T> {
     /// Reads an idle connection's socket: false if the connection is done
     /// (closed, failed, or sent bytes nobody asked for). Over TLS, session
     /// messages of the server's own (a TLS 1.3 ticket after the handshake)
-    /// are not an end.
+    /// are not an end, unless they fill [`IDLE_READS`] reads: a server
+    /// that keeps them coming would hold the worker here.
     fn idle_read(&mut self, raw: &mut Vec<u8>) -> bool {
-        loop {
+        for _ in 0..IDLE_READS {
             match self.receive(raw, READ_CHUNK) {
                 Ok(Received::Nothing) => return true,
                 Ok(Received::Bytes { closed, filled, .. }) => {
@@ -1003,6 +1008,7 @@ impl<T> Slot<T> {
                 Ok(Received::End) | Err(_) => return false,
             }
         }
+        false
     }
 }
 
@@ -1177,6 +1183,12 @@ mod tests {
 
     /// A server's TLS side for `localhost`, and a client's that trusts it.
     fn tls_pair() -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
+        tls_pair_sending(2)
+    }
+
+    /// [`tls_pair`] whose server sends `tickets` session tickets after each
+    /// handshake (rustls sends 2).
+    fn tls_pair_sending(tickets: usize) -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
         use rustls_pki_types::pem::PemObject;
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
@@ -1184,12 +1196,13 @@ mod tests {
         )
         .unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![cert.cert.der().clone()], key)
             .unwrap();
+        config.send_tls13_tickets = tickets;
         let plan = loadfleet_proto::v1::TargetTls {
             ca_cert: cert.cert.pem().into_bytes(),
             ..Default::default()
@@ -1519,6 +1532,33 @@ mod tests {
             let got = outcomes(&pool, 1).await;
             assert_eq!(got.len(), 1);
             assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Tls));
+        })
+        .await;
+    }
+
+    /// A server that keeps sending session messages to an idle connection
+    /// (here 200 tickets, over 10 KiB) would hold the worker in its reads:
+    /// the connection is closed after a few full ones, and the next request
+    /// opens another. (rustls itself refuses a flight of over 64 KiB.)
+    #[tokio::test]
+    async fn an_idle_tls_connection_flooded_by_the_server_is_closed() {
+        local(async {
+            let (acceptor, trust) = tls_pair_sending(200);
+            let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            let (port, accepted) = serve(vec![reply(&[ok])], Some(acceptor)).await;
+            let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
+            let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
+            pool.open_ahead(1).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut done = Vec::new();
+            pool.drive(Instant::now(), &mut done);
+            assert!(!pool.full(), "the flooded connection gave its slot back");
+            pool.submit(get(&uri), Instant::now(), 1, &mut done);
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].1.outcome, Outcome::Status(200));
+            assert!(got[0].1.phases.new_connection);
+            assert_eq!(accepted.load(Ordering::SeqCst), 2);
         })
         .await;
     }

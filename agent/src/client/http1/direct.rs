@@ -632,13 +632,16 @@ impl<T: 'static> DirectPool<T> {
             return;
         };
         if slot.busy.is_none() {
-            if !slot.idle_read(raw) {
+            // A FIN that came with a session's ticket is this edge's too:
+            // the read that takes the ticket may not reach it.
+            if ended || !slot.idle_read(raw) {
                 state.close(token);
             }
             return;
         }
         let result = loop {
             let chunk = slot.busy.as_ref().map_or(READ_CHUNK, |ex| ex.chunk);
+            let before = slot.input.len();
             let received = slot.receive(raw, chunk);
             let Some(ex) = slot.busy.as_mut() else {
                 break None;
@@ -661,8 +664,14 @@ impl<T: 'static> DirectPool<T> {
                     stamp,
                     closed,
                 }) => {
-                    let at = arrived(stamp.and_then(|s| clocks?.instant(s)), ex.on_wire);
-                    ex.last_at = Some(at);
+                    // Over TLS a read may hold only the session's own
+                    // messages (a ticket, the close_notify): the answer's
+                    // times are those of its own bytes.
+                    if slot.input.len() > before || ex.last_at.is_none() {
+                        ex.last_at =
+                            Some(arrived(stamp.and_then(|s| clocks?.instant(s)), ex.on_wire));
+                    }
+                    let at = ex.last_at.unwrap_or(ex.on_wire);
                     if filled {
                         // More is likely waiting: read it in larger pieces.
                         ex.chunk = (ex.chunk * 2).min(READ_MAX);
@@ -702,6 +711,17 @@ impl<T: 'static> DirectPool<T> {
                 Err(failure) => break Some(Err(failure)),
             }
         };
+        if let Some(slot) = state.slots.get_mut(token).and_then(Option::as_mut) {
+            // The session had something to say back that the socket did
+            // not take (see [`Slot::receive`]).
+            if slot.pending() {
+                let _ = state.registry.reregister(
+                    &mut slot.stream,
+                    Token(token),
+                    Interest::READABLE | Interest::WRITABLE,
+                );
+            }
+        }
         if let Some(result) = result {
             self.finish(state, token, result, done);
         }
@@ -970,7 +990,13 @@ impl<T> Slot<T> {
         raw.clear();
         raw.reserve(chunk);
         let (filled, stamp) = match read_socket(&self.stream, raw) {
-            Ok(Some((0, _, _))) => return Ok(Received::End),
+            // A TLS peer that is done says so first (`close_notify`, below):
+            // a bare FIN may be a cut, as the tasks' rustls reader says too.
+            Ok(Some((0, _, _))) => {
+                return Err(ClientFailure::Io(std::io::Error::from(
+                    IoKind::UnexpectedEof,
+                )))
+            }
             Ok(Some((_, filled, stamp))) => (filled, stamp),
             Ok(None) => return Ok(Received::Nothing),
             Err(e) => return Err(ClientFailure::Io(e)),
@@ -980,7 +1006,14 @@ impl<T> Slot<T> {
         }
         let closed = decrypt(tls, raw, &mut self.input).map_err(ClientFailure::Tls)?;
         // A session may have something to say back (a key update's answer).
-        self.push().map_err(ClientFailure::Io)?;
+        // Whatever the socket does not take waits for its writable edge
+        // (see [`DirectPool::read`]); a write that fails now fails the next
+        // one, and does not take the answer just read with it.
+        if tls.wants_write() {
+            if let Err(e) = self.push() {
+                tracing::debug!("answering the TLS session: {e}");
+            }
+        }
         Ok(Received::Bytes {
             filled,
             stamp,
@@ -994,6 +1027,13 @@ impl<T> Slot<T> {
     /// are not an end, unless they fill [`IDLE_READS`] reads: a server
     /// that keeps them coming would hold the worker here.
     fn idle_read(&mut self, raw: &mut Vec<u8>) -> bool {
+        let keep = self.idle_reads(raw);
+        // An idle connection holds no buffer.
+        spare::give(std::mem::take(&mut self.input));
+        keep
+    }
+
+    fn idle_reads(&mut self, raw: &mut Vec<u8>) -> bool {
         for _ in 0..IDLE_READS {
             match self.receive(raw, READ_CHUNK) {
                 Ok(Received::Nothing) => return true,
@@ -1532,6 +1572,39 @@ mod tests {
             let got = outcomes(&pool, 1).await;
             assert_eq!(got.len(), 1);
             assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Tls));
+        })
+        .await;
+    }
+
+    /// A body that runs to the close, over TLS, ends with the server's
+    /// `close_notify` (see [`answers_over_tls_are_read_in_pieces`]); a bare
+    /// FIN instead may be a cut, and is a `reset` as through the tasks.
+    #[tokio::test]
+    async fn a_tls_body_cut_by_a_bare_fin_is_a_reset() {
+        local(async {
+            let (acceptor, trust) = tls_pair();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            tokio::spawn(async move {
+                let (stream, _) = listener.accept().await.unwrap();
+                let mut tls = acceptor.accept(stream).await.unwrap();
+                let mut pending = Vec::new();
+                if super::super::next_request_head(&mut tls, &mut pending).await {
+                    let _ = tls.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil").await;
+                    let _ = tls.flush().await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    // The TCP side alone: no close_notify.
+                    let _ = tls.get_mut().0.shutdown().await;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            });
+            let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
+            let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
+            let mut done = Vec::new();
+            pool.submit(get(&uri), Instant::now(), 1, &mut done);
+            let got = outcomes(&pool, 1).await;
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Reset));
         })
         .await;
     }

@@ -245,6 +245,39 @@ impl ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
+/// TLS for tests' own servers.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use rustls_pki_types::pem::PemObject;
+
+    /// A server's TLS settings for `localhost`, with a certificate made
+    /// here, and a client's (offering `alpn`) that trusts it through a
+    /// plan's `ca_cert`.
+    pub(crate) fn localhost(alpn: &[&[u8]]) -> (rustls::ServerConfig, Arc<rustls::ClientConfig>) {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
+            cert.key_pair.serialize_pem().as_bytes(),
+        )
+        .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let plan = loadfleet_proto::v1::TargetTls {
+            ca_cert: cert.cert.pem().into_bytes(),
+            ..Default::default()
+        };
+        let client =
+            super::target_config(&rustls::RootCertStore::empty(), Some(&plan), alpn).unwrap();
+        (server, client)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ fn answers_read_on_a_later_tick_are_timed_at_their_arrival() {
     let (_testbed, addr) = start_testbed(&["--delay", "12ms"]);
     let (status, output, r) = three_seconds_at(
         "answer-times",
-        &addr,
+        &format!("http://{addr}/"),
         2000,
         &["--drain", "2s"],
         &[("LOADFLEET_WAKE_QUANTUM", "5ms")],
@@ -50,21 +50,11 @@ fn answers_over_tls_read_on_a_later_tick_are_timed_at_their_arrival() {
         start_testbed(&["--delay", "12ms", "--tls-cert", &cert, "--tls-key", &key]);
     let port = addr.rsplit(':').next().expect("port");
     let url = format!("https://localhost:{port}/");
-    let (status, output, r, _) = run_report_with_env(
+    let (status, output, r) = three_seconds_at(
         "answer-times-tls",
-        &[
-            "run",
-            "--url",
-            &url,
-            "--local-agents",
-            "1",
-            "--rate",
-            "2000",
-            "--duration",
-            "3s",
-            "--drain",
-            "2s",
-        ],
+        &url,
+        2000,
+        &["--drain", "2s"],
         &[
             ("LOADFLEET_WAKE_QUANTUM", "5ms"),
             ("LOADFLEET_CA_CERT", &cert),
@@ -144,24 +134,23 @@ fn one_agent_at_100_per_second(
     let (_testbed, addr) = start_testbed(&["--delay", delay]);
     let mut flags = vec!["--drain", "1s"];
     flags.extend_from_slice(extra);
-    three_seconds_at(name, &addr, 100, &flags, &[])
+    three_seconds_at(name, &format!("http://{addr}/"), 100, &flags, &[])
 }
 
-/// Three seconds at `rate` from one local agent against the testbed at
-/// `addr`, with `extra` flags and `env` for the coordinator.
+/// Three seconds at `rate` from one local agent against `url`, with
+/// `extra` flags and `env` for the coordinator.
 fn three_seconds_at(
     name: &str,
-    addr: &str,
+    url: &str,
     rate: u64,
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (std::process::ExitStatus, String, serde_json::Value) {
-    let url = format!("http://{addr}/");
     let rate = rate.to_string();
     let mut args = vec![
         "run",
         "--url",
-        &url,
+        url,
         "--local-agents",
         "1",
         "--rate",
@@ -226,7 +215,7 @@ fn three_seconds_on_two_connections(
     let (_testbed, addr) = start_testbed(&[]);
     let (_, output, r) = three_seconds_at(
         name,
-        &addr,
+        &format!("http://{addr}/"),
         rate,
         &["--connections", "2", "--drain", "2s"],
         &[("LOADFLEET_WAKE_QUANTUM", quantum)],

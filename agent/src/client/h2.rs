@@ -669,19 +669,7 @@ mod tests {
     /// once) when h2 was agreed; returns its port and a client that trusts
     /// its certificate through the plan's `ca_cert`.
     async fn tls_server(alpn: &[&[u8]]) -> (u16, Transport) {
-        use rustls_pki_types::pem::PemObject;
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
-            cert.key_pair.serialize_pem().as_bytes(),
-        )
-        .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .unwrap();
+        let (mut config, tls) = crate::tls::testing::localhost(&[b"h2"]);
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -704,12 +692,6 @@ mod tests {
                 });
             }
         });
-        let plan = loadfleet_proto::v1::TargetTls {
-            ca_cert: cert.cert.pem().into_bytes(),
-            ..Default::default()
-        };
-        let roots = rustls::RootCertStore::empty();
-        let tls = crate::tls::target_config(&roots, Some(&plan), &[b"h2"]).unwrap();
         (port, transport(tls, 1, Duration::from_secs(5)))
     }
 

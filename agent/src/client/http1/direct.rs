@@ -1229,28 +1229,36 @@ mod tests {
     /// [`tls_pair`] whose server sends `tickets` session tickets after each
     /// handshake (rustls sends 2).
     fn tls_pair_sending(tickets: usize) -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
-        use rustls_pki_types::pem::PemObject;
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(
-            cert.key_pair.serialize_pem().as_bytes(),
-        )
-        .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .unwrap();
+        let (mut config, trust) = crate::tls::testing::localhost(&[b"http/1.1"]);
         config.send_tls13_tickets = tickets;
-        let plan = loadfleet_proto::v1::TargetTls {
-            ca_cert: cert.cert.pem().into_bytes(),
-            ..Default::default()
-        };
-        let trust =
-            crate::tls::target_config(&rustls::RootCertStore::empty(), Some(&plan), &[b"http/1.1"])
-                .unwrap();
         (tokio_rustls::TlsAcceptor::from(Arc::new(config)), trust)
+    }
+
+    /// One request to a TLS server of its own, whose request head is read
+    /// and the rest left to `answer`: the request's outcome.
+    async fn one_tls_exchange<F, A>(answer: F) -> Outcome
+    where
+        F: FnOnce(tokio_rustls::server::TlsStream<tokio::net::TcpStream>) -> A + Send + 'static,
+        A: std::future::Future<Output = ()> + Send,
+    {
+        let (acceptor, trust) = tls_pair();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(stream).await.unwrap();
+            let mut pending = Vec::new();
+            if super::super::next_request_head(&mut tls, &mut pending).await {
+                answer(tls).await;
+            }
+        });
+        let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
+        let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
+        let mut done = Vec::new();
+        pool.submit(get(&uri), Instant::now(), 1, &mut done);
+        let got = outcomes(&pool, 1).await;
+        assert_eq!(got.len(), 1);
+        got[0].1.outcome
     }
 
     /// The servers' loop: plain TCP, or TLS through `tls`; the port and the
@@ -1554,24 +1562,12 @@ mod tests {
             );
 
             // A server that answers in plain text under the session.
-            let (acceptor, trust) = tls_pair();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            tokio::spawn(async move {
-                let (stream, _) = listener.accept().await.unwrap();
-                let mut tls = acceptor.accept(stream).await.unwrap();
-                let mut pending = Vec::new();
-                if super::super::next_request_head(&mut tls, &mut pending).await {
-                    let _ = tls.get_mut().0.write_all(ok).await;
-                }
+            let outcome = one_tls_exchange(move |mut tls| async move {
+                let _ = tls.get_mut().0.write_all(ok).await;
                 tokio::time::sleep(Duration::from_secs(2)).await;
-            });
-            let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
-            let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
-            pool.submit(get(&uri), Instant::now(), 9, &mut done);
-            let got = outcomes(&pool, 1).await;
-            assert_eq!(got.len(), 1);
-            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Tls));
+            })
+            .await;
+            assert_eq!(outcome, Outcome::Error(ErrorKind::Tls));
         })
         .await;
     }
@@ -1582,29 +1578,16 @@ mod tests {
     #[tokio::test]
     async fn a_tls_body_cut_by_a_bare_fin_is_a_reset() {
         local(async {
-            let (acceptor, trust) = tls_pair();
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            tokio::spawn(async move {
-                let (stream, _) = listener.accept().await.unwrap();
-                let mut tls = acceptor.accept(stream).await.unwrap();
-                let mut pending = Vec::new();
-                if super::super::next_request_head(&mut tls, &mut pending).await {
-                    let _ = tls.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil").await;
-                    let _ = tls.flush().await;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    // The TCP side alone: no close_notify.
-                    let _ = tls.get_mut().0.shutdown().await;
-                }
+            let outcome = one_tls_exchange(|mut tls| async move {
+                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil").await;
+                let _ = tls.flush().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                // The TCP side alone: no close_notify.
+                let _ = tls.get_mut().0.shutdown().await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
-            });
-            let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
-            let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
-            let mut done = Vec::new();
-            pool.submit(get(&uri), Instant::now(), 1, &mut done);
-            let got = outcomes(&pool, 1).await;
-            assert_eq!(got.len(), 1);
-            assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Reset));
+            })
+            .await;
+            assert_eq!(outcome, Outcome::Error(ErrorKind::Reset));
         })
         .await;
     }

@@ -75,8 +75,9 @@ def wait_http(url, timeout=10.0):
 
 
 def start_nginx(tls=False):
-    """nginx `return 200` on TARGET_CPU; with `tls`, over TLS with a
-    self-signed certificate made here (the generators skip its check)."""
+    """nginx `return 200` on TARGET_CPU, as (process, url); with `tls`, over
+    TLS with a self-signed certificate made here (the generators skip its
+    check)."""
     d = OUT / ("nginx-tls" if tls else "nginx")
     (d / "logs").mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -110,7 +111,7 @@ http {{
     children.append(p)
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/"
     wait_http(url)
-    return url
+    return p, url
 
 
 def start_testbed(*args):
@@ -364,8 +365,7 @@ def part_tls():
     self-signed P-256 certificate, whose check both tools skip), oha and
     loadfleet alternating at RATE. Encryption is work every generator does
     for every request, so the ratio says how much of the rest each adds."""
-    nginx = start_nginx(tls=True)
-    server = children[-1]
+    server, nginx = start_nginx(tls=True)
     say(f"### Over TLS: nginx https on CPU {TARGET_CPU}, each generator on CPU {GEN_CPU}, "
         f"{CONNECTIONS} connections, {SECONDS_RUN} s, {ROUNDS} alternating rounds")
     say()
@@ -591,7 +591,7 @@ def main():
         f"at the open loop's 2,000 ticks a second (500 µs), {wake * 2000 / 1e4:.1f}% of a core; "
         f"it comes {late_p50:.0f} µs late (p50), {late_p99:.0f} µs (p99)")
     say()
-    nginx = start_nginx()
+    _, nginx = start_nginx()
     try:
         runs = part_peers(nginx) if "peers" in PARTS else None
         if "tls" in PARTS:

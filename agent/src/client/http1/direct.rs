@@ -969,10 +969,10 @@ impl<T> Slot<T> {
     /// Reads the socket once, asking for about `chunk` bytes; over TLS
     /// through `raw`, the plaintext going to `input`.
     fn receive(&mut self, raw: &mut Vec<u8>, chunk: usize) -> Result<Received, ClientFailure> {
+        if self.input.capacity() == 0 {
+            self.input = spare::take();
+        }
         let Some(tls) = self.tls.as_mut() else {
-            if self.input.capacity() == 0 {
-                self.input = spare::take();
-            }
             if self.input.capacity() - self.input.len() < chunk / 2 {
                 self.input.reserve(chunk);
             }
@@ -1001,9 +1001,6 @@ impl<T> Slot<T> {
             Ok(None) => return Ok(Received::Nothing),
             Err(e) => return Err(ClientFailure::Io(e)),
         };
-        if self.input.capacity() == 0 {
-            self.input = spare::take();
-        }
         let closed = decrypt(tls, raw, &mut self.input).map_err(ClientFailure::Tls)?;
         // A session may have something to say back (a key update's answer).
         // Whatever the socket does not take waits for its writable edge

@@ -962,8 +962,9 @@ enum TickEnd {
 /// [`tick`] for a loop that drives its own pool: its requests are
 /// written already, so it lets the worker's tasks (the flush, dials) run
 /// once, reads the answers that came in since the last tick, and sleeps
-/// blind until `wake` if there is slack for it and nothing waits for a
-/// connection, queued or dialled. A request whose time runs out meanwhile is still a timeout
+/// blind until `wake` if there is slack for it, nothing waits for a
+/// connection, queued or dialled, and no answer too large for its socket
+/// may be under way (see [`tick`]). A request whose time runs out meanwhile is still a timeout
 /// at its deadline: the pool judges an answer by when it came, not when it
 /// was read.
 ///
@@ -1000,7 +1001,10 @@ async fn tick_direct(
         return TickEnd::Cut;
     }
     let Sleep { timer, wake, exact } = sleep;
-    if direct.queued() || wake.saturating_duration_since(now) < TICK_SLACK {
+    if direct.queued()
+        || direct.answers_need_reading()
+        || wake.saturating_duration_since(now) < TICK_SLACK
+    {
         let waited = wait_driving(timer, wake, exact, direct, shared, done, stop).await;
         return if waited {
             TickEnd::Woke

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,6 +38,9 @@ type AnyBody = http_body_util::Either<Full<Bytes>, SseBody>;
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest pause after repeated accept errors.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// The largest answer `/bytes/N` gives: enough to outgrow any socket's
+/// buffers, which is what large answers are for in a test of a generator.
+const MAX_BYTES: usize = 16 << 20;
 
 /// Serves HTTP/1.1 and HTTP/2 (h2c, or h2 over TLS) on `listener` with the behaviour `config` describes until
 /// `shutdown` completes.
@@ -265,7 +268,7 @@ impl Service<Request<Incoming>> for Testbed {
         // Health checks must answer even while the target is overloaded,
         // which is when the coordinator most needs to know it is alive.
         if request.method() == Method::GET && request.uri().path() == "/health" {
-            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
+            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, "ok\n"))));
         }
         // What was asked of it, by source: not itself a request counted.
         if request.method() == Method::GET && request.uri().path() == "/__stats" {
@@ -284,6 +287,16 @@ impl Service<Request<Incoming>> for Testbed {
             return Reply::Ready(future::ready(Ok(response)));
         }
         self.counter.fetch_add(1, Ordering::Relaxed);
+        let size = match request.uri().path().strip_prefix("/bytes/") {
+            None => None,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n <= MAX_BYTES => Some(n),
+                _ => {
+                    let why = format!("/bytes/N takes N from 0 to {MAX_BYTES}, not {n:?}\n");
+                    return Reply::Ready(future::ready(Ok(reply(StatusCode::BAD_REQUEST, why))));
+                }
+            },
+        };
         if request.uri().path() == "/sse" && request.method() == Method::GET {
             let resume = sse::last_event_id(request.headers().get("last-event-id"));
             return Reply::Stream(Box::pin(subscribe(
@@ -305,9 +318,9 @@ impl Service<Request<Incoming>> for Testbed {
         // delay, gates or errors configured, and no body to drain, answer
         // right here without boxing a future or touching the Arc.
         if self.shared.trivial && request.body().is_end_stream() {
-            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, b"ok\n"))));
+            return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, answer(size)))));
         }
-        Reply::Work(Box::pin(handle(Arc::clone(&self.shared), request)))
+        Reply::Work(Box::pin(handle(Arc::clone(&self.shared), request, size)))
     }
 }
 
@@ -354,14 +367,15 @@ async fn subscribe(shared: Arc<Shared>, peer: IpAddr, resume: Option<u64>) -> Re
 }
 
 /// One request that has work to do: drain the body, pass admission and the
-/// pool, wait out the service delay, then answer.
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Answer {
+/// pool, wait out the service delay, then answer (with `size` bytes, for
+/// `/bytes/N`).
+async fn handle(shared: Arc<Shared>, request: Request<Incoming>, size: Option<usize>) -> Answer {
     // Read the whole body so the connection stays reusable (keep-alive).
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
         if let Err(err) = frame {
             debug!(%err, "reading the request body failed");
-            return Ok(reply(StatusCode::BAD_REQUEST, b"bad request body\n"));
+            return Ok(reply(StatusCode::BAD_REQUEST, "bad request body\n"));
         }
     }
 
@@ -371,14 +385,14 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Answer {
     let _admitted = match &shared.admission {
         Some(gate) => match gate.enter().await {
             Some(permit) => Some(permit),
-            None => return Ok(reply(StatusCode::TOO_MANY_REQUESTS, b"not admitted\n")),
+            None => return Ok(reply(StatusCode::TOO_MANY_REQUESTS, "not admitted\n")),
         },
         None => None,
     };
     let _slot = match &shared.pool {
         Some(gate) => match gate.enter().await {
             Some(permit) => Some(permit),
-            None => return Ok(reply(StatusCode::SERVICE_UNAVAILABLE, b"pool timeout\n")),
+            None => return Ok(reply(StatusCode::SERVICE_UNAVAILABLE, "pool timeout\n")),
         },
         None => None,
     };
@@ -394,17 +408,26 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>) -> Answer {
     }
 
     if shared.inject_error() {
-        return Ok(reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            b"injected error\n",
-        ));
+        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, "injected error\n"));
     }
-    Ok(reply(StatusCode::OK, b"ok\n"))
+    Ok(reply(StatusCode::OK, answer(size)))
 }
 
-/// A plain-text response with a static body (no copy, no allocation for it).
-fn reply(status: StatusCode, body: &'static [u8]) -> TextResponse {
-    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+/// A success's body: `ok`, or `size` bytes of `x` for `/bytes/N`, cut from
+/// one buffer made on first use, so that no answer costs a copy.
+fn answer(size: Option<usize>) -> Bytes {
+    static BUFFER: OnceLock<Bytes> = OnceLock::new();
+    match size {
+        None => Bytes::from_static(b"ok\n"),
+        Some(n) => BUFFER
+            .get_or_init(|| Bytes::from(vec![b'x'; MAX_BYTES]))
+            .slice(..n),
+    }
+}
+
+/// A plain-text response (a static body costs no copy or allocation).
+fn reply(status: StatusCode, body: impl Into<Bytes>) -> TextResponse {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -263,6 +263,29 @@ fn plain_request_gets_200_text() {
     assert_eq!(reply.content_type.as_deref(), Some("text/plain"));
 }
 
+/// `/bytes/N` answers N bytes, through the same knobs as any request, and
+/// refuses a size it will not give, naming the bound.
+#[test]
+fn bytes_answers_the_size_asked() {
+    let testbed = Testbed::start(&[]);
+    let mut reader = BufReader::new(connect(testbed.addr));
+    for n in [0, 1, 1 << 20, 16 << 20] {
+        let reply = exchange(&mut reader, "GET", &format!("/bytes/{n}"), b"");
+        assert_eq!(reply.status, 200, "/bytes/{n}");
+        assert_eq!(reply.body.len(), n);
+        assert!(reply.body.bytes().all(|b| b == b'x'), "/bytes/{n}");
+    }
+    for bad in ["/bytes/16777217", "/bytes/-1", "/bytes/", "/bytes/1k"] {
+        let reply = testbed.get(bad);
+        assert_eq!(reply.status, 400, "{bad}: {reply:?}");
+        assert!(reply.body.contains("from 0 to 16777216"), "{reply:?}");
+    }
+    let slow = Testbed::start(&["--delay", "200ms"]);
+    let reply = slow.get("/bytes/100000");
+    assert_eq!((reply.status, reply.body.len()), (200, 100_000));
+    assert!(reply.elapsed >= Duration::from_millis(200), "{reply:?}");
+}
+
 #[test]
 fn keep_alive_and_request_bodies_work() {
     let testbed = Testbed::start(&[]);

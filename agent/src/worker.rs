@@ -964,7 +964,7 @@ enum TickEnd {
 /// once, reads the answers that came in since the last tick, and sleeps
 /// blind until `wake` if there is slack for it, nothing waits for a
 /// connection, queued or dialled, and no answer too large for its socket
-/// may be under way (see [`tick`]). A request whose time runs out meanwhile is still a timeout
+/// may be under way ([`DirectPool::answers_need_reading`]). A request whose time runs out meanwhile is still a timeout
 /// at its deadline: the pool judges an answer by when it came, not when it
 /// was read.
 ///

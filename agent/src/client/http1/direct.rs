@@ -478,8 +478,8 @@ impl<T: 'static> DirectPool<T> {
     /// before the loop's next tick: an earlier one outgrew its socket's
     /// window unread ([`WINDOW_FULL`]). A tick that slept through them
     /// would hold their servers back until it woke, and time the answers'
-    /// ends by its own wake-up (1 MiB answers at 200 req/s: latency p50
-    /// 5.4 ms, the gap between arrivals, where it is 0.6 ms).
+    /// ends by its own wake-up (4 MiB answers from nginx at 50 req/s:
+    /// latency p50 23 ms that way, 2.1 ms read as they come; oha 3.4).
     pub fn answers_need_reading(&self) -> bool {
         let state = self.state.borrow();
         state.large_answers && state.open > state.idle.len()

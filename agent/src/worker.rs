@@ -690,7 +690,7 @@ async fn open_loop(
                 }
                 None if may_tick && !exact => {
                     unread = true;
-                    tick(timer.as_ref(), wake, &runners, stop).await
+                    tick(timer.as_ref(), wake, &runners, &shared.client, stop).await
                 }
                 None => wait_until(timer.as_ref(), wake, exact, stop).await,
             };
@@ -904,15 +904,24 @@ async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
 /// 500 µs and 130,000 req/s) waited for the next, the queue grew to the
 /// in-flight cap and arrivals went unsent, where the connections could
 /// carry several times that (BENCHMARKS.md, "Wake-ups a quantum apart").
+///
+/// Nor while answers too large to land whole in their sockets may be
+/// under way ([`Transport::answers_need_reading`]): their servers would
+/// wait at the full window until the tick, and the answers' ends would be
+/// its wake-up.
 async fn tick(
     timer: Option<&PreciseTimer>,
     wake: Instant,
     runners: &Runners<Job>,
+    client: &Transport,
     stop: &CancellationToken,
 ) -> bool {
     // The requests just fired write themselves out.
     settle(runners, false).await;
-    if runners.backlogged() || wake.saturating_duration_since(Instant::now()) < TICK_SLACK {
+    if runners.backlogged()
+        || client.answers_need_reading()
+        || wake.saturating_duration_since(Instant::now()) < TICK_SLACK
+    {
         return wait_until(timer, wake, false, stop).await;
     }
     Sleep {

@@ -361,6 +361,16 @@ impl Transport {
         }
     }
 
+    /// Whether answers too large to land whole in a socket nobody reads
+    /// may be under way ([`DirectPool::answers_need_reading`]), so that a
+    /// worker must not sleep blind through them. HTTP/2 never ticks.
+    pub fn answers_need_reading(&self) -> bool {
+        match &self.kind {
+            Kind::Http1(c) => c.answers_need_reading(),
+            Kind::Http2(_) => false,
+        }
+    }
+
     /// Time during which requests waited for a connection (or a stream)
     /// since the last call, up to `now`: load was held back by the agent.
     pub fn take_saturated(&self, now: Instant) -> Duration {

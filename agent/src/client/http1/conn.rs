@@ -8,6 +8,7 @@
 //! and write it with one call, then read and parse the response in place
 //! ([`super::wire`]). No task per connection, no channel, no header map.
 
+use std::cell::Cell;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,6 +33,12 @@ pub(super) const READ_CHUNK: usize = 2 * 1024;
 /// A large body is read in pieces up to this size; the buffer is given
 /// back after the exchange.
 pub(super) const READ_MAX: usize = 64 * 1024;
+/// A connection's socket held more answer than this at one look, and the
+/// answer went on: its server was likely held back at the full receive
+/// window (64 KiB and up; the kernel grows it as the reader keeps up), so
+/// a worker that sleeps blind through its ticks would hold such answers
+/// back until it woke (see [`super::DirectPool::answers_need_reading`]).
+pub(super) const WINDOW_FULL: usize = 64 * 1024;
 
 pub(in crate::client) struct Conn {
     io: Io,
@@ -113,7 +120,8 @@ impl Conn {
     }
 
     /// Sends one request and reads its whole response, recording the
-    /// time to the response head and the body's time in `progress`.
+    /// time to the response head and the body's time in `progress`, and
+    /// setting `held` if its server was held at the window meanwhile.
     /// The connection is marked spent unless the exchange completes and
     /// the response allows reuse; a dropped (timed-out) exchange leaves it
     /// marked spent too, since it was set before the first await.
@@ -124,6 +132,7 @@ impl Conn {
         body: &Bytes,
         on_wire: Instant,
         progress: &Progress,
+        held: &Cell<bool>,
     ) -> Result<u16, ClientFailure> {
         self.spent = true;
         render(parts, host, body, &mut self.out);
@@ -140,6 +149,9 @@ impl Conn {
         let mut last_at = None;
         self.input.clear();
         let mut chunk = READ_CHUNK;
+        // Answer bytes found in the socket since it was last read dry: one
+        // look at it, as the direct pool's.
+        let mut look = 0;
         loop {
             if self.input.capacity() == 0 {
                 self.readable().await.map_err(ClientFailure::Io)?;
@@ -156,6 +168,7 @@ impl Conn {
                     .map(|n| (n, None)),
             }
             .map_err(ClientFailure::Io)?;
+            look += n;
             if n == room {
                 // More is likely waiting: read it in larger pieces.
                 chunk = (chunk * 2).min(READ_MAX);
@@ -172,6 +185,12 @@ impl Conn {
             last_at = Some(at);
             match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
+                    if look > WINDOW_FULL {
+                        held.set(true);
+                    }
+                    if n < room {
+                        look = 0;
+                    }
                     self.input.drain(..used);
                     if head_at.is_none() && reader.head_done() {
                         head_at = Some(at);

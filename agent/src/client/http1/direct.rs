@@ -45,7 +45,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
-use super::conn::{arrived, spare, READ_CHUNK, READ_MAX};
+use super::conn::{arrived, spare, READ_CHUNK, READ_MAX, WINDOW_FULL};
 use super::wire::{render, Fed, ResponseReader};
 use crate::client::dial::{Dialed, Dialer};
 use crate::client::failure::ClientFailure;
@@ -59,12 +59,6 @@ const EVENTS: usize = 256;
 /// Full reads of session messages an idle TLS connection may take in one
 /// go before it is closed: a server's tickets take one.
 const IDLE_READS: usize = 4;
-
-/// A connection's socket held more answer than this at one look, and the
-/// answer went on: its server was likely held back at the full receive
-/// window (64 KiB and up; the kernel grows it as the reader keeps up).
-/// See [`DirectPool::answers_need_reading`].
-const WINDOW_FULL: usize = 64 * 1024;
 
 /// The most answer one look takes from one connection: the rest waits for
 /// the next look, so that a server streaming an endless body as fast as

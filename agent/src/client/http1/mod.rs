@@ -56,6 +56,9 @@ struct ClientInner {
     dialer: Dialer,
     /// Connections established since last taken.
     established: Cell<u64>,
+    /// An answer outgrew what its socket took in unread
+    /// ([`conn::WINDOW_FULL`]): see [`Http1Client::answers_need_reading`].
+    large_answers: Cell<bool>,
 }
 
 impl Http1Client {
@@ -69,6 +72,7 @@ impl Http1Client {
                 max_open: connections.max(1),
                 dialer,
                 established: Cell::new(0),
+                large_answers: Cell::new(false),
             }),
         }
     }
@@ -89,6 +93,13 @@ impl Http1Client {
     /// call, up to `now`: every connection was busy and load was held back.
     pub fn take_saturated(&self, now: Instant) -> Duration {
         self.inner.saturation.take(now)
+    }
+
+    /// Answers are under way that may not land whole in their sockets
+    /// while the worker sleeps blind, as in
+    /// [`DirectPool::answers_need_reading`].
+    pub fn answers_need_reading(&self) -> bool {
+        self.inner.large_answers.get() && self.free_connections() < self.inner.max_open
     }
 
     /// Every slot is taken and no connection is idle: the next request
@@ -136,7 +147,14 @@ impl Http1Client {
         let on_wire = progress.went_on_wire();
         let status = lease
             .sender()?
-            .exchange(&parts, key, &body, on_wire, progress)
+            .exchange(
+                &parts,
+                key,
+                &body,
+                on_wire,
+                progress,
+                &self.inner.large_answers,
+            )
             .await?;
         lease.finished = true;
         Ok(status)

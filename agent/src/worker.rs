@@ -973,9 +973,9 @@ enum TickEnd {
 /// once, reads the answers that came in since the last tick, and sleeps
 /// blind until `wake` if there is slack for it, nothing waits for a
 /// connection, queued or dialled, and no answer too large for its socket
-/// may be under way ([`DirectPool::answers_need_reading`]). A request whose time runs out meanwhile is still a timeout
-/// at its deadline: the pool judges an answer by when it came, not when it
-/// was read.
+/// may be under way ([`DirectPool::answers_need_reading`]). A request
+/// whose time runs out meanwhile is still a timeout at its deadline: the
+/// pool judges an answer by when it came, not when it was read.
 ///
 /// Here an arrival's own wake-up (`exact`, at rates below one a quantum)
 /// is a tick as well, up to [`WATCHED_SLEEP`] away, which a stop already

@@ -25,7 +25,10 @@ fn repeated_runs_are_kept_with_their_spread() {
             "p99<5s",
         ],
     );
-    assert_eq!(status.code(), Some(0), "{output}");
+    // A stall of the shared test machine in any run makes that run
+    // GENERATOR_SATURATED (send-lag p99 23 ms at 4% CPU, seen once in CI
+    // here), which is its verdict to give, not this test's concern.
+    assert_ok_or_saturated(status, &r, &output);
     let rep = &r["repeats"];
     assert_eq!(u(&rep["count"]), 3, "{rep}");
     let runs = rep["runs"].as_array().expect("runs");

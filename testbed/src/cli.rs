@@ -26,7 +26,8 @@ pub use loadfleet_sys::CpuList;
 /// `GET /health` answers 200 at once, bypassing admission, pool and delay.
 /// `GET /sse` holds a Server-Sent Events stream (an event with its send
 /// time every --sse-interval), `POST /broadcast` sends one event to every
-/// open stream, and `GET /__stats/sse` counts what was sent.
+/// open stream, and `GET /__stats/sse` counts what was sent. `/bytes/N`
+/// answers N bytes (at most 16 MiB) after the same work as any request.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "loadfleet-testbed", version)]
 pub struct Cli {

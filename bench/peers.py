@@ -39,7 +39,7 @@ LADDER = [int(r) for r in os.environ.get(
 LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
 MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
 MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))
-PARTS = os.environ.get("PARTS", "peers tls ladder wall accuracy memory").split()
+PARTS = os.environ.get("PARTS", "peers tls ladder wall accuracy large memory").split()
 GEN_CPU = os.environ.get("GEN_CPU", "0")
 TARGET_CPU = os.environ.get("TARGET_CPU", "1")
 # Extra agent settings for every loadfleet run, e.g. LOADFLEET_WAKE_QUANTUM.
@@ -74,11 +74,11 @@ def wait_http(url, timeout=10.0):
     raise SystemExit(f"bench: {url} did not answer within {timeout}s")
 
 
-def start_nginx(tls=False):
+def start_nginx(tls=False, root=None):
     """nginx `return 200` on TARGET_CPU, as (process, url); with `tls`, over
     TLS with a self-signed certificate made here (the generators skip its
-    check)."""
-    d = OUT / ("nginx-tls" if tls else "nginx")
+    check); with `root`, serving that directory's files instead."""
+    d = OUT / ("nginx-tls" if tls else "nginx-files" if root else "nginx")
     (d / "logs").mkdir(parents=True, exist_ok=True)
     port = free_port()
     listen, certs = "", ""
@@ -89,6 +89,7 @@ def start_nginx(tls=False):
                        check=True, capture_output=True)
         listen = " ssl"
         certs = f"ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;"
+    serve = f"root {root};" if root else 'return 200 "ok\\n";'
     (d / "nginx.conf").write_text(f"""
 worker_processes 1;
 daemon off;
@@ -99,10 +100,11 @@ http {{
     access_log off;
     keepalive_requests 10000000;
     keepalive_timeout 300s;
+    sendfile on;
     server {{
         listen 127.0.0.1:{port}{listen} backlog=4096;
         {certs}
-        location / {{ return 200 "ok\\n"; }}
+        location / {{ {serve} }}
     }}
 }}
 """)
@@ -543,6 +545,40 @@ def part_accuracy():
     say()
 
 
+def part_large():
+    """Answers larger than a socket takes in unread, from nginx's files:
+    each tool's latency, alternating. A reader that sleeps through them
+    (a tick) holds the server back at the full receive window and times
+    their ends by its own wake-up."""
+    www = OUT / "large-answers"
+    www.mkdir(parents=True, exist_ok=True)
+    cases = [("4m", 4 << 20, 50), ("1m", 1 << 20, 200)]
+    # What start_nginx waits for.
+    (www / "index.html").write_text("ok\n")
+    for name, size, _ in cases:
+        (www / name).write_bytes(b"x" * size)
+    say(f"### Large answers: nginx files on CPU {TARGET_CPU}, generator on CPU {GEN_CPU}, "
+        "5 s a run, 2 alternating rounds")
+    say()
+    say("| answer | req/s | round | tool | p50 ms | p99 ms |")
+    say("|---|---:|---:|---|---:|---:|")
+    nginx, url = start_nginx(root=www)
+    try:
+        for name, size, rate in cases:
+            for rnd in range(2):
+                tools = ["loadfleet", "oha"] if rnd % 2 == 0 else ["oha", "loadfleet"]
+                for tool in tools:
+                    tag = f"large-{tool}-{name}-{rnd}"
+                    run = oha if tool == "oha" else loadfleet
+                    r = run(url + name, rate, 5, tag)
+                    say(f"| {size >> 20} MiB | {rate} | {rnd + 1} | {tool} | "
+                        f"{r.get('p50_ms') or float('nan'):.3f} | "
+                        f"{r.get('p99_ms') or float('nan'):.3f} |")
+    finally:
+        stop(nginx)
+    say()
+
+
 def part_memory(nginx):
     say("### Memory (P4): the agent's RSS")
     say()
@@ -608,6 +644,8 @@ def main():
             part_wall(nginx)
         if "accuracy" in PARTS:
             part_accuracy()
+        if "large" in PARTS:
+            part_large()
         if "memory" in PARTS:
             part_memory(nginx)
     finally:

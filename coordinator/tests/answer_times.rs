@@ -113,10 +113,9 @@ fn answers_larger_than_a_socket_takes_are_read_as_they_come_through_tasks() {
     let (_testbed, addr) = start_testbed(&[]);
     let port = addr.rsplit(':').next().expect("port");
     let dir = temp_dir("large-answers-tasks-plan");
-    let plan = dir.join("plan.toml");
-    std::fs::write(
-        &plan,
-        format!(
+    let plan = write_plan(
+        &dir,
+        &format!(
             r#"[target]
 url = "http://{addr}"
 
@@ -132,8 +131,7 @@ path = "/bytes/4194304"
 path = "http://localhost:{port}/bytes/4194304"
 "#
         ),
-    )
-    .expect("writing the plan");
+    );
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _) = run_report_with_env(
         "large-answers-tasks",

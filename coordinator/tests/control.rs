@@ -225,14 +225,12 @@ fn remote_agent_serves_every_repeat() {
 fn weighted_shares_follow_agent_labels() {
     let (_testbed, addr) = start_testbed(&[]);
     let out = temp_dir("shares");
-    let plan = out.join("plan.toml");
-    std::fs::write(
-        &plan,
-        format!(
+    let plan = write_plan(
+        &out,
+        &format!(
             "[target]\nurl = \"http://{addr}/\"\n[agents]\nshares = {{ big = 3 }}\n[[scenario]]\nrate = 400\nduration = \"2s\"\n"
         ),
-    )
-    .expect("plan");
+    );
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)

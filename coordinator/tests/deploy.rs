@@ -102,8 +102,7 @@ fn kubernetes_manifests_fit_together() {
 
     // The shipped plan is valid and expects the same number of agents.
     let dir = temp_dir("k8s-plan");
-    let plan = dir.join("plan.toml");
-    std::fs::write(&plan, f["plan"].as_str().expect("plan text")).expect("write plan");
+    let plan = write_plan(&dir, f["plan"].as_str().expect("plan text"));
     let mut check = coordinator();
     check.args(["plan", "check"]).arg(&plan);
     let (status, output) = run(check, "plan check", Duration::from_secs(20));

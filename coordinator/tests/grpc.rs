@@ -78,10 +78,9 @@ fn each_status_is_counted_apart_as_the_server_counted_it() {
     let set_arg = set.to_string_lossy().into_owned();
     let (server, addr) =
         start_fixture(&["--exhausted-share", "0.25", "--descriptor-out", &set_arg]);
-    let plan = dir.join("plan.toml");
-    std::fs::write(
-        &plan,
-        format!(
+    let plan = write_plan(
+        &dir,
+        &format!(
             r#"
 [target]
 url = "http://{addr}"
@@ -104,8 +103,7 @@ message = '{{"id": "{{{{seq}}}}"}}'
 weight = 3
 "#
         ),
-    )
-    .expect("write plan");
+    );
     let plan_arg = plan.to_string_lossy().into_owned();
     let (status, output, report, out) = run_report(
         "grpc-statuses-run",

@@ -297,16 +297,14 @@ fn totals_scenarios_agents_and_intervals_agree_on_an_overload_run() {
     let (_testbed, addr) =
         start_testbed(&["--pool", "10", "--delay", "100ms", "--pool-timeout", "2s"]);
     let dir = temp_dir("agree-plan");
-    let plan = dir.join("plan.toml");
-    std::fs::write(
-        &plan,
-        format!(
+    let plan = write_plan(
+        &dir,
+        &format!(
             "[run]\ndrain = \"1s\"\n\n[target]\nurl = \"http://{addr}/\"\nmax_in_flight = 200\n\n\
              [[scenario]]\nname = \"a\"\nrate = 150\nduration = \"3s\"\n\n\
              [[scenario]]\nname = \"b\"\nrate = 150\nduration = \"3s\"\n"
         ),
-    )
-    .expect("write plan");
+    );
     let plan = plan.to_string_lossy().into_owned();
     let (_, output, r, out) = run_report("agree", &["run", &plan, "--local-agents", "2"]);
     let t = &r["totals"];

@@ -7,12 +7,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn write_plan(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-    let path = dir.join("plan.toml");
-    std::fs::write(&path, text).expect("write plan");
-    path
-}
-
 /// A ramp 0 -> 1,000 req/s over 10 s: the per-second `intended` series
 /// follows the ramp (second i carries 100·i + 50 arrivals).
 #[test]

@@ -57,8 +57,7 @@ fn sse_stats(addr: &str) -> std::collections::BTreeMap<String, u64> {
 /// agents; returns the exit status, output and report.
 fn run_plan(test: &str, plan: &str, testbed: &str) -> (Option<i32>, String, Value) {
     let dir = temp_dir(&format!("{test}-plan"));
-    let path = dir.join("plan.toml");
-    std::fs::write(&path, plan.replace("{url}", &format!("http://{testbed}"))).expect("plan");
+    let path = write_plan(&dir, &plan.replace("{url}", &format!("http://{testbed}")));
     let (status, output, report, _) = run_report(
         test,
         &[

@@ -39,6 +39,13 @@ pub fn temp_dir(test: &str) -> PathBuf {
     dir
 }
 
+/// Writes `text` as `plan.toml` in `dir`; returns its path.
+pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("plan.toml");
+    std::fs::write(&path, text).expect("write plan");
+    path
+}
+
 /// A child whose stderr is collected line by line in the background.
 pub struct Proc {
     pub child: Child,

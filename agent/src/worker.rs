@@ -733,7 +733,6 @@ async fn open_loop(
         due = now;
         let interval = interval_of(shared, intended);
         let lag = now.saturating_duration_since(intended);
-        ticks.sent(lag);
         if lag > plan.max_lag {
             shared
                 .recorder
@@ -788,34 +787,16 @@ async fn open_loop(
     Ok(())
 }
 
-/// Arrivals per look at how late they left (50 ms at 20,000 req/s).
-const LAG_WINDOW: u32 = 1_000;
-/// A window with more arrivals than this sent over a whole setting late
-/// (its send-lag p99.5 past `--wake-quantum`) shortens the spacing.
-const LATE_MOST: u32 = LAG_WINDOW / 200;
-/// A window with at most this many lengthens it back towards the setting.
-const LATE_CALM: u32 = LAG_WINDOW / 1_000;
-
 /// The open loop's coalesced wake-ups: where the next one's quantum
-/// counts from, how far apart they are, and whether the coming tick may
-/// still end early.
+/// counts from, and whether the coming tick may still end early.
 struct Ticks {
     anchor: Instant,
-    /// The spacing the wake-ups keep now: the setting, or down to half of
-    /// it while the host wakes them late (see [`Ticks::sent`]).
     quantum: Duration,
-    /// `--wake-quantum`: the longest spacing, and the send lag the
-    /// arrivals are held to.
-    longest: Duration,
     /// Whether the coming tick may end before its instant to send an
     /// arrival that fell due while it read (see [`tick_direct`]): once per
     /// tick, so that a worker whose reads keep finding arrivals due still
     /// sleeps between its ticks.
     may_cut: bool,
-    /// Arrivals sent in this window, and how many of them left more than
-    /// `longest` late.
-    window: u32,
-    late: u32,
 }
 
 impl Ticks {
@@ -823,39 +804,8 @@ impl Ticks {
         Self {
             anchor: now,
             quantum,
-            longest: quantum,
             may_cut: true,
-            window: 0,
-            late: 0,
         }
-    }
-
-    /// An arrival left `lag` after its instant. Where the host wakes a
-    /// halted vCPU late, ticks a whole setting apart send late: under KVM a
-    /// halt shorter than the host's polling window (about 200 µs) is woken
-    /// on time, a longer one waits for the host's scheduler, which on a
-    /// busy host is milliseconds at p99 (500 µs sleeps woke 1.0–1.2 ms late
-    /// at p99 on one VM, 200 µs sleeps 0.12). Ticks closer together halt
-    /// for less: so while more than one arrival in 200 leaves later than
-    /// the setting, the spacing shortens, down to half of it, and while
-    /// the arrivals keep to it, it grows back. The setting's promise, send
-    /// lag within about a quantum, is then kept by the CPU of more
-    /// wake-ups only on a host that needs them (at 20,000 req/s on that VM,
-    /// send-lag p99 0.27 ms instead of 1.04 for the same CPU per request;
-    /// BENCHMARKS.md, "Ticks closer together on a host that wakes late").
-    fn sent(&mut self, lag: Duration) {
-        self.window += 1;
-        self.late += u32::from(lag > self.longest);
-        if self.window < LAG_WINDOW {
-            return;
-        }
-        if self.late > LATE_MOST {
-            self.quantum = (self.quantum * 3 / 4).max(self.longest / 2);
-        } else if self.late <= LATE_CALM {
-            self.quantum = (self.quantum + self.longest / 16).min(self.longest);
-        }
-        self.window = 0;
-        self.late = 0;
     }
 
     /// When to wake for an arrival intended at `intended`: at it, or a
@@ -1486,53 +1436,6 @@ mod tests {
             us(2000),
             "a far arrival at its instant"
         );
-    }
-
-    /// Windows with more than one arrival in 200 sent over a setting late
-    /// shorten the spacing, never below half the setting; windows that
-    /// keep to it lengthen it back, never past the setting; windows in
-    /// between leave it be. Only whole windows count.
-    #[test]
-    fn the_spacing_shortens_while_arrivals_leave_late_and_grows_back() {
-        let setting = Duration::from_micros(500);
-        let mut ticks = Ticks::new(Instant::now(), setting);
-        let window = |ticks: &mut Ticks, late: u32| {
-            for n in 0..LAG_WINDOW {
-                let lag = if n < late { setting * 2 } else { setting };
-                ticks.sent(lag);
-            }
-            ticks.quantum
-        };
-        assert_eq!(window(&mut ticks, LATE_MOST), setting, "p99.5 within it");
-        assert_eq!(
-            window(&mut ticks, LATE_MOST + 1),
-            Duration::from_micros(375)
-        );
-        let spacings: Vec<_> = (0..4).map(|_| window(&mut ticks, 50)).collect();
-        assert_eq!(spacings[0], Duration::from_nanos(281_250));
-        assert!(
-            spacings.iter().skip(1).all(|&q| q == setting / 2),
-            "{spacings:?}"
-        );
-        assert_eq!(
-            window(&mut ticks, LATE_MOST),
-            setting / 2,
-            "in between: held"
-        );
-        for _ in 0..LAG_WINDOW - 1 {
-            ticks.sent(Duration::ZERO);
-        }
-        assert_eq!(ticks.quantum, setting / 2, "a window counts when whole");
-        ticks.sent(Duration::ZERO);
-        let step = setting / 16;
-        assert_eq!(ticks.quantum, setting / 2 + step);
-        let back: Vec<_> = (0..10).map(|_| window(&mut ticks, LATE_CALM)).collect();
-        assert_eq!(back[6], setting, "{back:?}");
-        assert!(back.iter().all(|&q| q <= setting));
-        // The wake-ups keep the spacing it has now.
-        let start = ticks.anchor;
-        let _ = window(&mut ticks, 100);
-        assert_eq!(ticks.wake(start), start + setting * 3 / 4);
     }
 
     /// Every wake-up 60 µs late, as on a VM: a hundred ticks of 500 µs

@@ -28,7 +28,8 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SECONDS_RUN = int(os.environ.get("SECONDS_RUN", "10"))
 RATE = int(os.environ.get("RATE", "20000"))
 CONNECTIONS = int(os.environ.get("CONNECTIONS", "64"))
-# To the wall: a tool leaves the ladder after its second miss, so the top
+# To the wall: a tool leaves the ladder after two misses in a row (one
+# miss is often a stall of the host, not the tool's wall), so the top
 # only needs to be above what any tool here holds (wrk's closed figure was
 # 48k-210k req/s on the machines of BENCHMARKS.md). Below 100k the steps are
 # 5k: on a slow machine, whose wall is near wrk's 50k-65k, a 20k step said
@@ -424,6 +425,7 @@ def part_ladder(nginx):
                 unsent, lag = r["unsent"], r["lag_p99_ms"]
             if ok:
                 held[tool] = max(held[tool], rate)
+                failed[tool] = 0
             else:
                 failed[tool] += 1
             say(f"| {rate} | {tool} | {r['rps']:.0f} | {unsent} | {lag} | {r['cpu']:.2f} | "

@@ -28,7 +28,7 @@
 # Usage: bench/peers.sh [--quick]
 #   env: ROUNDS=3 SECONDS_RUN=10 RATE=20000 CONNECTIONS=64
 #        LADDER="20000 25000 … 100000 110000 … 300000" (a tool stops after
-#        its second miss; the ladder ends when both have)
+#        two misses in a row; the ladder ends when both have)
 #        MEMORY_SHORT=60 MEMORY_LONG=120 (set MEMORY_LONG=600 for the
 #        10-minute check; it then takes ~12 minutes more)
 #        PARTS="peers tls ladder wall accuracy large memory" (any subset)

@@ -33,12 +33,47 @@ pub(super) const READ_CHUNK: usize = 2 * 1024;
 /// A large body is read in pieces up to this size; the buffer is given
 /// back after the exchange.
 pub(super) const READ_MAX: usize = 64 * 1024;
-/// A connection's socket held more answer than this at one look, and the
-/// answer went on: its server was likely held back at the full receive
-/// window (64 KiB and up; the kernel grows it as the reader keeps up), so
-/// a worker that sleeps blind through its ticks would hold such answers
-/// back until it woke (see [`super::DirectPool::answers_need_reading`]).
+/// An answer larger than this may not land whole in its socket while
+/// nobody reads it: its server is held back at the full receive window
+/// (64 KiB on a fresh connection; the kernel grows it as the reader keeps
+/// up), so a worker that sleeps blind through its ticks would hold such
+/// answers back until it woke (see [`AnswerSizes`]).
 pub(super) const WINDOW_FULL: usize = 64 * 1024;
+
+/// Answers a worker reads as they come before it trusts that its answers
+/// fit in their sockets: the first answer of a run is otherwise slept
+/// through blind before anything is known of its size (4 MiB answers from
+/// nginx at 50 req/s: that one took 20 ms where the rest took 1–3,
+/// BENCHMARKS.md).
+pub(super) const FITTING_TO_TRUST: u8 = 8;
+
+/// What a worker has learnt of its answers' sizes, which says whether it
+/// may sleep blind while one is under way: not until
+/// [`FITTING_TO_TRUST`] answers have ended whole within [`WINDOW_FULL`],
+/// and never again once one has outgrown it.
+#[derive(Default)]
+pub(super) struct AnswerSizes {
+    fitting: Cell<u8>,
+    large: Cell<bool>,
+}
+
+impl AnswerSizes {
+    /// Takes in an answer `size` bytes long so far, `whole` once it ended.
+    pub(super) fn saw(&self, size: usize, whole: bool) {
+        if size > WINDOW_FULL {
+            self.large.set(true);
+        } else if whole {
+            self.fitting
+                .set(self.fitting.get().saturating_add(1).min(FITTING_TO_TRUST));
+        }
+    }
+
+    /// An answer under way now may not land whole before a blind sleep
+    /// ends.
+    pub(super) fn may_not_fit(&self) -> bool {
+        self.large.get() || self.fitting.get() < FITTING_TO_TRUST
+    }
+}
 
 pub(in crate::client) struct Conn {
     io: Io,
@@ -121,7 +156,7 @@ impl Conn {
 
     /// Sends one request and reads its whole response, recording the
     /// time to the response head and the body's time in `progress`, and
-    /// setting `held` if its server was held at the window meanwhile.
+    /// its size in `sizes`.
     /// The connection is marked spent unless the exchange completes and
     /// the response allows reuse; a dropped (timed-out) exchange leaves it
     /// marked spent too, since it was set before the first await.
@@ -132,7 +167,7 @@ impl Conn {
         body: &Bytes,
         on_wire: Instant,
         progress: &Progress,
-        held: &Cell<bool>,
+        sizes: &AnswerSizes,
     ) -> Result<u16, ClientFailure> {
         self.spent = true;
         render(parts, host, body, &mut self.out);
@@ -149,9 +184,8 @@ impl Conn {
         let mut last_at = None;
         self.input.clear();
         let mut chunk = READ_CHUNK;
-        // Answer bytes found in the socket since it was last read dry: one
-        // look at it, as the direct pool's.
-        let mut look = 0;
+        // Answer bytes read so far.
+        let mut size = 0;
         loop {
             if self.input.capacity() == 0 {
                 self.readable().await.map_err(ClientFailure::Io)?;
@@ -168,7 +202,7 @@ impl Conn {
                     .map(|n| (n, None)),
             }
             .map_err(ClientFailure::Io)?;
-            look += n;
+            size += n;
             if n == room {
                 // More is likely waiting: read it in larger pieces.
                 chunk = (chunk * 2).min(READ_MAX);
@@ -178,6 +212,7 @@ impl Conn {
                 // The body's last byte came with the last read that had
                 // any; the close only confirmed it.
                 let end = last_at.unwrap_or_else(Instant::now);
+                sizes.saw(size, true);
                 self.finish(progress, on_wire, head_at, end);
                 return Ok(done.status);
             }
@@ -185,12 +220,7 @@ impl Conn {
             last_at = Some(at);
             match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
-                    if look > WINDOW_FULL {
-                        held.set(true);
-                    }
-                    if n < room {
-                        look = 0;
-                    }
+                    sizes.saw(size, false);
                     self.input.drain(..used);
                     if head_at.is_none() && reader.head_done() {
                         head_at = Some(at);
@@ -201,6 +231,7 @@ impl Conn {
                     let unasked = used < self.input.len();
                     // Given back, not kept: see [`Conn::readable`].
                     spare::give(std::mem::take(&mut self.input));
+                    sizes.saw(size, true);
                     self.finish(progress, on_wire, head_at, at);
                     self.spent = !done.reusable || unasked;
                     return Ok(done.status);
@@ -354,5 +385,31 @@ async fn read_stamped(
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blind sleeps wait until enough answers have ended within a fresh
+    /// socket's window, and end for good with one that outgrows it, even
+    /// while it is still under way.
+    #[test]
+    fn answer_sizes_are_trusted_only_once_learnt() {
+        let sizes = AnswerSizes::default();
+        for _ in 1..FITTING_TO_TRUST {
+            sizes.saw(WINDOW_FULL, false);
+            sizes.saw(WINDOW_FULL, true);
+            assert!(sizes.may_not_fit(), "too few seen to tell");
+        }
+        sizes.saw(100, true);
+        assert!(!sizes.may_not_fit(), "all fitted");
+        sizes.saw(WINDOW_FULL + 1, false);
+        assert!(sizes.may_not_fit(), "one outgrew the window");
+        for _ in 0..2 * FITTING_TO_TRUST {
+            sizes.saw(100, true);
+        }
+        assert!(sizes.may_not_fit(), "learnt for the run");
     }
 }

@@ -45,7 +45,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
-use super::conn::{arrived, spare, READ_CHUNK, READ_MAX, WINDOW_FULL};
+use super::conn::{arrived, spare, AnswerSizes, READ_CHUNK, READ_MAX};
 use super::wire::{render, Fed, ResponseReader};
 use crate::client::dial::{Dialed, Dialer};
 use crate::client::failure::ClientFailure;
@@ -138,6 +138,8 @@ struct Exchange<T> {
     opened: Option<(Duration, Option<Duration>)>,
     /// Read size to ask for next: doubles while reads fill it.
     chunk: usize,
+    /// Answer bytes read so far.
+    size: usize,
 }
 
 /// One open connection.
@@ -191,9 +193,8 @@ struct State<T> {
     raw: Vec<u8>,
     /// Connections established since last taken.
     established: u64,
-    /// An answer outgrew what its socket took in unread ([`WINDOW_FULL`]):
-    /// see [`DirectPool::answers_need_reading`].
-    large_answers: bool,
+    /// See [`DirectPool::answers_need_reading`].
+    answer_sizes: AnswerSizes,
     /// Connections whose look stopped at [`LOOK_BUDGET`] with more to
     /// read, and whether their peer had ended its side: no new edge may
     /// come for what is already in their sockets, so the next drive reads
@@ -280,7 +281,7 @@ impl<T: 'static> DirectPool<T> {
                 out: Vec::with_capacity(512),
                 raw: Vec::new(),
                 established: 0,
-                large_answers: false,
+                answer_sizes: AnswerSizes::default(),
                 unfinished: Vec::new(),
             }),
             dialer,
@@ -470,14 +471,14 @@ impl<T: 'static> DirectPool<T> {
 
     /// Answers are under way that may not land whole in their sockets
     /// before the loop's next tick: an earlier one outgrew its socket's
-    /// window unread ([`WINDOW_FULL`]). A tick that slept through them
-    /// would hold their servers back until it woke, and time the answers'
-    /// ends by its own wake-up (4 MiB answers from nginx at 50 req/s:
-    /// latency p50 23 ms that way, 1.3–2.3 ms read as they come; oha
-    /// 1.6–3.5).
+    /// window, or too few have ended yet to tell ([`AnswerSizes`]). A tick
+    /// that slept through them would hold their servers back until it
+    /// woke, and time the answers' ends by its own wake-up (4 MiB answers
+    /// from nginx at 50 req/s: latency p50 23 ms that way, 1.3–2.3 ms read
+    /// as they come; oha 1.6–3.5).
     pub fn answers_need_reading(&self) -> bool {
         let state = self.state.borrow();
-        state.large_answers && state.open > state.idle.len()
+        state.answer_sizes.may_not_fit() && state.open > state.idle.len()
     }
 
     /// Requests wait for a connection: the answers that free one should be
@@ -623,6 +624,7 @@ impl<T: 'static> DirectPool<T> {
             pool_wait,
             opened,
             chunk: READ_CHUNK,
+            size: 0,
         });
     }
 
@@ -661,7 +663,7 @@ impl<T: 'static> DirectPool<T> {
         let State {
             slots,
             raw,
-            large_answers,
+            answer_sizes,
             unfinished,
             ..
         } = state;
@@ -707,6 +709,8 @@ impl<T: 'static> DirectPool<T> {
                     // messages (a ticket, the close_notify): the answer's
                     // times are those of its own bytes.
                     taken += slot.input.len() - before;
+                    ex.size += slot.input.len() - before;
+                    answer_sizes.saw(ex.size, false);
                     if slot.input.len() > before || ex.last_at.is_none() {
                         ex.last_at =
                             Some(arrived(stamp.and_then(|s| clocks?.instant(s)), ex.on_wire));
@@ -734,13 +738,9 @@ impl<T: 'static> DirectPool<T> {
                                 );
                             }
                             if !filled && !ended {
-                                if taken > WINDOW_FULL {
-                                    *large_answers = true;
-                                }
                                 break None;
                             }
                             if spent {
-                                *large_answers = true;
                                 unfinished.push((token, ended));
                                 break None;
                             }
@@ -761,6 +761,9 @@ impl<T: 'static> DirectPool<T> {
             }
         };
         if let Some(slot) = state.slots.get_mut(token).and_then(Option::as_mut) {
+            if let (Some(Ok(_)), Some(ex)) = (&result, &slot.busy) {
+                state.answer_sizes.saw(ex.size, true);
+            }
             // The session had something to say back that the socket did
             // not take (see [`Slot::receive`]).
             if slot.pending() {
@@ -1667,9 +1670,10 @@ mod tests {
         .await;
     }
 
-    /// An answer that outgrows what its socket took in unread tells the
-    /// loop to read answers as they come while any is under way; one that
-    /// fits does not.
+    /// Answers are read as they come while the pool has yet to see
+    /// enough of them end within a socket's window, and again for the
+    /// rest of the run once one outgrows it; answers that fit may wait
+    /// for the loop's tick.
     #[tokio::test]
     async fn an_answer_held_back_at_the_window_asks_to_be_read_as_it_comes() {
         local(async {
@@ -1684,13 +1688,22 @@ mod tests {
                 pieces: vec![head, body],
                 close: false,
             };
-            let (uri, _) = server(vec![small.clone(), large, small]).await;
+            let learning = usize::from(super::super::conn::FITTING_TO_TRUST);
+            let mut replies = vec![small.clone(); learning];
+            replies.extend([large, small]);
+            let (uri, _) = server(replies).await;
             let pool = pool(&uri, 1, Duration::from_secs(5));
             let mut done = Vec::new();
-            pool.submit(get(&uri), Instant::now(), 0, &mut done);
-            assert_eq!(outcomes(&pool, 1).await[0].1.outcome, Outcome::Status(200));
+            for tag in 0..learning {
+                pool.submit(get(&uri), Instant::now(), tag as u32, &mut done);
+                assert!(
+                    pool.answers_need_reading(),
+                    "answer {tag}: too early to tell"
+                );
+                assert_eq!(outcomes(&pool, 1).await[0].1.outcome, Outcome::Status(200));
+            }
             pool.submit(get(&uri), Instant::now(), 1, &mut done);
-            assert!(!pool.answers_need_reading(), "an answer that fits");
+            assert!(!pool.answers_need_reading(), "answers that fit");
             // Slept through, as a tick would: the server fills the window
             // and waits.
             tokio::time::sleep(Duration::from_millis(30)).await;

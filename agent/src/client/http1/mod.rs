@@ -56,9 +56,8 @@ struct ClientInner {
     dialer: Dialer,
     /// Connections established since last taken.
     established: Cell<u64>,
-    /// An answer outgrew what its socket took in unread
-    /// ([`conn::WINDOW_FULL`]): see [`Http1Client::answers_need_reading`].
-    large_answers: Cell<bool>,
+    /// See [`Http1Client::answers_need_reading`].
+    answer_sizes: conn::AnswerSizes,
 }
 
 impl Http1Client {
@@ -72,7 +71,7 @@ impl Http1Client {
                 max_open: connections.max(1),
                 dialer,
                 established: Cell::new(0),
-                large_answers: Cell::new(false),
+                answer_sizes: conn::AnswerSizes::default(),
             }),
         }
     }
@@ -99,7 +98,7 @@ impl Http1Client {
     /// while the worker sleeps blind, as in
     /// [`DirectPool::answers_need_reading`].
     pub fn answers_need_reading(&self) -> bool {
-        self.inner.large_answers.get() && self.free_connections() < self.inner.max_open
+        self.inner.answer_sizes.may_not_fit() && self.free_connections() < self.inner.max_open
     }
 
     /// Every slot is taken and no connection is idle: the next request
@@ -153,7 +152,7 @@ impl Http1Client {
                 &body,
                 on_wire,
                 progress,
-                &self.inner.large_answers,
+                &self.inner.answer_sizes,
             )
             .await?;
         lease.finished = true;

@@ -25,7 +25,9 @@ pub mod timer;
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
 pub use host::{host_addresses, host_cpu_jiffies, hostname, process_cpu_seconds, thread_cpu_time};
 pub use limits::{raise_open_files, OpenFiles};
-pub use net::{bind_address_no_port, recv_stamped, stamp_arrivals, Arrival, Clocks};
+pub use net::{
+    bind_address_no_port, recv_stamped, recv_stamped_into, stamp_arrivals, Arrival, Clocks,
+};
 
 use nix::errno::Errno;
 

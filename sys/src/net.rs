@@ -1,5 +1,6 @@
 //! Socket options and reads that tokio's `TcpSocket` does not expose.
 
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -89,19 +90,31 @@ impl Clocks {
 /// if the socket stamps arrivals ([`stamp_arrivals`]). A read with no data
 /// (the peer's FIN) has no stamp. `buf` must have spare room: a read into
 /// none would look like the peer's FIN, so it is refused.
-///
-/// Written against `libc` rather than `nix`, whose `recvmsg` only takes
-/// initialised buffers.
 pub fn recv_stamped(
     socket: &impl AsRawFd,
     buf: &mut Vec<u8>,
+) -> std::io::Result<(usize, Option<Arrival>)> {
+    let (n, stamp) = recv_stamped_into(socket, buf.spare_capacity_mut())?;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare
+    // capacity, which the read was bounded by.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok((n, stamp))
+}
+
+/// [`recv_stamped`] into any uninitialised room, such as the unfilled part
+/// of tokio's `ReadBuf`: on success its first `n` bytes are initialised.
+///
+/// Written against `libc` rather than `nix`, whose `recvmsg` only takes
+/// initialised buffers.
+pub fn recv_stamped_into(
+    socket: &impl AsRawFd,
+    spare: &mut [MaybeUninit<u8>],
 ) -> std::io::Result<(usize, Option<Arrival>)> {
     /// Room for one `SCM_TIMESTAMPNS` message (a header and a timespec, 32
     /// bytes) with margin, aligned as the kernel's `cmsghdr` must be.
     #[repr(C, align(8))]
     struct Control([u8; 64]);
     let mut control = Control([0; 64]);
-    let spare = buf.spare_capacity_mut();
     if spare.is_empty() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -119,14 +132,11 @@ pub fn recv_stamped(
     msg.msg_iovlen = 1;
     msg.msg_control = control.0.as_mut_ptr().cast();
     msg.msg_controllen = control.0.len() as _;
-    // SAFETY: every pointer in `msg` points into `buf`'s spare capacity or
-    // `control`, both live and exclusively borrowed for the call, with the
-    // lengths given; the kernel writes at most that much into each.
+    // SAFETY: every pointer in `msg` points into `spare` or `control`,
+    // both live and exclusively borrowed for the call, with the lengths
+    // given; the kernel writes at most that much into each.
     let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, 0) };
     let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
-    // SAFETY: the kernel initialised the first `n` bytes of the spare
-    // capacity, which `iov_len` bounded.
-    unsafe { buf.set_len(buf.len() + n) };
     let mut stamp = None;
     if msg.msg_flags & libc::MSG_CTRUNC == 0 {
         // SAFETY: `msg` was filled by the kernel, whose control length

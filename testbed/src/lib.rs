@@ -26,6 +26,7 @@ mod grpc;
 mod h2;
 mod server;
 mod sse;
+mod stamped;
 
 use std::time::Duration;
 

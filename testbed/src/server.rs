@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::sse::{self, Hub, SseBody};
+use crate::stamped::{LastArrival, Stamped};
 use crate::{Config, Limit};
 
 /// Every response the testbed gives: a short static plain-text body.
@@ -93,10 +94,12 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             debug!(%peer, %err, "could not set TCP_NODELAY");
         }
+        let (stream, arrivals) = Stamped::new(stream, shared.precise.is_some());
         let service = Testbed {
             counter: shared.counter(peer.ip()),
             peer: peer.ip(),
             shared: Arc::clone(&shared),
+            arrivals,
         };
         match &tls {
             None => {
@@ -257,6 +260,8 @@ struct Testbed {
     shared: Arc<Shared>,
     counter: Arc<AtomicU64>,
     peer: IpAddr,
+    /// When this connection's last bytes arrived, where the delay needs it.
+    arrivals: Option<Arc<LastArrival>>,
 }
 
 impl Service<Request<Incoming>> for Testbed {
@@ -320,7 +325,12 @@ impl Service<Request<Incoming>> for Testbed {
         if self.shared.trivial && request.body().is_end_stream() {
             return Reply::Ready(future::ready(Ok(reply(StatusCode::OK, answer(size)))));
         }
-        Reply::Work(Box::pin(handle(Arc::clone(&self.shared), request, size)))
+        Reply::Work(Box::pin(handle(
+            Arc::clone(&self.shared),
+            request,
+            size,
+            self.arrivals.clone(),
+        )))
     }
 }
 
@@ -368,8 +378,15 @@ async fn subscribe(shared: Arc<Shared>, peer: IpAddr, resume: Option<u64>) -> Re
 
 /// One request that has work to do: drain the body, pass admission and the
 /// pool, wait out the service delay, then answer (with `size` bytes, for
-/// `/bytes/N`).
-async fn handle(shared: Arc<Shared>, request: Request<Incoming>, size: Option<usize>) -> Answer {
+/// `/bytes/N`). The delay runs from when the request's last bytes reached
+/// the machine, as its connection's `arrivals` say, plus any wait at the
+/// gates (see [`crate::stamped`]), and never from before that.
+async fn handle(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+    size: Option<usize>,
+    arrivals: Option<Arc<LastArrival>>,
+) -> Answer {
     // Read the whole body so the connection stays reusable (keep-alive).
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
@@ -378,6 +395,9 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>, size: Option<us
             return Ok(reply(StatusCode::BAD_REQUEST, "bad request body\n"));
         }
     }
+
+    let arrived = arrivals.and_then(|a| a.instant());
+    let gated = Instant::now();
 
     // Admission is held while waiting for the pool and while working, so it
     // bounds everything in the server, and it is checked first so that
@@ -401,8 +421,10 @@ async fn handle(shared: Arc<Shared>, request: Request<Incoming>, size: Option<us
     // holding a pooled connection, which costs time but no CPU.
     let delay = shared.service_delay();
     if !delay.is_zero() {
+        let now = Instant::now();
+        let start = arrived.map_or(now, |at| (at + (now - gated)).min(now));
         match &shared.precise {
-            Some(precise) => precise.sleep_until(Instant::now() + delay).await,
+            Some(precise) => precise.sleep_until(start + delay).await,
             None => tokio::time::sleep(delay).await,
         }
     }

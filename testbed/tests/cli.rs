@@ -306,6 +306,40 @@ fn delay_is_a_lower_bound_on_latency() {
     assert!(reply.elapsed >= Duration::from_millis(200), "{reply:?}");
 }
 
+/// The delay runs from when the request reached the machine, not from
+/// when the testbed read it: a testbed stopped while the request arrives
+/// (as a halted CPU woken late is, for less time) still answers a delay
+/// after it was sent, and never before.
+#[test]
+fn delay_runs_from_the_requests_arrival() {
+    let testbed = Testbed::start(&["--delay", "300ms"]);
+    let mut reader = BufReader::new(connect(testbed.addr));
+    // The first exchange also has the kernel start stamping, which it
+    // does in deferred work.
+    let first = exchange(&mut reader, "GET", "/", b"");
+    assert_eq!(first.status, 200, "{first:?}");
+    testbed.send_signal(Signal::SIGSTOP);
+    let pid = Pid::from_raw(i32::try_from(testbed.child.id()).expect("pid fits pid_t"));
+    let resume = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(250));
+        kill(pid, Signal::SIGCONT)
+    });
+    let reply = exchange(&mut reader, "GET", "/", b"");
+    resume
+        .join()
+        .expect("the resuming thread")
+        .expect("SIGCONT to our own child");
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(
+        reply.elapsed >= Duration::from_millis(300),
+        "early: {reply:?}"
+    );
+    assert!(
+        reply.elapsed < Duration::from_millis(450),
+        "the delay ran from the read, 250 ms after the arrival: {reply:?}"
+    );
+}
+
 #[test]
 fn pool_timeout_answers_503_after_waiting() {
     let testbed = Testbed::start(&["--pool", "1", "--pool-timeout", "50ms", "--delay", "1s"]);

@@ -30,10 +30,10 @@ RATE = int(os.environ.get("RATE", "20000"))
 CONNECTIONS = int(os.environ.get("CONNECTIONS", "64"))
 # To the wall: a tool leaves the ladder after two misses in a row (one
 # miss is often a stall of the host, not the tool's wall), so the top
-# only needs to be above what any tool here holds (wrk's closed figure was
-# 48k-210k req/s on the machines of BENCHMARKS.md). Below 100k the steps are
-# 5k: on a slow machine, whose wall is near wrk's 50k-65k, a 20k step said
-# only "40k held, 60k not", too coarse to set against wrk's figure.
+# only needs to be above what any tool here holds (wrk's closed figure is
+# 48k-210k req/s on 2-CPU virtual machines). Below 100k the steps are 5k: on
+# a slow machine, whose wall is near wrk's 50k-65k, 20k steps say only "40k
+# held, 60k not", too coarse to set against wrk's figure.
 LADDER = [int(r) for r in os.environ.get(
     "LADDER",
     " ".join(str(r) for r in [*range(20000, 100000, 5000), *range(100000, 300001, 10000)])).split()]
@@ -264,14 +264,15 @@ def med(xs):
 def wake_cost(period_us=400, n=5000):
     """CPU one sleep and wake-up costs a thread on GEN_CPU, in µs: its own
     rusage over n absolute sleeps of period_us, less the same loop without
-    the sleep. The open loop pays this once per tick (BENCHMARKS.md), so
-    it is the machine's floor under loadfleet's cost at low rates: on a VM
-    whose halts go through the hypervisor it is tens of µs.
+    the sleep. The open loop pays this once per tick
+    (docs/design/pacing.md), so it is the machine's floor under loadfleet's
+    cost at low rates: on a virtual machine whose halts go through the
+    hypervisor it is tens of µs.
 
     Also how late those wake-ups came, in µs (p50, p99): what a tick's
     arrivals wait beyond the quantum when one is late, so a tail here is a
-    floor under any sleeping generator's send lag (on one AMD VM, p99 0.15
-    to 1.9 ms: send-lag p99 1-2.8 ms at 20,000 req/s, BENCHMARKS.md)."""
+    floor under any sleeping generator's send lag (a wake-up p99 of 0.15 to
+    1.9 ms goes with a send-lag p99 of 1-2.8 ms at 20,000 req/s)."""
     import ctypes
     import resource
     libc = ctypes.CDLL(None, use_errno=True)
@@ -470,7 +471,7 @@ class BusyDuring:
 
 def part_wall(nginx):
     """P2 asked directly, pair by pair: wrk closed, then at once loadfleet
-    open at the rate wrk just reached. On a VM whose speed drifts by a
+    open at the rate wrk just reached. On a machine whose speed drifts by a
     tenth or more from one minute to the next, a ladder's step and the median of wrk's
     rounds taken minutes apart can land on either side of each other; a
     pair taken back to back cannot drift much, and asks exactly whether
@@ -517,7 +518,7 @@ def part_accuracy():
     """The 10 ms testbed measured by both tools, next to the same testbed
     with no delay: the difference is the delay as the tools see it, free of
     the machine's idle round trip (two cross-CPU wake-ups, which a loaded
-    VM makes slow)."""
+    virtual machine makes slow)."""
     say(f"### Accuracy (P3): testbed --delay 10ms on CPU {TARGET_CPU}, 200 req/s for 10 s, "
         f"generator on CPU {GEN_CPU}")
     say()

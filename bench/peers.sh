@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# loadfleet next to its peers (wrk, oha) on one core: the figures of
-# BENCHMARKS.md "Peers", in one run, alternating the tools.
+# loadfleet next to its peers (wrk, oha) on one core: the peers figures of
+# BENCHMARKS.md in one run, alternating the tools.
 #
 # Layout: nginx `return 200` pinned to CPU 1; every generator pinned to
 # CPU 0; 64 connections. A generator's CPU is that of ALL its processes:

@@ -24,8 +24,8 @@
 # Usage: bench/scale.sh [N ...]             (default: 100 500 1000)
 #   DURATION=10s       length of the schedule
 #   PER_AGENT_RATE=1000  arrivals per agent per second (snapshot richness)
-# Writes bench/out/scale/<N>/ and the table bench/out/scale.md; the results
-# are copied into BENCHMARKS.md by hand. Not run in CI (a small version is
+# Writes bench/out/scale/<N>/ and the table bench/out/scale.md, the table
+# BENCHMARKS.md quotes. Not run in CI (a small version is
 # coordinator/tests/scale.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

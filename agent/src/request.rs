@@ -341,7 +341,7 @@ impl RequestMix {
     /// Which of the mix's requests arrival `seq` is, when that request is
     /// the same bytes every time: a transport may then render it once and
     /// keep it, instead of building and rendering it per arrival (some 700
-    /// user-space instructions per request, BENCHMARKS.md).
+    /// user-space instructions per request).
     pub fn fixed_kind(&self, seq: u64) -> Option<usize> {
         let kind = self.interleave.owner(seq);
         self.specs[kind].fixed().then_some(kind)

@@ -61,8 +61,7 @@ pub enum TlsError {
 /// at once. The system's store is read the first time an assignment needs
 /// it: it is a file per CA to read and decode, over five times the
 /// instructions of all the rest of the agent's start (19 of 22.5 million
-/// under callgrind, BENCHMARKS.md), which a run against plain http://
-/// targets never needs.
+/// under callgrind), which a run against plain http:// targets never needs.
 #[derive(Debug)]
 pub struct TargetRoots {
     /// `--ca-cert`'s anchors, checked.

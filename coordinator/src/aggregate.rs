@@ -466,12 +466,11 @@ impl Aggregate {
     }
 }
 
-/// Adds an already decoded `Merged` into another.
 /// Adds to one agent's figures only what the report reads per agent: the
 /// counts, CPU, pool time and send lag. Its latency, service-time, warm-up and
 /// pool-wait histograms are already in the totals and scenarios; keeping them
-/// per agent cost ~0.45 MiB an agent (half a gigabyte at 1,000 agents, see
-/// BENCHMARKS.md) for figures no report shows.
+/// per agent would cost ~0.45 MiB an agent (half a gigabyte at 1,000 agents,
+/// docs/design/fleet-protocol.md) for figures no report shows.
 fn merge_agent(into: &mut Merged, from: &Merged) {
     let latency_free = Merged {
         intended: from.intended,

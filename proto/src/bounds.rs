@@ -3,8 +3,8 @@
 //! numbers live here, once. A coordinator refuses a plan that an agent would
 //! refuse as an assignment, and an agent refuses what no valid plan makes:
 //! [`check_assignment`] is the agent's side, and the coordinator's plan
-//! validator tests each field against the same constants (README, "Plan
-//! bounds", lists them for users).
+//! validator tests each field against the same constants (docs/plans.md,
+//! "Plan bounds", lists them for users).
 
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ pub const MAX_THINK: Duration = Duration::from_secs(3600);
 /// Longest allowed lag behind schedule before an arrival is `late`.
 pub const MAX_LAG: Duration = Duration::from_secs(3600);
 /// Longest wake quantum an agent takes (`--wake-quantum`): arrivals may
-/// leave up to a quantum late, and past 100 ms that is no longer pacing.
+/// leave up to a quantum late, and past 100 ms that is not pacing.
 pub const MAX_WAKE_QUANTUM: Duration = Duration::from_millis(100);
 /// Shortest snapshot interval: each interval is a set of histograms on the
 /// agent and in the report, so a tiny one would allocate without end.

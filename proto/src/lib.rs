@@ -4,7 +4,7 @@
 //! functions that interpret them live here, next to the generated types, as
 //! plain code without I/O: a schedule description becomes arrival instants
 //! ([`schedule`]), a fleet schedule is cut into agent slices ([`partition`]),
-//! and histograms cross the wire as compressed HdrHistogram V2 bytes
+//! and histograms cross the wire as HdrHistogram V2 bytes
 //! ([`histogram`]). Both sides link this crate, so they cannot disagree.
 
 pub mod bounds;
@@ -29,7 +29,7 @@ pub mod v1 {
 /// Version of the control protocol. Coordinator and agent refuse to work
 /// together unless they agree, because a silently different interpretation of
 /// a field would corrupt the merged numbers rather than fail loudly. Version 2
-/// sends histograms as plain V2 bytes, no longer deflated ([`histogram`]).
+/// sends histograms as plain V2 bytes, not deflated ([`histogram`]).
 pub const PROTOCOL_VERSION: u32 = 2;
 
 /// gRPC metadata key carrying [`PROTOCOL_VERSION`], checked before any message

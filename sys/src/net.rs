@@ -22,7 +22,7 @@ pub fn bind_address_no_port(socket: &impl AsFd) -> Result<(), Error> {
 
 /// Has the kernel stamp every segment this socket receives with the moment
 /// it reached the machine (`SO_TIMESTAMPNS`), which [`recv_stamped`] then
-/// returns. With it, an answer's time no longer depends on when the reader
+/// returns. With it, an answer's time does not depend on when the reader
 /// got round to reading it, so a reader may read on its own schedule. The
 /// kernel turns stamping on machine-wide in deferred work, so the first
 /// segments after the first such socket may come unstamped: readers must
@@ -49,7 +49,7 @@ impl Arrival {
 /// The wall clock and the monotonic clock, read together once for a batch
 /// of stamps: converting each stamp against its own reading of both clocks
 /// cost about 300 instructions an answer, and the open loop's ticks read
-/// ten answers or more at once (BENCHMARKS.md).
+/// ten answers or more at once.
 #[derive(Debug, Clone, Copy)]
 pub struct Clocks {
     wall: Duration,

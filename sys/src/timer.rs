@@ -11,8 +11,8 @@
 //! one `read` and no allocation (`clock_gettime` is served by the vDSO).
 //!
 //! "Within microseconds" is the kernel's part. Waking an idle CPU takes
-//! longer — about 0.1 ms on a VM, where the halted virtual CPU must be
-//! brought back — and every microsecond of it would be send lag, and
+//! longer — about 0.1 ms on a virtual machine, where the halted virtual CPU
+//! must be brought back — and every microsecond of it would be send lag, and
 //! latency, on an arrival that was meant to leave on time. So an exact
 //! sleep arms the timer early by the median lateness of its recent
 //! wake-ups from sleeps of about its length, and yields (or, with the
@@ -41,24 +41,22 @@ const SPIN_BELOW: Duration = Duration::from_micros(20);
 const MAX_LEAD: Duration = Duration::from_micros(250);
 /// The share of an exact sleep's wake-ups meant to come by its instant, in
 /// percent: the lead tracks this quantile of the timer's lateness, its
-/// median. Half the arrivals then leave a few µs after their instants
-/// (send-lag p50 3 µs instead of 1 at 1,000 req/s), for half the spinning
-/// (8.7 system calls per arrival instead of 12–21, BENCHMARKS.md). A mean
-/// follows the tail instead: where 1% of wake-ups come 0.5 ms late or
-/// more, each such one lifted a mean smoothed over eight by 60 µs, and the
-/// next dozen sleeps all spun that much longer.
+/// median. Half the arrivals then leave a few µs after their instants, for
+/// far less spinning than a mean would cost: a mean follows the tail, so each
+/// late wake-up would make the next dozen sleeps spin longer
+/// (docs/design/pacing.md has the figures).
 const ON_TIME_PERCENT: u64 = 50;
 /// How far one wake-up moves the tracked quantile: up by `STEP` ×
 /// [`ON_TIME_PERCENT`] when it came later than the estimate, down by the
 /// rest of `STEP` when it came sooner, so the estimate settles where that
-/// share of wake-ups come sooner. From nothing it reaches a VM's 0.1 ms in
-/// 50 sleeps, and a wake-up in the tail moves it by 2 µs.
+/// share of wake-ups come sooner. From nothing it reaches a lateness of
+/// 0.1 ms in 50 sleeps, and a wake-up in the tail moves it by 2 µs.
 const STEP: Duration = Duration::from_micros(4);
 /// Sleeps up to these lengths (and a last class for longer ones) each learn
 /// their own lateness: the longer a vCPU has been halted, the later it
-/// wakes (on one VM, 26 µs at the median after 0.5 ms, 70 after 3 ms, 108
-/// after 20 ms), so one estimate for all would spin short sleeps too long
-/// and leave long ones late.
+/// wakes (several times later after 20 ms than after 0.5 ms), so one
+/// estimate for all would spin short sleeps too long and leave long ones
+/// late.
 const SPANS: [Duration; 3] = [
     Duration::from_millis(1),
     Duration::from_millis(4),
@@ -311,7 +309,7 @@ mod tests {
         );
     }
 
-    /// Wake-ups 10–29 µs late, and every hundredth 1 ms late (a VM's tail):
+    /// Wake-ups 10–29 µs late, and every hundredth 1 ms late (a host's tail):
     /// the lead settles by their median, and the tail lifts it by no more
     /// than one step at a time.
     #[test]

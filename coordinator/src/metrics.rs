@@ -204,12 +204,13 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadfleet_proto::vocab::{GrpcStatus, UnsentReason};
 
     #[test]
     fn renders_conventional_names_and_escapes_labels() {
         let mut agg = Aggregate::new(1, 1);
         agg.totals.intended = 10;
-        agg.totals.unsent.insert("late".into(), 2);
+        agg.totals.unsent.insert(UnsentReason::Late.to_string(), 2);
         agg.totals.errors.insert(r#"re"set"#.into(), 1);
         agg.totals.status.insert(503, 4);
         agg.totals.status.insert(200, 5);
@@ -224,8 +225,10 @@ mod tests {
         assert!(text.contains("loadfleet_in_flight 3"));
         assert!(text.contains("loadfleet_failures_total 5"), "{text}");
         // gRPC statuses are their own family, and the non-OK ones fail.
-        agg.totals.grpc_status.insert("OK".into(), 7);
-        agg.totals.grpc_status.insert("UNAVAILABLE".into(), 2);
+        agg.totals.grpc_status.insert(GrpcStatus::Ok.to_string(), 7);
+        agg.totals
+            .grpc_status
+            .insert(GrpcStatus::Unavailable.to_string(), 2);
         let text = render(&agg, 3, 1, 1.5);
         assert!(
             text.contains(r#"loadfleet_grpc_responses_total{grpc_status="UNAVAILABLE"} 2"#),

@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
+use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel};
 
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
 use super::render;
@@ -61,7 +61,7 @@ fn totals(completed: u64) -> Totals {
         },
         latency_by_class_ms: latency
             .clone()
-            .map(|p| ("2xx".to_string(), p))
+            .map(|p| (OutcomeClass::Success.to_string(), p))
             .into_iter()
             .collect(),
         latency_curve_ms: if completed > 0 {
@@ -160,7 +160,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 intended: 100,
                 sent: 98,
                 unsent: 2,
-                unsent_by_reason: [("late".to_string(), 2)].into_iter().collect(),
+                unsent_by_reason: [(UnsentReason::Late.to_string(), 2)].into_iter().collect(),
                 completed: 97,
                 errors: 0,
                 classes: BTreeMap::new(),

@@ -313,4 +313,8 @@ fn scales_and_formats() {
     assert_eq!(secs(4.0), "4");
     assert_eq!(secs(2.5), "2.5");
     assert_eq!(utc(1_700_000_000.0), "2023-11-14 22:13:20 UTC");
+    assert_eq!(utc(951_782_400.5), "2000-02-29 00:00:00 UTC");
+    for unreadable in [0.0, -1.0, f64::NAN, 1e300] {
+        assert_eq!(utc(unreadable), "–");
+    }
 }

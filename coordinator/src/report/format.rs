@@ -97,22 +97,6 @@ pub fn utc(unix: f64) -> String {
     }
 }
 
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// What was asked and spoken, and how TLS was checked; `None` for a report
 /// written before the report said so.
 pub fn protocol_line(r: &super::model::Report) -> Option<String> {

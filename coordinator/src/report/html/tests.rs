@@ -4,7 +4,6 @@ use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCod
 
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
 use super::render;
-use crate::report::format::esc;
 use crate::report::format::{count, secs, utc};
 use crate::report::model::{
     AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo, Scenario,
@@ -197,10 +196,18 @@ fn text_from_the_report_is_escaped() {
     assert!(!html.contains("<script>alert"), "{html}");
     assert!(!html.contains("<img"));
     assert!(html.contains("&lt;img src=x onerror=alert(2)&gt;"));
-    assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; &#39;q&#39;"));
+    assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; 'q'"));
     // Exactly one </script>: the end of the embedded JSON.
     assert_eq!(html.matches("</script>").count(), 1);
-    assert_eq!(esc("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+    // Quotes are escaped too, so no text can close an attribute.
+    r.agents[0].lost_reason = None;
+    r.scenarios[0].name = "\" onload=\"alert(4)".into();
+    let html = render(&r).unwrap();
+    assert!(
+        html.contains("<b>&quot; onload=&quot;alert(4)</b>"),
+        "{html}"
+    );
+    assert!(!html.contains("\" onload=\"alert"));
 }
 
 #[test]

@@ -1,16 +1,13 @@
-//! Histograms on the wire.
+//! Histograms on the wire, and the one way they are read as figures.
 //!
 //! Latency crosses the wire as HdrHistogram V2 bytes, the format every
 //! HdrHistogram implementation reads, so merging on the coordinator is an
-//! exact `add` and no percentile is ever averaged. They are not deflated:
-//! a worker encodes its histograms between two arrivals, once an interval,
-//! and deflating one took 150–250 µs against 5–17 µs for the plain bytes
-//! (about 1.8 times as many: 1.8 KiB against 1.0 KiB for a second at
-//! 60,000 req/s), so deflating its six to ten held every arrival due in
-//! those 1–2.5 ms back (BENCHMARKS.md). Values are microseconds; histograms
-//! auto-resize, and the agent clamps values at
-//! [`crate::bounds::MAX_RECORDED_MICROS`] so the coordinator's bounds on a
-//! decoded histogram hold for every honest one.
+//! exact `add` and no percentile is ever averaged. The bytes are not
+//! deflated: a worker encodes between two arrivals, and deflating costs
+//! tens of times more than the plain encoding for a small size gain.
+//! Values are microseconds; histograms auto-resize, and the agent clamps
+//! values at [`crate::bounds::MAX_RECORDED_MICROS`] so the coordinator's
+//! bounds on a decoded histogram hold for every honest one.
 
 use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
@@ -141,10 +138,58 @@ pub fn merge_into(into: &mut Histogram<u64>, bytes: &[u8]) -> Result<(), CodecEr
         .map_err(|e| CodecError::Decode(format!("{e:?}")))
 }
 
+/// A distribution in milliseconds, as every report format states it.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+    /// Number of values the percentiles were read from.
+    pub count: u64,
+}
+
+/// Reads a microsecond histogram as milliseconds; `None` when it is empty,
+/// so "nothing completed" never reads as a latency of 0. The report and
+/// the swarm's own account both read here, so equal histograms give equal
+/// numbers.
+pub fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
+    if h.is_empty() {
+        return None;
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Some(Percentiles {
+        p50: ms(h.value_at_quantile(0.50)),
+        p90: ms(h.value_at_quantile(0.90)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+        mean: h.mean() / 1000.0,
+        count: h.len(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn percentiles_read_microseconds_as_milliseconds() {
+        assert!(percentiles(&new_histogram()).is_none());
+        let mut h = new_histogram();
+        for us in [500, 1_000, 1_500] {
+            h.record(us).unwrap();
+        }
+        let p = percentiles(&h).unwrap();
+        assert_eq!((p.p50, p.max, p.count), (1.0, 1.5, 3));
+        assert!((p.mean - 1.0).abs() < 1e-9);
+    }
 
     #[test]
     fn empty_round_trips_as_empty_bytes() {

@@ -4,29 +4,17 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use loadfleet_proto::histogram;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::payload::Sent;
 use crate::session::Outcome;
 
-/// Percentiles read exactly as the report reads them (µs → ms), so equal
-/// histograms give equal numbers.
-pub fn percentiles(h: &Histogram<u64>) -> Value {
-    if h.is_empty() {
-        return Value::Null;
-    }
-    let ms = |us: u64| us as f64 / 1000.0;
-    json!({
-        "p50": ms(h.value_at_quantile(0.50)),
-        "p90": ms(h.value_at_quantile(0.90)),
-        "p95": ms(h.value_at_quantile(0.95)),
-        "p99": ms(h.value_at_quantile(0.99)),
-        "p999": ms(h.value_at_quantile(0.999)),
-        "max": ms(h.max()),
-        "mean": h.mean() / 1000.0,
-        "count": h.len(),
-    })
+/// Percentiles read by the same function as the report's, so equal
+/// histograms give equal numbers; null when empty, as in the report.
+fn percentiles(h: &Histogram<u64>) -> Value {
+    serde_json::to_value(histogram::percentiles(h)).unwrap_or(Value::Null)
 }
 
 fn seconds(d: Option<Duration>) -> Value {

@@ -3,36 +3,18 @@
 //! into figures.
 
 use hdrhistogram::Histogram;
+use loadfleet_proto::histogram::percentiles;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Percentiles, Phases, ProtocolInfo,
-    Report, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Phases, ProtocolInfo, Report,
+    RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
-use super::verdicts;
+use super::{sse, verdicts};
 use crate::aggregate::{IntervalAgg, Merged};
 use crate::fleet::RunResult;
 use crate::thresholds::{Figures, Latency};
-
-/// Reads a microsecond histogram as milliseconds; `None` when it is empty,
-/// so "nothing completed" is never shown as a latency of 0.
-pub(crate) fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
-    if h.is_empty() {
-        return None;
-    }
-    let ms = |us: u64| us as f64 / 1000.0;
-    Some(Percentiles {
-        p50: ms(h.value_at_quantile(0.50)),
-        p90: ms(h.value_at_quantile(0.90)),
-        p95: ms(h.value_at_quantile(0.95)),
-        p99: ms(h.value_at_quantile(0.99)),
-        p999: ms(h.value_at_quantile(0.999)),
-        max: ms(h.max()),
-        mean: h.mean() / 1000.0,
-        count: h.len(),
-    })
-}
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -222,7 +204,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .cloned()
                         .flatten()
                         .unwrap_or_default();
-                    super::sse::report(&merged, send_time, result, 1.0)
+                    sse::report(&merged, send_time, result, 1.0)
                 }),
             }
         })

@@ -1,6 +1,9 @@
 //! How numbers look in the text and HTML reports, written once so the two
 //! agree (a p99 of 12.3ms reads the same in both).
 
+use std::fmt::Write as _;
+use std::time::{Duration, UNIX_EPOCH};
+
 /// Milliseconds with a unit and precision that fit their size: 0.42ms,
 /// 12.3ms, 1.25s; a dash when the value is not a number.
 pub fn ms(v: f64) -> String {
@@ -75,45 +78,23 @@ pub fn count(n: u64) -> String {
     out
 }
 
-/// A Unix time as a UTC date and time, without a date library.
+/// A Unix time as a UTC date and time, "2023-11-14 22:13:20 UTC"; a dash
+/// for a time no date can be written for (not positive, past year 9999).
 pub fn utc(unix: f64) -> String {
-    if !unix.is_finite() || unix <= 0.0 {
-        return "–".into();
-    }
-    let secs = unix.floor() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
+    let when = (unix.is_finite() && unix > 0.0)
+        .then(|| UNIX_EPOCH.checked_add(Duration::from_secs(unix.floor() as u64)))
+        .flatten();
+    let mut rfc3339 = String::new();
+    match when {
+        // humantime writes 2023-11-14T22:13:20Z, and fails past 9999.
+        Some(t) if write!(rfc3339, "{}", humantime::format_rfc3339_seconds(t)).is_ok() => {
+            format!(
+                "{} UTC",
+                rfc3339.trim_end_matches('Z').replacen('T', " ", 1)
+            )
         }
+        _ => "–".into(),
     }
-    out
 }
 
 /// What was asked and spoken, and how TLS was checked; `None` for a report

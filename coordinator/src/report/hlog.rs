@@ -86,12 +86,15 @@ pub fn write_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadfleet_proto::vocab::OutcomeClass;
 
     #[test]
     fn entries_carry_no_header_and_the_header_is_written_once() {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record(1500).unwrap();
-        let by_class: BTreeMap<_, _> = [((0u32, "2xx".to_string()), h)].into_iter().collect();
+        let by_class: BTreeMap<_, _> = [((0u32, OutcomeClass::Success.to_string()), h)]
+            .into_iter()
+            .collect();
         let mut log = Vec::new();
         write_header(
             &mut log,

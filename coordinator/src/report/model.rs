@@ -1,6 +1,9 @@
 //! The report's data: the serde structs written as `report.json` and read
 //! back by `compare`. The schema, key by key with units, is documented in
 //! `docs/report.md`; a change here is a change to that contract.
+//!
+//! Plain data with no behaviour: every other report module reads it, so it
+//! depends on none of them.
 
 use std::collections::BTreeMap;
 
@@ -9,21 +12,9 @@ use serde::{Deserialize, Serialize};
 
 pub use super::repeats::Repeats;
 pub use crate::thresholds::Checked;
+pub use loadfleet_proto::histogram::Percentiles;
 
 pub const SCHEMA: &str = "loadfleet.report/v1";
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-    pub mean: f64,
-    /// Number of values the percentiles were read from.
-    pub count: u64,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unsent {
@@ -155,7 +146,7 @@ pub struct Scenario {
     /// intended/sent/unsent count subscribers, status/errors and latency
     /// their first subscribe request (latency: time to subscribe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sse: Option<super::sse::SseReport>,
+    pub sse: Option<SseReport>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -313,4 +304,111 @@ pub struct Report {
     /// With --repeat: every run's headline figures and their median/min/max.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repeats: Option<Repeats>,
+}
+
+/// One subscription scenario's figures (`scenarios[].sse`). Delivery
+/// latency mixes the agent's wall clock at receipt with the target's at
+/// sending, so [`Delivery`] says what that rests on, and negative
+/// latencies are kept and counted: a negative figure is a clock error made
+/// visible, never clamped to zero.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SseReport {
+    /// Subscribers whose first response was a 2xx event stream.
+    pub opened: u64,
+    /// Time from a subscriber's intended instant to its first event.
+    pub first_event_ms: Option<Percentiles>,
+    /// Events received over all subscribers, reconnects included.
+    pub events: u64,
+    /// Events per subscriber over its life (reconnects included).
+    pub events_per_subscriber: Option<Counts>,
+    /// Time between consecutive events of one stream.
+    pub gap_ms: Option<Percentiles>,
+    /// Streams the server ended while the subscriber still wanted them.
+    pub ended_by_server: u64,
+    pub reconnects: u64,
+    /// Reconnects that sent Last-Event-ID.
+    pub resumed: u64,
+    /// Events whose id was not above the last one the subscriber had seen.
+    pub duplicates: u64,
+    /// Comment lines (keep-alives).
+    pub comments: u64,
+    /// Errors on open streams and on reconnects, by kind.
+    pub stream_errors: BTreeMap<String, u64>,
+    /// Reconnects answered without a stream, by status.
+    pub refused: BTreeMap<String, u64>,
+    /// Event delivery latency and what it rests on.
+    pub delivery: Delivery,
+    pub fanout: Fanout,
+    /// Streams open per second, all agents together.
+    pub open_streams: Vec<OpenStreams>,
+}
+
+/// A distribution of counts (not times).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Counts {
+    pub min: u64,
+    pub p50: u64,
+    pub max: u64,
+    /// How many values (subscribers).
+    pub count: u64,
+}
+
+/// Event delivery latency: agent wall clock at receipt minus the send time
+/// in the event.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Where the send time was read ("data.sent_us (us)", "event id (ms)"
+    /// or "none").
+    pub send_time: String,
+    /// Latencies of zero or more.
+    pub latency_ms: Option<Percentiles>,
+    /// Events whose latency came out negative: received before they were
+    /// sent, by the clocks' account. Never clamped, never dropped.
+    pub negative: u64,
+    /// How negative (magnitudes).
+    pub negative_ms: Option<Percentiles>,
+    /// Events without a readable send time.
+    pub no_send_time: u64,
+    /// What the figure rests on, in words.
+    pub rests_on: String,
+    /// Largest wall-clock offset of an agent to the coordinator, as
+    /// measured (ms; either sign, the largest magnitude).
+    pub agent_wall_offset_ms: Option<f64>,
+    /// How well those offsets are known: the largest half probe round trip.
+    pub agent_wall_uncertainty_ms: Option<f64>,
+}
+
+/// The spread, per event id, from the first subscriber receiving it to the
+/// last, across the fleet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fanout {
+    /// Event ids received by more than one subscriber.
+    pub ids: u64,
+    pub spread_p50_ms: Option<f64>,
+    pub spread_max_ms: Option<f64>,
+    /// Events that could not be tracked (too many ids).
+    pub untracked: u64,
+    /// Per id, the largest fan-outs first, a bounded number of them; the
+    /// spread figures above cover every id.
+    pub rows: Vec<FanoutRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FanoutRow {
+    pub id: String,
+    pub subscribers: u64,
+    /// First and last receipt, seconds after the common start.
+    pub first_s: f64,
+    pub last_s: f64,
+    pub spread_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpenStreams {
+    /// Seconds from the common start to the interval's start.
+    pub t: f64,
+    /// Open at the end of the second.
+    pub open: u64,
+    /// Upper bound of streams open at once during the second.
+    pub max_open: u64,
 }

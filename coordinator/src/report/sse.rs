@@ -1,131 +1,24 @@
-//! The subscription section of a scenario's report (`scenarios[].sse`):
-//! what the subscribers got, how late events arrived, and what that
-//! lateness rests on.
+//! Builds the subscription section of a scenario's report
+//! ([`SseReport`]): what the subscribers got, how late events arrived, and
+//! what that lateness rests on.
 //!
-//! Delivery latency mixes two clocks: the agent's wall clock at receipt and
-//! the target's at sending. It is only as good as their agreement, so the
-//! section says what is known of it (each agent's wall-clock offset to the
-//! coordinator, measured with the same probes that place the common
-//! start), what is assumed (the target's clock agrees with the agents'),
-//! and keeps every negative latency, counted and with its size, instead of
-//! clamping it to zero: a negative figure is a clock error made visible.
-
-use std::collections::BTreeMap;
+//! Delivery latency is only as good as the agreement of two clocks, the
+//! agent's at receipt and the target's at sending, so the section states
+//! what is measured of it (each agent's wall-clock offset to the
+//! coordinator, from the probes that place the common start) and what is
+//! assumed (the target's clock agrees with the agents').
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::histogram::new_histogram;
-use serde::{Deserialize, Serialize};
+use loadfleet_proto::histogram::{new_histogram, percentiles};
 
-use super::build::percentiles;
-use super::model::Percentiles;
+pub use super::model::SseReport;
+use super::model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::fleet::RunResult;
 use crate::sse::SseMerged;
 
-/// Most fan-out rows (event ids) the report lists; the spread figures
-/// cover every id.
-pub const MAX_FANOUT_ROWS: usize = 100;
-
-/// One scenario's subscription figures.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SseReport {
-    /// Subscribers whose first response was a 2xx event stream.
-    pub opened: u64,
-    /// Time from a subscriber's intended instant to its first event.
-    pub first_event_ms: Option<Percentiles>,
-    /// Events received over all subscribers, reconnects included.
-    pub events: u64,
-    /// Events per subscriber over its life (reconnects included).
-    pub events_per_subscriber: Option<Counts>,
-    /// Time between consecutive events of one stream.
-    pub gap_ms: Option<Percentiles>,
-    /// Streams the server ended while the subscriber still wanted them.
-    pub ended_by_server: u64,
-    pub reconnects: u64,
-    /// Reconnects that sent Last-Event-ID.
-    pub resumed: u64,
-    /// Events whose id was not above the last one the subscriber had seen.
-    pub duplicates: u64,
-    /// Comment lines (keep-alives).
-    pub comments: u64,
-    /// Errors on open streams and on reconnects, by kind.
-    pub stream_errors: BTreeMap<String, u64>,
-    /// Reconnects answered without a stream, by status.
-    pub refused: BTreeMap<String, u64>,
-    /// Event delivery latency and what it rests on.
-    pub delivery: Delivery,
-    pub fanout: Fanout,
-    /// Streams open per second, all agents together.
-    pub open_streams: Vec<OpenStreams>,
-}
-
-/// A distribution of counts (not times).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Counts {
-    pub min: u64,
-    pub p50: u64,
-    pub max: u64,
-    /// How many values (subscribers).
-    pub count: u64,
-}
-
-/// Event delivery latency: agent wall clock at receipt minus the send time
-/// in the event.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Delivery {
-    /// Where the send time was read ("data.sent_us (us)", "event id (ms)"
-    /// or "none").
-    pub send_time: String,
-    /// Latencies of zero or more.
-    pub latency_ms: Option<Percentiles>,
-    /// Events whose latency came out negative: received before they were
-    /// sent, by the clocks' account. Never clamped, never dropped.
-    pub negative: u64,
-    /// How negative (magnitudes).
-    pub negative_ms: Option<Percentiles>,
-    /// Events without a readable send time.
-    pub no_send_time: u64,
-    /// What the figure rests on, in words.
-    pub rests_on: String,
-    /// Largest wall-clock offset of an agent to the coordinator, as
-    /// measured (ms; either sign, the largest magnitude).
-    pub agent_wall_offset_ms: Option<f64>,
-    /// How well those offsets are known: the largest half probe round trip.
-    pub agent_wall_uncertainty_ms: Option<f64>,
-}
-
-/// The spread, per event id, from the first subscriber receiving it to the
-/// last, across the fleet.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Fanout {
-    /// Event ids received by more than one subscriber.
-    pub ids: u64,
-    pub spread_p50_ms: Option<f64>,
-    pub spread_max_ms: Option<f64>,
-    /// Events that could not be tracked (too many ids).
-    pub untracked: u64,
-    /// Per id, the largest fan-outs first, at most [`MAX_FANOUT_ROWS`].
-    pub rows: Vec<FanoutRow>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FanoutRow {
-    pub id: String,
-    pub subscribers: u64,
-    /// First and last receipt, seconds after the common start.
-    pub first_s: f64,
-    pub last_s: f64,
-    pub spread_ms: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct OpenStreams {
-    /// Seconds from the common start to the interval's start.
-    pub t: f64,
-    /// Open at the end of the second.
-    pub open: u64,
-    /// Upper bound of streams open at once during the second.
-    pub max_open: u64,
-}
+/// Most fan-out rows (event ids) the report lists, so a broadcast-heavy
+/// run keeps a readable report; the spread figures cover every id.
+const MAX_FANOUT_ROWS: usize = 100;
 
 /// Each agent's wall-clock offset to the coordinator and its uncertainty
 /// (ns): its monotonic offset, measured by the clock probes, carried over

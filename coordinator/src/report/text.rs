@@ -272,7 +272,7 @@ fn write_sse(
     out: &mut impl Write,
     name: &str,
     t: &super::model::Totals,
-    s: &super::sse::SseReport,
+    s: &super::model::SseReport,
 ) -> std::io::Result<()> {
     let list = |m: &std::collections::BTreeMap<String, u64>| -> String {
         if m.is_empty() {

@@ -592,7 +592,7 @@ mod tests {
                     completed: n,
                     completed_in_window: n,
                     status: [(200, n)].into_iter().collect(),
-                    latency: [("2xx".to_string(), encode(&lat).unwrap())]
+                    latency: [(OutcomeClass::Success.to_string(), encode(&lat).unwrap())]
                         .into_iter()
                         .collect(),
                     lag: encode(&lag).unwrap(),
@@ -661,11 +661,8 @@ mod tests {
         }
     }
 
-    fn codes(r: &Report) -> Vec<(&'static str, &'static str)> {
-        r.verdicts
-            .iter()
-            .map(|v| (v.code.as_str(), v.level.as_str()))
-            .collect()
+    fn codes(r: &Report) -> Vec<(VerdictCode, VerdictLevel)> {
+        r.verdicts.iter().map(|v| (v.code, v.level)).collect()
     }
 
     #[test]
@@ -683,14 +680,14 @@ mod tests {
     fn lag_saturation_is_an_error_cpu_alone_a_warning() {
         let r = build(&result(100, 5_000, 20_000, 0.5, 1), &context(None));
         assert!(
-            codes(&r).contains(&("GENERATOR_SATURATED", "error")),
+            codes(&r).contains(&(VerdictCode::GeneratorSaturated, VerdictLevel::Error)),
             "{:?}",
             r.verdicts
         );
         assert_eq!(exit_status(&r), 3);
         let r = build(&result(100, 5_000, 50, 9.5, 1), &context(None));
         assert!(
-            codes(&r).contains(&("GENERATOR_SATURATED", "warn")),
+            codes(&r).contains(&(VerdictCode::GeneratorSaturated, VerdictLevel::Warn)),
             "{:?}",
             r.verdicts
         );
@@ -749,7 +746,7 @@ mod tests {
             &context(Some(Duration::from_millis(100))),
         );
         assert!(
-            codes(&r).contains(&("NO_EXPERIMENT", "error")),
+            codes(&r).contains(&(VerdictCode::NoExperiment, VerdictLevel::Error)),
             "{:?}",
             r.verdicts
         );
@@ -827,7 +824,7 @@ mod tests {
         let unsent = |n: u64| {
             with(v1::Snapshot {
                 intended: n,
-                unsent: [("late".to_string(), n)].into_iter().collect(),
+                unsent: [(UnsentReason::Late.to_string(), n)].into_iter().collect(),
                 ..Default::default()
             })
         };

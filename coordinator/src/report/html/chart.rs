@@ -1,10 +1,12 @@
 //! Inline SVG charts with axes, tick labels and a legend; every number that
 //! reaches an SVG attribute goes through [`fin`], so a strange report can
-//! draw an odd chart but never a broken one.
+//! draw an odd chart but never a broken one. SVG elements are written with
+//! an end tag (`<line ...></line>`): inside `<svg>` a start tag without one
+//! would hold its siblings as children.
 
-use std::fmt::{self, Write as _};
+use maud::{html, Markup};
 
-use crate::report::format::{esc, fin};
+use crate::report::format::fin;
 use crate::report::model::{IntervalReport, Report, Totals};
 
 // Series colours: one meaning each, and used for chart strokes only (the
@@ -21,8 +23,7 @@ const C_CURVE: &str = "#7b3fc4";
 const C_IN_FLIGHT: &str = "#7b3fc4";
 const C_MAX_IN_FLIGHT: &str = "#e07b00";
 
-pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
-    writeln!(h, "<h2>Charts</h2>")?;
+pub(super) fn charts(r: &Report) -> Markup {
     let ivs = &r.intervals;
     // Each interval covers [t, t+1): its value is drawn at the middle.
     let x_end = ivs.iter().map(|iv| fin(iv.t) + 1.0).fold(0.0, f64::max);
@@ -48,7 +49,6 @@ pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
             ),
         ],
     };
-    latency.render(h, "no latency data: nothing completed")?;
 
     let per_second = |f: fn(&IntervalReport) -> u64| -> Vec<(f64, Option<f64>)> {
         ivs.iter()
@@ -73,7 +73,6 @@ pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
             Series::line("unsent", C_UNSENT, per_second(|iv| iv.unsent)),
         ],
     };
-    requests.render(h, "no per-second data: no interval was reported")?;
 
     let (curve, decades) = curve_points(&r.totals);
     let mut dist = Series::line("latency", C_CURVE, curve);
@@ -85,7 +84,6 @@ pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
         bands: Vec::new(),
         series: vec![dist],
     };
-    distribution.render(h, "no latency distribution: nothing completed")?;
 
     let in_flight = Chart {
         title: "Requests in flight",
@@ -105,7 +103,13 @@ pub(super) fn charts(h: &mut String, r: &Report) -> fmt::Result {
             ),
         ],
     };
-    in_flight.render(h, "no in-flight data: no interval was reported")
+    html! {
+        h2 { "Charts" }
+        (latency.render("no latency data: nothing completed"))
+        (requests.render("no per-second data: no interval was reported"))
+        (distribution.render("no latency distribution: nothing completed"))
+        (in_flight.render("no in-flight data: no interval was reported"))
+    }
 }
 
 /// Shaded spans of the time charts: each scenario's warm-up and the drain
@@ -225,10 +229,9 @@ const BOTTOM: f64 = 44.0;
 
 impl Chart<'_> {
     /// Draws the chart as one SVG element, top to bottom in paint order
-    /// (frame, bands, grid and ticks, series, legend). It is long because
-    /// the steps share one coordinate mapping and one output string;
-    /// split up, each piece would need all of the chart's geometry passed in.
-    fn render(&self, h: &mut String, no_data: &str) -> fmt::Result {
+    /// (frame, bands, grid and ticks, series, legend). The steps share one
+    /// coordinate mapping, so they stay in one function.
+    fn render(&self, no_data: &str) -> Markup {
         let ys = || {
             self.series
                 .iter()
@@ -236,12 +239,9 @@ impl Chart<'_> {
                 .filter(|y| y.is_finite())
         };
         if ys().next().is_none() {
-            return writeln!(
-                h,
-                "<figure><figcaption>{}</figcaption><p class=\"nodata\">{}</p></figure>",
-                esc(self.title),
-                esc(no_data)
-            );
+            return html! {
+                figure { figcaption { (self.title) } p class="nodata" { (no_data) } }
+            };
         }
         // 5% headroom, so a series at its maximum is not drawn on the frame.
         let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
@@ -264,144 +264,117 @@ impl Chart<'_> {
         };
         let plot_w = W - LEFT - RIGHT;
         let plot_h = H - TOP - BOTTOM;
+        let bottom = TOP + plot_h;
         let px = |x: f64| fin(LEFT + (fin(x) - x0) / (x1 - x0).max(1e-12) * plot_w);
         let py = |y: f64| fin(TOP + plot_h - fin(y) / y_top.max(1e-12) * plot_h);
-
-        writeln!(
-            h,
-            "<figure><figcaption>{}</figcaption><svg class=\"chart\" width=\"{W}\" height=\"{H}\" \
-             viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
-            esc(self.title),
-            esc(self.title)
-        )?;
-        writeln!(
-            h,
-            "<rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{H}\" fill=\"#ffffff\"/>"
-        )?;
-        for &(a, b, label) in &self.bands {
-            let (a, b) = (px(a.max(x0)), px(b.min(x1)));
-            if b > a {
-                writeln!(
-                    h,
-                    "<rect x=\"{a:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{plot_h}\" fill=\"#f1f1f1\"/>\
-                     <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#888\" text-anchor=\"middle\">{}</text>",
-                    b - a,
-                    (a + b) / 2.0,
-                    TOP + 12.0,
-                    esc(label)
-                )?;
-            }
-        }
-        // Grid and y ticks.
-        for v in ticks(y_top, y_step) {
-            let y = py(v);
-            writeln!(
-                h,
-                "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#e6e6e6\"/>\
-                 <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\" text-anchor=\"end\">{}</text>",
-                W - RIGHT,
-                LEFT - 6.0,
-                y + 4.0,
-                tick_label(v, y_step)
-            )?;
-        }
-        // X ticks.
-        for (v, label) in &x_ticks {
-            let x = px(*v);
-            writeln!(
-                h,
-                "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#eeeeee\"/>\
-                 <line x1=\"{x:.1}\" y1=\"{:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\
-                 <text x=\"{x:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#555\" text-anchor=\"middle\">{}</text>",
-                TOP + plot_h,
-                TOP + plot_h,
-                TOP + plot_h + 4.0,
-                TOP + plot_h + 16.0,
-                esc(label)
-            )?;
-        }
-        // Axes and their labels.
+        let bands: Vec<(f64, f64, &str)> = self
+            .bands
+            .iter()
+            .map(|&(a, b, label)| (px(a.max(x0)), px(b.min(x1)), label))
+            .filter(|(a, b, _)| b > a)
+            .collect();
         let x_label = match self.x {
             XAxis::Seconds { .. } => "seconds from the start",
             XAxis::LogPercentile { .. } => "percentile (log scale of 1/(1−p))",
         };
-        writeln!(
-            h,
-            "<line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{:.1}\" stroke=\"#888\"/>\
-             <line x1=\"{LEFT}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\">{}</text>\
-             <text x=\"14\" y=\"{:.1}\" font-size=\"11\" fill=\"#444\" text-anchor=\"middle\" transform=\"rotate(-90 14 {:.1})\">{}</text>",
-            TOP + plot_h,
-            TOP + plot_h,
-            W - RIGHT,
-            TOP + plot_h,
-            LEFT + plot_w / 2.0,
-            H - 8.0,
-            esc(x_label),
-            TOP + plot_h / 2.0,
-            TOP + plot_h / 2.0,
-            esc(self.y_label)
-        )?;
-        // Series: one polyline per unbroken run of points; wide strokes
-        // first, dashed ones last (on top), the legend in the given order.
+        // Wide strokes first, dashed ones last (on top); the legend keeps
+        // the given order.
         let mut order: Vec<&Series> = self.series.iter().collect();
         order.sort_by(|a, b| a.dashed.cmp(&b.dashed).then(b.width.total_cmp(&a.width)));
-        for s in order {
-            let dash = if s.dashed {
-                " stroke-dasharray=\"6 4\""
-            } else {
-                ""
-            };
-            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-            for &(x, y) in &s.points {
-                match y.filter(|y| y.is_finite()) {
-                    Some(y) => runs.last_mut().expect("one run").push((px(x), py(y))),
-                    None => runs.push(Vec::new()),
-                }
-            }
-            for run in runs.iter().filter(|r| !r.is_empty()) {
-                let pts: Vec<String> = run.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-                writeln!(
-                    h,
-                    "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\" \
-                     stroke-linejoin=\"round\"{dash} points=\"{}\"/>",
-                    esc(s.name),
-                    s.color,
-                    fin(s.width),
-                    pts.join(" ")
-                )?;
-                if s.markers || run.len() == 1 {
-                    for (x, y) in run {
-                        writeln!(
-                            h,
-                            "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"{}\"/>",
-                            s.color
-                        )?;
+        let mut legend_x = LEFT;
+        let legend: Vec<(f64, &Series)> = self
+            .series
+            .iter()
+            .map(|s| {
+                let x = legend_x;
+                legend_x += 40.0 + 7.0 * s.name.chars().count() as f64;
+                (x, s)
+            })
+            .collect();
+        let mid_y = TOP + plot_h / 2.0;
+        html! {
+            figure {
+                figcaption { (self.title) }
+                svg class="chart" width=(W) height=(H) viewBox=(format!("0 0 {W} {H}"))
+                    role="img" aria-label=(self.title) {
+                    rect x="0" y="0" width=(W) height=(H) fill="#ffffff" {}
+                    @for (a, b, label) in bands {
+                        rect x=(f1(a)) y=(TOP) width=(f1(b - a)) height=(plot_h) fill="#f1f1f1" {}
+                        text x=(f1((a + b) / 2.0)) y=(f1(TOP + 12.0)) font-size="10" fill="#888"
+                            text-anchor="middle" { (label) }
+                    }
+                    @for v in ticks(y_top, y_step) {
+                        @let y = f1(py(v));
+                        line x1=(LEFT) y1=(y) x2=(f1(W - RIGHT)) y2=(y) stroke="#e6e6e6" {}
+                        text x=(f1(LEFT - 6.0)) y=(f1(py(v) + 4.0)) font-size="11" fill="#555"
+                            text-anchor="end" { (tick_label(v, y_step)) }
+                    }
+                    @for (v, label) in &x_ticks {
+                        @let x = f1(px(*v));
+                        line x1=(x) y1=(TOP) x2=(x) y2=(f1(bottom)) stroke="#eeeeee" {}
+                        line x1=(x) y1=(f1(bottom)) x2=(x) y2=(f1(bottom + 4.0)) stroke="#888" {}
+                        text x=(x) y=(f1(bottom + 16.0)) font-size="11" fill="#555"
+                            text-anchor="middle" { (label) }
+                    }
+                    line x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(f1(bottom)) stroke="#888" {}
+                    line x1=(LEFT) y1=(f1(bottom)) x2=(f1(W - RIGHT)) y2=(f1(bottom))
+                        stroke="#888" {}
+                    text x=(f1(LEFT + plot_w / 2.0)) y=(f1(H - 8.0)) font-size="11" fill="#444"
+                        text-anchor="middle" { (x_label) }
+                    text x="14" y=(f1(mid_y)) font-size="11" fill="#444" text-anchor="middle"
+                        transform=(format!("rotate(-90 14 {})", f1(mid_y))) { (self.y_label) }
+                    @for s in order {
+                        @for run in s.runs(&px, &py) {
+                            polyline data-series=(s.name) fill="none" stroke=(s.color)
+                                stroke-width=(fin(s.width)) stroke-linejoin="round"
+                                stroke-dasharray=[s.dashed.then_some("6 4")]
+                                points=(points(&run)) {}
+                            @if s.markers || run.len() == 1 {
+                                @for &(x, y) in &run {
+                                    circle cx=(f1(x)) cy=(f1(y)) r="3" fill=(s.color) {}
+                                }
+                            }
+                        }
+                    }
+                    @for (x, s) in legend {
+                        line x1=(f1(x)) y1="14" x2=(f1(x + 22.0)) y2="14" stroke=(s.color)
+                            stroke-width="3" stroke-dasharray=[s.dashed.then_some("6 4")] {}
+                        text x=(f1(x + 27.0)) y="18" font-size="12" fill="#333" { (s.name) }
                     }
                 }
             }
         }
-        // Legend, across the top.
-        let mut lx = LEFT;
-        for s in &self.series {
-            let dash = if s.dashed {
-                " stroke-dasharray=\"6 4\""
-            } else {
-                ""
-            };
-            writeln!(
-                h,
-                "<line x1=\"{lx:.1}\" y1=\"14\" x2=\"{:.1}\" y2=\"14\" stroke=\"{}\" stroke-width=\"3\"{dash}/>\
-                 <text x=\"{:.1}\" y=\"18\" font-size=\"12\" fill=\"#333\">{}</text>",
-                lx + 22.0,
-                s.color,
-                lx + 27.0,
-                esc(s.name)
-            )?;
-            lx += 40.0 + 7.0 * s.name.chars().count() as f64;
-        }
-        writeln!(h, "</svg></figure>")
     }
+}
+
+impl Series<'_> {
+    /// The points in pixels, one run per unbroken stretch: a missing or
+    /// non-finite y breaks the line.
+    fn runs(&self, px: &impl Fn(f64) -> f64, py: &impl Fn(f64) -> f64) -> Vec<Vec<(f64, f64)>> {
+        let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+        for &(x, y) in &self.points {
+            match y.filter(|y| y.is_finite()) {
+                Some(y) => runs.last_mut().expect("one run").push((px(x), py(y))),
+                None => runs.push(Vec::new()),
+            }
+        }
+        runs.retain(|r| !r.is_empty());
+        runs
+    }
+}
+
+/// A polyline's `points`: "x,y x,y ...".
+fn points(run: &[(f64, f64)]) -> String {
+    let xy: Vec<String> = run
+        .iter()
+        .map(|&(x, y)| format!("{},{}", f1(x), f1(y)))
+        .collect();
+    xy.join(" ")
+}
+
+/// One decimal, as every coordinate is written.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 /// A round axis top at or above `max` and a step that divides it into about

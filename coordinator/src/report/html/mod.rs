@@ -7,13 +7,17 @@
 //! later offline. The page follows the text report's order of importance:
 //! verdicts first, then intended / sent / unsent, then everything else.
 //!
-//! Every string that comes from the run (agent ids, hosts, the target URL,
-//! verdict messages, threshold text) is escaped, and every number that ends
-//! up in an SVG attribute is checked to be finite, so a strange report can
-//! give an odd-looking page but never a broken or injectable one.
+//! The page is built with maud, which escapes every spliced value, so a
+//! string from the run (agent ids, hosts, the target URL, verdict
+//! messages, threshold text) cannot become markup; the only raw text is
+//! the style sheet and the embedded JSON. Every number that ends up in an
+//! SVG attribute is checked to be finite, so a strange report can give an
+//! odd-looking page but never a broken or injectable one.
 
 mod chart;
+mod figures;
 mod page;
+mod tables;
 #[cfg(test)]
 mod tests;
 

@@ -1,10 +1,9 @@
 use std::collections::BTreeMap;
 
-use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
+use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel};
 
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
 use super::render;
-use crate::report::format::esc;
 use crate::report::format::{count, secs, utc};
 use crate::report::model::{
     AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo, Scenario,
@@ -61,7 +60,7 @@ fn totals(completed: u64) -> Totals {
         },
         latency_by_class_ms: latency
             .clone()
-            .map(|p| ("2xx".to_string(), p))
+            .map(|p| (OutcomeClass::Success.to_string(), p))
             .into_iter()
             .collect(),
         latency_curve_ms: if completed > 0 {
@@ -160,7 +159,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 intended: 100,
                 sent: 98,
                 unsent: 2,
-                unsent_by_reason: [("late".to_string(), 2)].into_iter().collect(),
+                unsent_by_reason: [(UnsentReason::Late.to_string(), 2)].into_iter().collect(),
                 completed: 97,
                 errors: 0,
                 classes: BTreeMap::new(),
@@ -197,10 +196,18 @@ fn text_from_the_report_is_escaped() {
     assert!(!html.contains("<script>alert"), "{html}");
     assert!(!html.contains("<img"));
     assert!(html.contains("&lt;img src=x onerror=alert(2)&gt;"));
-    assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; &#39;q&#39;"));
+    assert!(html.contains("&lt;/script&gt;&lt;script&gt;alert(3)&lt;/script&gt; &amp; 'q'"));
     // Exactly one </script>: the end of the embedded JSON.
     assert_eq!(html.matches("</script>").count(), 1);
-    assert_eq!(esc("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+    // Quotes are escaped too, so no text can close an attribute.
+    r.agents[0].lost_reason = None;
+    r.scenarios[0].name = "\" onload=\"alert(4)".into();
+    let html = render(&r).unwrap();
+    assert!(
+        html.contains("<b>&quot; onload=&quot;alert(4)</b>"),
+        "{html}"
+    );
+    assert!(!html.contains("\" onload=\"alert"));
 }
 
 #[test]
@@ -313,4 +320,8 @@ fn scales_and_formats() {
     assert_eq!(secs(4.0), "4");
     assert_eq!(secs(2.5), "2.5");
     assert_eq!(utc(1_700_000_000.0), "2023-11-14 22:13:20 UTC");
+    assert_eq!(utc(951_782_400.5), "2000-02-29 00:00:00 UTC");
+    for unreadable in [0.0, -1.0, f64::NAN, 1e300] {
+        assert_eq!(utc(unreadable), "–");
+    }
 }

@@ -20,6 +20,7 @@ use loadfleet_proto::v1;
 use crate::thresholds::Threshold;
 
 mod check;
+mod files;
 mod grpc;
 mod model;
 mod overlay;

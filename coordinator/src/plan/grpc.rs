@@ -12,10 +12,10 @@ use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
 use toml::Spanned;
 
-use super::check::{Check, PlanError};
+use super::check::{Check, PlanError, PlanErrors};
 use super::files;
 use super::raw::{RawRequest, RawTarget};
-use super::{GrpcSource, Plan, RequestPlan};
+use super::validated::{GrpcSource, Plan, RequestPlan};
 
 /// Metadata a plan may not set: gRPC itself sends these (the deadline
 /// comes from `timeout`).
@@ -262,6 +262,32 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
         }
     }
     errors
+}
+
+impl Plan {
+    /// Takes the message types asked from the target's reflection service
+    /// and checks every gRPC request's message against them, as the
+    /// validator does for a descriptor set file.
+    pub fn set_grpc_descriptors(&mut self, descriptors: Vec<u8>) -> Result<(), PlanErrors> {
+        let errors = check_messages(self, &descriptors);
+        if !errors.is_empty() {
+            return Err(PlanErrors {
+                source: "the plan".into(),
+                errors: errors
+                    .into_iter()
+                    .map(|e| PlanError {
+                        message: format!(
+                            "{} (types from the target's reflection service)",
+                            e.message
+                        ),
+                        ..e
+                    })
+                    .collect(),
+            });
+        }
+        self.target.grpc_descriptors = descriptors;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

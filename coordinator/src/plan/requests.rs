@@ -12,8 +12,9 @@ use toml::Spanned;
 
 use super::check::Check;
 use super::files::{body_file, data_table};
+use super::grpc;
 use super::raw::{RawData, RawRequest};
-use super::{grpc, Data, RequestPlan};
+use super::validated::{Data, RequestPlan};
 
 /// The data table of scenario `i`, read from `base`.
 pub(super) fn data(c: &mut Check<'_>, i: usize, d: &Spanned<RawData>, base: &Path) -> Option<Data> {

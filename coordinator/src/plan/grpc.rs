@@ -264,6 +264,8 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
     errors
 }
 
+// Here rather than beside `Plan` in validated.rs, which stays a leaf that
+// this file reads.
 impl Plan {
     /// Takes the message types asked from the target's reflection service
     /// and checks every gRPC request's message against them, as the

@@ -9,17 +9,22 @@
 //! - [`host_addresses`] and [`hostname`]: who the agent is, and whether the
 //!   target lives on its own machine.
 //! - [`bind_address_no_port`]: many connections from one bound source address.
-//! - [`stamp_arrivals`] and [`recv_stamped`]: when an answer reached the
-//!   machine, whenever it is read.
+//! - [`stamp_arrivals`], [`recv_stamped`] and [`recv_stamped_buf`]: when an
+//!   answer reached the machine, whenever it is read.
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
 //! - [`raise_open_files`]: room for tens of thousands of held streams.
 //!
 //! Linux only, like the agent it serves.
 
+// The one crate allowed `unsafe` (the workspace denies it): what `nix` and
+// tokio leave to raw calls is wrapped here behind safe functions.
+#![allow(unsafe_code)]
+
 mod cpus;
 mod host;
 mod limits;
 mod net;
+mod read_buf;
 pub mod timer;
 
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
@@ -28,6 +33,7 @@ pub use limits::{raise_open_files, OpenFiles};
 pub use net::{
     bind_address_no_port, recv_stamped, recv_stamped_into, stamp_arrivals, Arrival, Clocks,
 };
+pub use read_buf::recv_stamped_buf;
 
 use nix::errno::Errno;
 

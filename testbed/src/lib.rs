@@ -6,8 +6,9 @@
 //! bounded pool with a wait timeout produces the slow 503s of a saturated
 //! connection pool, an admission semaphore in front of the pool produces the
 //! fast 429s of admission control, and error injection produces 500s at a
-//! known rate. These are the overload shapes PRODUCT.md's lessons come from;
-//! keeping 429 and 503 apart is lesson 3.
+//! known rate. These are the overload shapes a report must keep apart: a
+//! fast 429 (refused at the door) and a slow 503 (given up after waiting)
+//! mean different things, so their counts and latencies are never merged.
 //!
 //! The same binary is the target in benchmarks, so the default path (no
 //! delay, no gates, no errors) answers from a static body without locks or

@@ -2,20 +2,18 @@
 //! that `--delay` runs from a request's arrival rather than from when the
 //! testbed got round to reading it.
 //!
-//! On a VM the testbed's CPU halts between requests, and the host wakes it
-//! late now and then: a millisecond or more at the 1-in-1,000 level
-//! (BENCHMARKS.md, "The testbed's delay"). Counted from the read, that
-//! lateness was added to the delay, and every generator measured against
-//! the testbed saw it in its p99.9 as if it were its own. The kernel's
-//! receive stamp (`SO_TIMESTAMPNS`) says when the request came whatever the
-//! reader's wake-up.
+//! A reader woken late (a halted CPU, a busy runtime) would otherwise add
+//! its lateness to the delay, and every generator measured against the
+//! testbed would see it in its tail as if it were its own. The kernel's
+//! receive stamp (`SO_TIMESTAMPNS`) says when the request came whatever
+//! the reader's wake-up.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
-use loadfleet_sys::{recv_stamped_into, stamp_arrivals, Arrival};
+use loadfleet_sys::{recv_stamped_buf, stamp_arrivals, Arrival};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -79,16 +77,11 @@ impl AsyncRead for Stamped {
         }
         loop {
             ready!(this.stream.poll_read_ready(cx))?;
-            // SAFETY: the read only writes into the unfilled part, and
-            // exactly the `n` bytes it reports are marked initialised.
-            let unfilled = unsafe { buf.unfilled_mut() };
-            match this.stream.try_io(Interest::READABLE, || {
-                recv_stamped_into(&this.stream, unfilled)
-            }) {
+            match this
+                .stream
+                .try_io(Interest::READABLE, || recv_stamped_buf(&this.stream, buf))
+            {
                 Ok((n, stamp)) => {
-                    // SAFETY: the kernel initialised the first `n` bytes.
-                    unsafe { buf.assume_init(n) };
-                    buf.advance(n);
                     if n > 0 {
                         // A read without a stamp clears the last one: an
                         // older stamp would start the delay too early.

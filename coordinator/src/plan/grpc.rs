@@ -6,17 +6,16 @@
 
 use std::path::Path;
 
-use loadfleet_proto::bounds::{
-    MAX_GRPC_DESCRIPTORS_BYTES, MAX_GRPC_METHOD_BYTES, MAX_HEADERS, MAX_HEADER_BYTES,
-};
+use loadfleet_proto::bounds::{MAX_GRPC_METHOD_BYTES, MAX_HEADERS, MAX_HEADER_BYTES};
 use loadfleet_proto::grpc;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::template::{Text, Values};
 use toml::Spanned;
 
-use super::check::{Check, PlanError};
+use super::check::{Check, PlanError, PlanErrors};
+use super::files;
 use super::raw::{RawRequest, RawTarget};
-use super::{GrpcSource, Plan, RequestPlan};
+use super::validated::{GrpcSource, Plan, RequestPlan};
 
 /// Metadata a plan may not set: gRPC itself sends these (the deadline
 /// comes from `timeout`).
@@ -44,7 +43,7 @@ pub(super) fn source(
         }
         (Some(file), None) => {
             let path = base.join(file.get_ref());
-            match read_descriptors(&path) {
+            match files::descriptor_set(&path) {
                 Ok(bytes) => {
                     *descriptors = bytes;
                     Some(GrpcSource::DescriptorSet(path))
@@ -58,23 +57,6 @@ pub(super) fn source(
         (None, Some(_)) => Some(GrpcSource::Reflection),
         (None, None) => None,
     }
-}
-
-/// Reads a descriptor set file, bounded, and checks that it decodes.
-fn read_descriptors(path: &Path) -> Result<Vec<u8>, String> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if meta.len() > MAX_GRPC_DESCRIPTORS_BYTES as u64 {
-        return Err(format!(
-            "{shown} is {} bytes, more than the {MAX_GRPC_DESCRIPTORS_BYTES} that can be shipped to agents; build a set of only the services the plan calls",
-            meta.len()
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    grpc::decode_descriptors(&bytes).map_err(|e| {
-        format!("{shown}: {e}; make it with protoc --include_imports -o FILE or buf build -o FILE")
-    })?;
-    Ok(bytes)
 }
 
 /// A `[[scenario.request]]` with `grpc = …`: a POST of its JSON message to
@@ -166,17 +148,7 @@ pub(super) fn request(
             }
             m.clone().into_bytes()
         }
-        (None, Some(file)) => {
-            let bytes = super::requests::body_file(c, &f("message_file"), file, columns, base);
-            if std::str::from_utf8(&bytes).is_err() {
-                c.err(
-                    f("message_file"),
-                    Some(file.span()),
-                    "is not UTF-8 text; the message is JSON",
-                );
-            }
-            bytes
-        }
+        (None, Some(file)) => files::message_file(c, &f("message_file"), file, columns, base),
         // The empty message: every field at its default.
         (None, None) => b"{}".to_vec(),
     };
@@ -290,6 +262,34 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
         }
     }
     errors
+}
+
+// Here rather than beside `Plan` in validated.rs, which stays a leaf that
+// this file reads.
+impl Plan {
+    /// Takes the message types asked from the target's reflection service
+    /// and checks every gRPC request's message against them, as the
+    /// validator does for a descriptor set file.
+    pub fn set_grpc_descriptors(&mut self, descriptors: Vec<u8>) -> Result<(), PlanErrors> {
+        let errors = check_messages(self, &descriptors);
+        if !errors.is_empty() {
+            return Err(PlanErrors {
+                source: "the plan".into(),
+                errors: errors
+                    .into_iter()
+                    .map(|e| PlanError {
+                        message: format!(
+                            "{} (types from the target's reflection service)",
+                            e.message
+                        ),
+                        ..e
+                    })
+                    .collect(),
+            });
+        }
+        self.target.grpc_descriptors = descriptors;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::check::Check;
 use super::raw::RawScenario;
-use super::Model;
+use super::validated::Model;
 
 /// Is the scenario closed? Records an unknown model, and the keys that only
 /// one of the two models takes.

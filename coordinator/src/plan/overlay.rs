@@ -14,7 +14,7 @@ use toml::Spanned;
 
 use super::check::PlanError;
 use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget, RawTls};
-use super::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
+use super::validated::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
 use crate::thresholds::Threshold;
 
 /// Rate of a plan made of flags when neither --rate nor --clients is given.

@@ -1,19 +1,20 @@
 //! What a scenario sends: its weighted mix of templated requests, and the
 //! data table their placeholders draw from.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use loadfleet_proto::bounds::{
-    MAX_DATA_BYTES, MAX_DATA_COLUMNS, MAX_DATA_ROWS, MAX_HEADERS, MAX_HEADER_BYTES,
-    MAX_METHOD_BYTES, MAX_REQUESTS, MAX_REQUEST_WEIGHT,
+    MAX_HEADERS, MAX_HEADER_BYTES, MAX_METHOD_BYTES, MAX_REQUESTS, MAX_REQUEST_WEIGHT,
 };
 use loadfleet_proto::partition::MAX_TOTAL_WEIGHT;
 use loadfleet_proto::template::Text;
 use toml::Spanned;
 
 use super::check::Check;
+use super::files::{body_file, data_table};
+use super::grpc;
 use super::raw::{RawData, RawRequest};
-use super::{Data, RequestPlan};
+use super::validated::{Data, RequestPlan};
 
 /// The data table of scenario `i`, read from `base`.
 pub(super) fn data(c: &mut Check<'_>, i: usize, d: &Spanned<RawData>, base: &Path) -> Option<Data> {
@@ -32,7 +33,7 @@ pub(super) fn data(c: &mut Check<'_>, i: usize, d: &Spanned<RawData>, base: &Pat
             false
         }
     };
-    match read_csv(&base.join(d.file.get_ref())) {
+    match data_table(&base.join(d.file.get_ref())) {
         Ok((columns, rows)) => Some(Data {
             columns,
             rows,
@@ -99,9 +100,9 @@ fn request(
     base: &Path,
 ) -> RequestPlan {
     if let Some(method) = &spanned.get_ref().grpc {
-        return super::grpc::request(c, at, spanned, method, columns, base);
+        return grpc::request(c, at, spanned, method, columns, base);
     }
-    super::grpc::not_grpc(c, at, spanned);
+    grpc::not_grpc(c, at, spanned);
     let sp = spanned.span();
     let f = |name: &str| format!("{at}.{name}");
     let r = spanned.get_ref();
@@ -193,99 +194,4 @@ fn request(
         body,
         weight,
     }
-}
-
-pub(super) fn body_file(
-    c: &mut Check<'_>,
-    field: &str,
-    bf: &Spanned<String>,
-    columns: &[String],
-    base: &Path,
-) -> Vec<u8> {
-    let path: PathBuf = base.join(bf.get_ref());
-    let too_big = std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_DATA_BYTES);
-    match std::fs::read(&path) {
-        Ok(_) if too_big => {
-            c.err(
-                field,
-                Some(bf.span()),
-                format!(
-                    "{} is larger than {MAX_DATA_BYTES} bytes; use a smaller body",
-                    path.display()
-                ),
-            );
-            Vec::new()
-        }
-        Ok(bytes) => {
-            if let Ok(text) = std::str::from_utf8(&bytes) {
-                if let Err(e) = Text::parse(text, columns) {
-                    c.err(field, Some(bf.span()), e.to_string());
-                }
-            }
-            bytes
-        }
-        Err(e) => {
-            c.err(
-                field,
-                Some(bf.span()),
-                format!("cannot read {}: {e}", path.display()),
-            );
-            Vec::new()
-        }
-    }
-}
-
-/// Reads a CSV data file: a header row, then values.
-fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Vec<String>>), String> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if meta.len() > MAX_DATA_BYTES {
-        return Err(format!(
-            "{} is {} bytes, more than the {MAX_DATA_BYTES} that can be shipped to agents; use a smaller sample",
-            path.display(),
-            meta.len()
-        ));
-    }
-    let mut reader =
-        csv::Reader::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let columns: Vec<String> = reader
-        .headers()
-        .map_err(|e| format!("{}: bad header row: {e}", path.display()))?
-        .iter()
-        .map(str::to_string)
-        .collect();
-    if columns.len() > MAX_DATA_COLUMNS {
-        return Err(format!(
-            "{} has {} columns, more than the {MAX_DATA_COLUMNS} allowed; keep only the columns the requests use",
-            path.display(),
-            columns.len()
-        ));
-    }
-    // Count first, without building rows, so an oversized file is refused
-    // at parsing speed rather than after a million allocations.
-    let mut counter =
-        csv::Reader::from_path(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut record = csv::ByteRecord::new();
-    let mut count = 0usize;
-    while counter
-        .read_byte_record(&mut record)
-        .map_err(|e| format!("{}: row {}: {e}", path.display(), count + 2))?
-    {
-        count += 1;
-        if count > MAX_DATA_ROWS {
-            return Err(format!(
-                "{} has more than {MAX_DATA_ROWS} rows; use a smaller sample",
-                path.display()
-            ));
-        }
-    }
-    let mut rows = Vec::with_capacity(count);
-    for (n, record) in reader.records().enumerate() {
-        let record = record.map_err(|e| format!("{}: row {}: {e}", path.display(), n + 2))?;
-        rows.push(record.iter().map(str::to_string).collect());
-    }
-    if rows.is_empty() {
-        return Err(format!("{} has a header but no rows", path.display()));
-    }
-    Ok((columns, rows))
 }

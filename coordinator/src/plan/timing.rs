@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::check::Check;
 use super::raw::RawScenario;
-use super::{RunSettings, Scenario};
+use super::validated::{RunSettings, Scenario};
 
 /// The start of scenario `i`; `before` holds the scenarios already resolved.
 /// It is at most [`MAX_START`] after the run's start, so no end instant can

@@ -16,8 +16,10 @@ use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
+use super::validated::{
+    join_url, GrpcSource, Model, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL,
+};
 use super::{grpc, model, requests, shape, timing, tls};
-use super::{join_url, GrpcSource, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL};
 use crate::thresholds::Threshold;
 
 /// Drain when the plan gives none.
@@ -345,7 +347,7 @@ fn scenario(
     let (model, mut duration) = modeled?;
     // An open-model subscriber that arrives last still holds for `hold`:
     // the scenario lasts that much longer than its schedule.
-    if let (Some(hold), super::Model::Open(_)) = (sse.as_ref().and_then(|s| s.hold), &model) {
+    if let (Some(hold), Model::Open(_)) = (sse.as_ref().and_then(|s| s.hold), &model) {
         duration += hold;
         if duration > MAX_SCENARIO {
             c.err(

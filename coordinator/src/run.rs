@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::RunArgs;
+use crate::console::Console;
 use crate::error::{self, Error};
 use crate::fleet::ControlService;
 use crate::fleet::{self, Progress, RunSpec};
@@ -118,7 +119,7 @@ fn random_token() -> String {
 /// terminal, one plain line per second otherwise (logs, CI). After the
 /// schedule ends the clock counts the drain against its own limit, so a
 /// line never reads `[10.0s/5s]`.
-fn print_progress(p: &Progress, drain: Duration) {
+fn print_progress(console: &Console, p: &Progress, drain: Duration) {
     let elapsed = p.elapsed.as_secs_f64();
     let total = p.duration.as_secs_f64().max(1e-9);
     let figures = format!(
@@ -134,18 +135,18 @@ fn print_progress(p: &Progress, drain: Duration) {
         p.agents_alive
     );
     let clock = clock(p.elapsed, p.duration, drain);
-    if std::io::stderr().is_terminal() {
+    if console.is_terminal() {
         let done = (elapsed / total).clamp(0.0, 1.0);
         let width = 24;
         let filled = (done * width as f64).round() as usize;
-        eprint!(
-            "\r\x1b[2K[{}{}] {:>3.0}% {clock} · {figures}",
+        console.redraw(&format!(
+            "[{}{}] {:>3.0}% {clock} · {figures}",
             "#".repeat(filled),
             ".".repeat(width - filled),
             done * 100.0
-        );
+        ));
     } else {
-        eprintln!("[{clock}] {figures}");
+        console.line(&format!("[{clock}] {figures}"));
     }
 }
 
@@ -189,6 +190,7 @@ fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Err
 
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
+    let console = Console::stderr();
     let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
@@ -239,7 +241,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     }
     let target_ips = match plan.target.url.as_str() {
         plan::TESTBED_URL => Vec::new(),
-        url => check_target_resolves(url, local).await?,
+        url => check_target_resolves(url, local, &console).await?,
     };
     let out_dir = prepare_out_dir(args.out.as_deref())?;
 
@@ -276,7 +278,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             let (child, addr) =
                 local::start_testbed(&tb_args, split.as_ref().map(|s| s.target.as_slice())).await?;
             testbed = Some(child);
-            eprintln!("testbed listening on {addr} ({})", tb_args.join(" "));
+            console.line(&format!(
+                "testbed listening on {addr} ({})",
+                tb_args.join(" ")
+            ));
             format!("http://{addr}/")
         }
         url => url.to_string(),
@@ -367,7 +372,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
                 let _ = shutdown_rx.await;
             }),
     );
-    eprintln!("coordinator listening on {bound}; waiting for {expect} agent(s)");
+    console.line(&format!(
+        "coordinator listening on {bound}; waiting for {expect} agent(s)"
+    ));
 
     let mut agents = Vec::new();
     if let Some(n) = local_agents {
@@ -397,7 +404,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
                 .await
                 .with_context(|| format!("--metrics-listen {addr}: cannot bind"))?;
             let bound = listener.local_addr().context("metrics address")?;
-            eprintln!("metrics on http://{bound}/metrics");
+            console.line(&format!("metrics on http://{bound}/metrics"));
             let (tx, rx) = tokio::sync::watch::channel(String::new());
             tokio::spawn(crate::metrics::serve(listener, rx));
             Some(tx)
@@ -409,19 +416,22 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     // settles, so it outlives a coordinator that is killed.
     let (live, live_writer) =
         report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
-    let results = fleet::run(
+    let shown = console.clone();
+    let results = fleet::run_with(
         spec.clone(),
         events_rx,
         interrupt,
-        Box::new(move |p: &Progress| print_progress(p, drain)),
+        Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
         Some(Box::new(live)),
+        console.clone(),
     )
     .await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
-    if std::io::stderr().is_terminal() {
-        eprintln!();
+    if console.is_terminal() {
+        // Ends the progress bar's line.
+        console.line("");
     }
 
     let _ = shutdown_tx.send(());
@@ -497,7 +507,11 @@ const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// resolve names this machine cannot (a cluster's internal DNS), so the
 /// run goes ahead with a warning, and the agents count each failure as a
 /// `dns` error. The addresses serve the localhost-contamination check.
-async fn check_target_resolves(url: &str, local: bool) -> Result<Vec<IpAddr>, Error> {
+async fn check_target_resolves(
+    url: &str,
+    local: bool,
+    console: &Console,
+) -> Result<Vec<IpAddr>, Error> {
     let Ok(uri) = url.parse::<http::Uri>() else {
         return Ok(Vec::new());
     };
@@ -526,9 +540,9 @@ async fn check_target_resolves(url: &str, local: bool) -> Result<Vec<IpAddr>, Er
         Ok(_) if local => Err(unresolved(url, &host, "no address")),
         Err(why) if local => Err(unresolved(url, &host, &why)),
         Ok(_) | Err(_) => {
-            eprintln!(
+            console.line(&format!(
                 "warning: the target host {host:?} of {url} does not resolve on this machine; the remote agents will try their own resolver and count each failure as a dns error"
-            );
+            ));
             Ok(Vec::new())
         }
     }

@@ -3,9 +3,18 @@
 //! run. The actor walks explicit phases — gather agents, probe their clocks,
 //! then run the plan (once per repeat) — and hands back one [`RunResult`]
 //! per run for the report.
+//!
+//! The actor's state and loop are in `actor`; `registry` holds the agents,
+//! `clock` the offset math, `phases` the run's course, `loss` what happens
+//! to a lost agent's share, and `progress` the timer's work.
 
 mod actor;
+mod clock;
 pub mod intended;
+mod loss;
+mod phases;
+mod progress;
+mod registry;
 mod service;
 pub mod validate;
 
@@ -19,6 +28,7 @@ use loadfleet_proto::vocab::AgentStatus;
 use tokio::sync::{mpsc, watch};
 
 use crate::aggregate::Aggregate;
+use crate::console::Console;
 use crate::plan::{OnAgentLoss, Shares};
 
 pub use service::{AgentTx, ControlService, FleetEvent, LastSeen};
@@ -191,7 +201,7 @@ pub struct Progress {
 /// Runs the whole fleet side: every repeat of the plan. `stop` resolves
 /// when the user asks to stop (Ctrl-C, SIGTERM) — in any phase, clock
 /// probes included; what was measured until then is still returned. There
-/// is always at least one result.
+/// is always at least one result. Lines for the user go to standard error.
 pub async fn run(
     spec: RunSpec,
     events: mpsc::Receiver<FleetEvent>,
@@ -200,7 +210,33 @@ pub async fn run(
     metrics: Option<watch::Sender<String>>,
     sink: Option<Box<dyn Sink>>,
 ) -> Vec<RunResult> {
-    actor::Fleet::new(spec, events, progress, metrics, sink)
-        .run(stop)
-        .await
+    run_with(
+        spec,
+        events,
+        stop,
+        progress,
+        metrics,
+        sink,
+        Console::stderr(),
+    )
+    .await
+}
+
+/// [`run`], with the lines for the user written to `console`.
+pub async fn run_with(
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    stop: impl Future<Output = ()>,
+    progress: Box<dyn FnMut(&Progress) + Send>,
+    metrics: Option<watch::Sender<String>>,
+    sink: Option<Box<dyn Sink>>,
+    console: Console,
+) -> Vec<RunResult> {
+    let out = actor::Outputs {
+        progress,
+        metrics,
+        sink,
+        console,
+    };
+    actor::Fleet::new(spec, events, out).run(stop).await
 }

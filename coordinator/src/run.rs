@@ -1,8 +1,11 @@
 //! `loadfleet-coordinator run`: from flags to a written report.
 
+mod out;
+mod target;
+
 use std::io::IsTerminal;
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,94 +21,12 @@ use crate::fleet::{self, Progress, RunSpec};
 use crate::local;
 use crate::plan;
 use crate::report;
+pub use out::prepare_out_dir;
+use out::write_outputs;
+use target::{check_target_resolves, is_loopback_target, reflect};
 
 /// Agents a local run starts when --local-agents is not given.
 const DEFAULT_LOCAL_AGENTS: u32 = 2;
-
-/// Does the URL's host name a loopback address?
-fn is_loopback_target(url: &str) -> bool {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return false;
-    };
-    match uri.host() {
-        Some("localhost") => true,
-        Some(h) => h
-            .trim_matches(['[', ']'])
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback()),
-        None => false,
-    }
-}
-
-/// The output folder, made and proven writable before any load goes out:
-/// a bad `--out` found after the run would lose its results. `--out` may
-/// name a folder that exists (it is reused); without it a fresh
-/// `loadfleet-out-<UTC time>` folder is made, with `-2`, `-3`, … when a
-/// run started in the same second already took the name. Everything that
-/// writes into the run's folder (the live files, the report) goes through
-/// the folder this returns.
-pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
-    let dir = match out {
-        Some(dir) if dir.exists() && !dir.is_dir() => {
-            return Err(error::flags(format!(
-                "--out {} is a file, not a folder; give --out a folder path (it is made if missing), or leave --out out for a fresh folder here",
-                dir.display()
-            )))
-        }
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                error::flags(format!(
-                    "--out {}: cannot create the folder ({e}); give a folder path you can write to, or leave --out out for a fresh folder here",
-                    dir.display()
-                ))
-            })?;
-            dir.to_path_buf()
-        }
-        None => fresh_out_dir(Path::new(""), std::time::SystemTime::now()).map_err(|e| {
-            error::flags(format!(
-                "cannot create an output folder in the working folder ({e}); give --out with a folder you can write to"
-            ))
-        })?,
-    };
-    let probe = dir.join(".loadfleet-write-test");
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            error::flags(format!(
-                "--out {}: cannot write into the folder ({e}); give --out a folder you can write to",
-                dir.display()
-            ))
-        })?;
-    Ok(dir)
-}
-
-/// `loadfleet-out-20261130T101500Z` under `parent`, made with `create_dir`
-/// so two runs never share a folder: the one that loses the race for a name
-/// takes the next suffix.
-fn fresh_out_dir(parent: &Path, now: std::time::SystemTime) -> std::io::Result<PathBuf> {
-    let stamp: String = humantime::format_rfc3339_seconds(now)
-        .to_string()
-        .chars()
-        .filter(|c| !matches!(c, '-' | ':'))
-        .collect();
-    let base = format!("loadfleet-out-{stamp}");
-    for n in 1..=1000u32 {
-        let dir = parent.join(if n == 1 {
-            base.clone()
-        } else {
-            format!("{base}-{n}")
-        });
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::AlreadyExists,
-        format!("{base} and 999 suffixed folders already exist"),
-    ))
-}
 
 /// A random token for a local run, from the OS's randomness.
 fn random_token() -> String {
@@ -417,16 +338,13 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let (live, live_writer) =
         report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
     let shown = console.clone();
-    let results = fleet::run_with(
-        spec.clone(),
-        events_rx,
-        interrupt,
-        Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
+    let outputs = fleet::Outputs {
+        progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
-        Some(Box::new(live)),
-        console.clone(),
-    )
-    .await;
+        sink: Some(Box::new(live)),
+        console: console.clone(),
+    };
+    let results = fleet::run_with(spec.clone(), events_rx, interrupt, outputs).await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
     if console.is_terminal() {
@@ -476,138 +394,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     }
 }
 
-/// How long the target's reflection service may take to give the message
-/// types.
-const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The message types of the plan's gRPC methods, from the target's
-/// reflection service, before any agent is assigned: a target that cannot
-/// say them would only give errors, so the run is refused (exit 2) with
-/// what to do instead.
-async fn reflect(plan: &plan::Plan, target: &str) -> Result<Vec<u8>, Error> {
-    let mut services: Vec<String> = plan
-        .grpc_methods()
-        .iter()
-        .filter_map(|m| loadfleet_proto::grpc::method_name(m).ok())
-        .map(|m| m.service.to_string())
-        .collect();
-    services.dedup();
-    crate::grpc::reflect(target, &services, REFLECTION_TIMEOUT)
-        .await
-        .map_err(|e| error::flags(format!("{e}; nothing was sent")))
-}
-
-/// How long the target's name may take to resolve before the run is
-/// refused (or, with remote agents, goes ahead with a warning).
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Resolves the target's host once, before any agent is assigned: a name
-/// that does not resolve would only give errors. Local agents share this
-/// machine's resolver, so the run is refused (exit 2); remote agents may
-/// resolve names this machine cannot (a cluster's internal DNS), so the
-/// run goes ahead with a warning, and the agents count each failure as a
-/// `dns` error. The addresses serve the localhost-contamination check.
-async fn check_target_resolves(
-    url: &str,
-    local: bool,
-    console: &Console,
-) -> Result<Vec<IpAddr>, Error> {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return Ok(Vec::new());
-    };
-    let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_string()) else {
-        return Ok(Vec::new());
-    };
-    let port = uri
-        .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        });
-    let resolved = match tokio::time::timeout(
-        RESOLVE_TIMEOUT,
-        tokio::net::lookup_host((host.as_str(), port)),
-    )
-    .await
-    {
-        Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip()).collect::<Vec<_>>()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {}s", RESOLVE_TIMEOUT.as_secs())),
-    };
-    match resolved {
-        Ok(ips) if !ips.is_empty() => Ok(ips),
-        Ok(_) if local => Err(unresolved(url, &host, "no address")),
-        Err(why) if local => Err(unresolved(url, &host, &why)),
-        Ok(_) | Err(_) => {
-            console.line(&format!(
-                "warning: the target host {host:?} of {url} does not resolve on this machine; the remote agents will try their own resolver and count each failure as a dns error"
-            ));
-            Ok(Vec::new())
-        }
-    }
-}
-
-fn unresolved(url: &str, host: &str, why: &str) -> Error {
-    error::flags(format!(
-        "the target host {host:?} of {url} does not resolve ({why}); nothing was sent. Check the host name in --url (or the plan's target.url)"
-    ))
-}
-
-/// The final outputs, next to the live ones (`report::live`): the reports;
-/// `intervals.csv` once more, from the report, so it also counts snapshots
-/// that came in after their second was written; the representative run's
-/// interval log as `latency.hlog` with --repeat. A clean end removes
-/// `report.partial.json`.
-fn write_outputs(
-    dir: &Path,
-    report: &report::Report,
-    shown: usize,
-    repeats: usize,
-) -> anyhow::Result<()> {
-    use report::live;
-    let write =
-        |name: &str, f: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
-            let path = dir.join(name);
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            let mut w = std::io::BufWriter::new(file);
-            f(&mut w).with_context(|| format!("cannot write {}", path.display()))?;
-            use std::io::Write;
-            w.flush()
-                .with_context(|| format!("cannot write {}", path.display()))
-        };
-    write("report.json", &|w| report::json::write_json(w, report))?;
-    live::replace(&dir.join(live::CSV_NAME), |w| {
-        report::csv::write_csv(w, report)
-    })?;
-    write("report.html", &|w| report::html::write_html(w, report))?;
-    if repeats > 1 {
-        let (from, _) = live::run_files(dir, shown, repeats);
-        let to = dir.join(live::HLOG_NAME);
-        std::fs::copy(&from, &to)
-            .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-    }
-    let partial = dir.join(live::PARTIAL_NAME);
-    match std::fs::remove_file(&partial) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("cannot remove {}", partial.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_targets_are_recognised() {
-        assert!(is_loopback_target("http://127.0.0.1:80/"));
-        assert!(is_loopback_target("http://localhost/"));
-        assert!(is_loopback_target("http://[::1]:8080/"));
-        assert!(!is_loopback_target("http://10.1.2.3/"));
-    }
 
     #[test]
     fn the_clock_counts_the_drain_apart() {
@@ -617,21 +406,5 @@ mod tests {
         assert_eq!(clock(s(7.0), s(5.0), s(5.0)), "drain 2.0s/5s");
         // Agents reporting late never push the drain past its limit.
         assert_eq!(clock(s(12.0), s(5.0), s(5.0)), "drain 5.0s/5s");
-    }
-
-    #[test]
-    fn default_out_dirs_never_collide() {
-        let parent = std::env::temp_dir().join(format!("loadfleet-outdir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&parent);
-        std::fs::create_dir_all(&parent).unwrap();
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_033_700);
-        let a = fresh_out_dir(&parent, t).unwrap();
-        let b = fresh_out_dir(&parent, t).unwrap();
-        let c = fresh_out_dir(&parent, t).unwrap();
-        let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
-        assert_eq!(name(&a), "loadfleet-out-20261130T101500Z");
-        assert_eq!(name(&b), "loadfleet-out-20261130T101500Z-2");
-        assert_eq!(name(&c), "loadfleet-out-20261130T101500Z-3");
-        std::fs::remove_dir_all(&parent).unwrap();
     }
 }

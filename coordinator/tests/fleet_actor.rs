@@ -375,15 +375,13 @@ async fn join_directly(
 async fn the_user_is_told_of_a_refused_and_a_lost_agent() {
     let console = Console::captured();
     let (events, events_rx) = mpsc::channel(64);
-    let actor = tokio::spawn(fleet::run_with(
-        spec(1),
-        events_rx,
-        never(),
-        Box::new(|_| {}),
-        None,
-        None,
-        console.clone(),
-    ));
+    let outputs = fleet::Outputs {
+        progress: Box::new(|_| {}),
+        metrics: None,
+        sink: None,
+        console: console.clone(),
+    };
+    let actor = tokio::spawn(fleet::run_with(spec(1), events_rx, never(), outputs));
     let (index, mut solo) = join_directly(&events, "solo").await;
     let index = index.expect("the first agent is welcomed");
     let (refused, _) = join_directly(&events, "late").await;

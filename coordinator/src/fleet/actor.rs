@@ -12,15 +12,14 @@ use std::time::{Duration, SystemTime};
 
 use loadfleet_proto::handover::Handover;
 use loadfleet_proto::v1::{self, agent_message};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::clock;
 use super::registry::{Agent, Registry};
 use super::validate::{Check, Checks, Rejection};
-use super::{FleetEvent, Loss, Progress, RunResult, RunSpec, Sink};
+use super::{FleetEvent, Loss, Outputs, RunResult, RunSpec};
 use crate::aggregate::Aggregate;
-use crate::console::Console;
 
 /// The fleet's own timer: heartbeats out, silence checks, progress. It is
 /// served before any queued message, so a flood of snapshots cannot delay it.
@@ -46,17 +45,6 @@ pub(super) enum PumpEnd {
     Done,
     Deadline,
     Stopped,
-}
-
-/// Where the fleet's outputs go while it runs.
-pub(super) struct Outputs {
-    pub(super) progress: Box<dyn FnMut(&Progress) + Send>,
-    /// Where the Prometheus text goes, when --metrics-listen is on.
-    pub(super) metrics: Option<watch::Sender<String>>,
-    /// Where settled seconds go while the run goes on (the live outputs).
-    pub(super) sink: Option<Box<dyn Sink>>,
-    /// Lines for the user.
-    pub(super) console: Console,
 }
 
 /// The actor's state. Only [`Fleet::run`] drives it.

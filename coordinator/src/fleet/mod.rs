@@ -198,10 +198,32 @@ pub struct Progress {
     pub agents_alive: usize,
 }
 
+/// Where the fleet's outputs go while it runs.
+pub struct Outputs {
+    /// Called with the live figures about once a second during a run.
+    pub progress: Box<dyn FnMut(&Progress) + Send>,
+    /// Where the Prometheus text goes, when --metrics-listen is on.
+    pub metrics: Option<watch::Sender<String>>,
+    /// Where settled seconds go while the run goes on (the live outputs).
+    pub sink: Option<Box<dyn Sink>>,
+    /// Lines for the user.
+    pub console: Console,
+}
+
 /// Runs the whole fleet side: every repeat of the plan. `stop` resolves
 /// when the user asks to stop (Ctrl-C, SIGTERM) — in any phase, clock
 /// probes included; what was measured until then is still returned. There
-/// is always at least one result. Lines for the user go to standard error.
+/// is always at least one result.
+pub async fn run_with(
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    stop: impl Future<Output = ()>,
+    out: Outputs,
+) -> Vec<RunResult> {
+    actor::Fleet::new(spec, events, out).run(stop).await
+}
+
+/// [`run_with`], with the lines for the user on standard error.
 pub async fn run(
     spec: RunSpec,
     events: mpsc::Receiver<FleetEvent>,
@@ -210,33 +232,11 @@ pub async fn run(
     metrics: Option<watch::Sender<String>>,
     sink: Option<Box<dyn Sink>>,
 ) -> Vec<RunResult> {
-    run_with(
-        spec,
-        events,
-        stop,
+    let out = Outputs {
         progress,
         metrics,
         sink,
-        Console::stderr(),
-    )
-    .await
-}
-
-/// [`run`], with the lines for the user written to `console`.
-pub async fn run_with(
-    spec: RunSpec,
-    events: mpsc::Receiver<FleetEvent>,
-    stop: impl Future<Output = ()>,
-    progress: Box<dyn FnMut(&Progress) + Send>,
-    metrics: Option<watch::Sender<String>>,
-    sink: Option<Box<dyn Sink>>,
-    console: Console,
-) -> Vec<RunResult> {
-    let out = actor::Outputs {
-        progress,
-        metrics,
-        sink,
-        console,
+        console: Console::stderr(),
     };
-    actor::Fleet::new(spec, events, out).run(stop).await
+    run_with(spec, events, stop, out).await
 }

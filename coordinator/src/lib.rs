@@ -10,6 +10,7 @@
 pub mod aggregate;
 pub mod cli;
 pub mod compare;
+pub mod console;
 pub mod error;
 pub mod fleet;
 pub mod grpc;

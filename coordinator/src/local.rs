@@ -63,8 +63,8 @@ pub fn split_cpus(cpus: &[usize]) -> Option<CpuSplit> {
     })
 }
 
-/// CPUs as "2,3": the form the LOCALHOST verdict has always printed, and one
-/// that `--cpus` of the testbed and the agents accepts.
+/// CPUs as "2,3": the form the LOCALHOST verdict prints, and the one that
+/// `--cpus` of the testbed and the agents accepts.
 pub fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(usize::to_string)

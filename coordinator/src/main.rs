@@ -3,6 +3,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use loadfleet_coordinator::cli::{Cli, Command, PlanCommand};
+use loadfleet_coordinator::console::Console;
 use loadfleet_coordinator::plan_cmd;
 
 fn main() -> ExitCode {
@@ -23,7 +24,9 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("loadfleet-coordinator: error: cannot start the runtime: {e}");
+            Console::stderr().line(&format!(
+                "loadfleet-coordinator: error: cannot start the runtime: {e}"
+            ));
             return ExitCode::from(3);
         }
     };
@@ -50,7 +53,7 @@ fn main() -> ExitCode {
         // `plan preview … | head`: the reader has all it wanted.
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("loadfleet-coordinator: error: {e:#}");
+            Console::stderr().line(&format!("loadfleet-coordinator: error: {e:#}"));
             ExitCode::from(e.exit_code())
         }
     }

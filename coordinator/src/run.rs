@@ -1,8 +1,11 @@
 //! `loadfleet-coordinator run`: from flags to a written report.
 
+mod out;
+mod target;
+
 use std::io::IsTerminal;
-use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,100 +14,19 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cli::RunArgs;
+use crate::console::Console;
 use crate::error::{self, Error};
 use crate::fleet::ControlService;
 use crate::fleet::{self, Progress, RunSpec};
 use crate::local;
 use crate::plan;
 use crate::report;
+pub use out::prepare_out_dir;
+use out::write_outputs;
+use target::{check_target_resolves, is_loopback_target, reflect};
 
 /// Agents a local run starts when --local-agents is not given.
 const DEFAULT_LOCAL_AGENTS: u32 = 2;
-
-/// Does the URL's host name a loopback address?
-fn is_loopback_target(url: &str) -> bool {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return false;
-    };
-    match uri.host() {
-        Some("localhost") => true,
-        Some(h) => h
-            .trim_matches(['[', ']'])
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback()),
-        None => false,
-    }
-}
-
-/// The output folder, made and proven writable before any load goes out:
-/// a bad `--out` found after the run would lose its results. `--out` may
-/// name a folder that exists (it is reused); without it a fresh
-/// `loadfleet-out-<UTC time>` folder is made, with `-2`, `-3`, … when a
-/// run started in the same second already took the name. Everything that
-/// writes into the run's folder (the live files, the report) goes through
-/// the folder this returns.
-pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
-    let dir = match out {
-        Some(dir) if dir.exists() && !dir.is_dir() => {
-            return Err(error::flags(format!(
-                "--out {} is a file, not a folder; give --out a folder path (it is made if missing), or leave --out out for a fresh folder here",
-                dir.display()
-            )))
-        }
-        Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                error::flags(format!(
-                    "--out {}: cannot create the folder ({e}); give a folder path you can write to, or leave --out out for a fresh folder here",
-                    dir.display()
-                ))
-            })?;
-            dir.to_path_buf()
-        }
-        None => fresh_out_dir(Path::new(""), std::time::SystemTime::now()).map_err(|e| {
-            error::flags(format!(
-                "cannot create an output folder in the working folder ({e}); give --out with a folder you can write to"
-            ))
-        })?,
-    };
-    let probe = dir.join(".loadfleet-write-test");
-    std::fs::write(&probe, b"")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            error::flags(format!(
-                "--out {}: cannot write into the folder ({e}); give --out a folder you can write to",
-                dir.display()
-            ))
-        })?;
-    Ok(dir)
-}
-
-/// `loadfleet-out-20261130T101500Z` under `parent`, made with `create_dir`
-/// so two runs never share a folder: the one that loses the race for a name
-/// takes the next suffix.
-fn fresh_out_dir(parent: &Path, now: std::time::SystemTime) -> std::io::Result<PathBuf> {
-    let stamp: String = humantime::format_rfc3339_seconds(now)
-        .to_string()
-        .chars()
-        .filter(|c| !matches!(c, '-' | ':'))
-        .collect();
-    let base = format!("loadfleet-out-{stamp}");
-    for n in 1..=1000u32 {
-        let dir = parent.join(if n == 1 {
-            base.clone()
-        } else {
-            format!("{base}-{n}")
-        });
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::AlreadyExists,
-        format!("{base} and 999 suffixed folders already exist"),
-    ))
-}
 
 /// A random token for a local run, from the OS's randomness.
 fn random_token() -> String {
@@ -118,7 +40,7 @@ fn random_token() -> String {
 /// terminal, one plain line per second otherwise (logs, CI). After the
 /// schedule ends the clock counts the drain against its own limit, so a
 /// line never reads `[10.0s/5s]`.
-fn print_progress(p: &Progress, drain: Duration) {
+fn print_progress(console: &Console, p: &Progress, drain: Duration) {
     let elapsed = p.elapsed.as_secs_f64();
     let total = p.duration.as_secs_f64().max(1e-9);
     let figures = format!(
@@ -134,18 +56,18 @@ fn print_progress(p: &Progress, drain: Duration) {
         p.agents_alive
     );
     let clock = clock(p.elapsed, p.duration, drain);
-    if std::io::stderr().is_terminal() {
+    if console.is_terminal() {
         let done = (elapsed / total).clamp(0.0, 1.0);
         let width = 24;
         let filled = (done * width as f64).round() as usize;
-        eprint!(
-            "\r\x1b[2K[{}{}] {:>3.0}% {clock} · {figures}",
+        console.redraw(&format!(
+            "[{}{}] {:>3.0}% {clock} · {figures}",
             "#".repeat(filled),
             ".".repeat(width - filled),
             done * 100.0
-        );
+        ));
     } else {
-        eprintln!("[{clock}] {figures}");
+        console.line(&format!("[{clock}] {figures}"));
     }
 }
 
@@ -189,6 +111,7 @@ fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Err
 
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
+    let console = Console::stderr();
     let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
@@ -239,7 +162,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     }
     let target_ips = match plan.target.url.as_str() {
         plan::TESTBED_URL => Vec::new(),
-        url => check_target_resolves(url, local).await?,
+        url => check_target_resolves(url, local, &console).await?,
     };
     let out_dir = prepare_out_dir(args.out.as_deref())?;
 
@@ -276,7 +199,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             let (child, addr) =
                 local::start_testbed(&tb_args, split.as_ref().map(|s| s.target.as_slice())).await?;
             testbed = Some(child);
-            eprintln!("testbed listening on {addr} ({})", tb_args.join(" "));
+            console.line(&format!(
+                "testbed listening on {addr} ({})",
+                tb_args.join(" ")
+            ));
             format!("http://{addr}/")
         }
         url => url.to_string(),
@@ -367,7 +293,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
                 let _ = shutdown_rx.await;
             }),
     );
-    eprintln!("coordinator listening on {bound}; waiting for {expect} agent(s)");
+    console.line(&format!(
+        "coordinator listening on {bound}; waiting for {expect} agent(s)"
+    ));
 
     let mut agents = Vec::new();
     if let Some(n) = local_agents {
@@ -397,7 +325,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
                 .await
                 .with_context(|| format!("--metrics-listen {addr}: cannot bind"))?;
             let bound = listener.local_addr().context("metrics address")?;
-            eprintln!("metrics on http://{bound}/metrics");
+            console.line(&format!("metrics on http://{bound}/metrics"));
             let (tx, rx) = tokio::sync::watch::channel(String::new());
             tokio::spawn(crate::metrics::serve(listener, rx));
             Some(tx)
@@ -409,19 +337,19 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     // settles, so it outlives a coordinator that is killed.
     let (live, live_writer) =
         report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
-    let results = fleet::run(
-        spec.clone(),
-        events_rx,
-        interrupt,
-        Box::new(move |p: &Progress| print_progress(p, drain)),
+    let shown = console.clone();
+    let outputs = fleet::Outputs {
+        progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
-        Some(Box::new(live)),
-    )
-    .await;
+        sink: Some(Box::new(live)),
+        console: console.clone(),
+    };
+    let results = fleet::run_with(spec.clone(), events_rx, interrupt, outputs).await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
-    if std::io::stderr().is_terminal() {
-        eprintln!();
+    if console.is_terminal() {
+        // Ends the progress bar's line.
+        console.line("");
     }
 
     let _ = shutdown_tx.send(());
@@ -466,134 +394,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     }
 }
 
-/// How long the target's reflection service may take to give the message
-/// types.
-const REFLECTION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The message types of the plan's gRPC methods, from the target's
-/// reflection service, before any agent is assigned: a target that cannot
-/// say them would only give errors, so the run is refused (exit 2) with
-/// what to do instead.
-async fn reflect(plan: &plan::Plan, target: &str) -> Result<Vec<u8>, Error> {
-    let mut services: Vec<String> = plan
-        .grpc_methods()
-        .iter()
-        .filter_map(|m| loadfleet_proto::grpc::method_name(m).ok())
-        .map(|m| m.service.to_string())
-        .collect();
-    services.dedup();
-    crate::grpc::reflect(target, &services, REFLECTION_TIMEOUT)
-        .await
-        .map_err(|e| error::flags(format!("{e}; nothing was sent")))
-}
-
-/// How long the target's name may take to resolve before the run is
-/// refused (or, with remote agents, goes ahead with a warning).
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Resolves the target's host once, before any agent is assigned: a name
-/// that does not resolve would only give errors. Local agents share this
-/// machine's resolver, so the run is refused (exit 2); remote agents may
-/// resolve names this machine cannot (a cluster's internal DNS), so the
-/// run goes ahead with a warning, and the agents count each failure as a
-/// `dns` error. The addresses serve the localhost-contamination check.
-async fn check_target_resolves(url: &str, local: bool) -> Result<Vec<IpAddr>, Error> {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return Ok(Vec::new());
-    };
-    let Some(host) = uri.host().map(|h| h.trim_matches(['[', ']']).to_string()) else {
-        return Ok(Vec::new());
-    };
-    let port = uri
-        .port_u16()
-        .unwrap_or(if uri.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        });
-    let resolved = match tokio::time::timeout(
-        RESOLVE_TIMEOUT,
-        tokio::net::lookup_host((host.as_str(), port)),
-    )
-    .await
-    {
-        Ok(Ok(addrs)) => Ok(addrs.map(|a| a.ip()).collect::<Vec<_>>()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {}s", RESOLVE_TIMEOUT.as_secs())),
-    };
-    match resolved {
-        Ok(ips) if !ips.is_empty() => Ok(ips),
-        Ok(_) if local => Err(unresolved(url, &host, "no address")),
-        Err(why) if local => Err(unresolved(url, &host, &why)),
-        Ok(_) | Err(_) => {
-            eprintln!(
-                "warning: the target host {host:?} of {url} does not resolve on this machine; the remote agents will try their own resolver and count each failure as a dns error"
-            );
-            Ok(Vec::new())
-        }
-    }
-}
-
-fn unresolved(url: &str, host: &str, why: &str) -> Error {
-    error::flags(format!(
-        "the target host {host:?} of {url} does not resolve ({why}); nothing was sent. Check the host name in --url (or the plan's target.url)"
-    ))
-}
-
-/// The final outputs, next to the live ones (`report::live`): the reports;
-/// `intervals.csv` once more, from the report, so it also counts snapshots
-/// that came in after their second was written; the representative run's
-/// interval log as `latency.hlog` with --repeat. A clean end removes
-/// `report.partial.json`.
-fn write_outputs(
-    dir: &Path,
-    report: &report::Report,
-    shown: usize,
-    repeats: usize,
-) -> anyhow::Result<()> {
-    use report::live;
-    let write =
-        |name: &str, f: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
-            let path = dir.join(name);
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            let mut w = std::io::BufWriter::new(file);
-            f(&mut w).with_context(|| format!("cannot write {}", path.display()))?;
-            use std::io::Write;
-            w.flush()
-                .with_context(|| format!("cannot write {}", path.display()))
-        };
-    write("report.json", &|w| report::json::write_json(w, report))?;
-    live::replace(&dir.join(live::CSV_NAME), |w| {
-        report::csv::write_csv(w, report)
-    })?;
-    write("report.html", &|w| report::html::write_html(w, report))?;
-    if repeats > 1 {
-        let (from, _) = live::run_files(dir, shown, repeats);
-        let to = dir.join(live::HLOG_NAME);
-        std::fs::copy(&from, &to)
-            .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-    }
-    let partial = dir.join(live::PARTIAL_NAME);
-    match std::fs::remove_file(&partial) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("cannot remove {}", partial.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_targets_are_recognised() {
-        assert!(is_loopback_target("http://127.0.0.1:80/"));
-        assert!(is_loopback_target("http://localhost/"));
-        assert!(is_loopback_target("http://[::1]:8080/"));
-        assert!(!is_loopback_target("http://10.1.2.3/"));
-    }
 
     #[test]
     fn the_clock_counts_the_drain_apart() {
@@ -603,21 +406,5 @@ mod tests {
         assert_eq!(clock(s(7.0), s(5.0), s(5.0)), "drain 2.0s/5s");
         // Agents reporting late never push the drain past its limit.
         assert_eq!(clock(s(12.0), s(5.0), s(5.0)), "drain 5.0s/5s");
-    }
-
-    #[test]
-    fn default_out_dirs_never_collide() {
-        let parent = std::env::temp_dir().join(format!("loadfleet-outdir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&parent);
-        std::fs::create_dir_all(&parent).unwrap();
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_796_033_700);
-        let a = fresh_out_dir(&parent, t).unwrap();
-        let b = fresh_out_dir(&parent, t).unwrap();
-        let c = fresh_out_dir(&parent, t).unwrap();
-        let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
-        assert_eq!(name(&a), "loadfleet-out-20261130T101500Z");
-        assert_eq!(name(&b), "loadfleet-out-20261130T101500Z-2");
-        assert_eq!(name(&c), "loadfleet-out-20261130T101500Z-3");
-        std::fs::remove_dir_all(&parent).unwrap();
     }
 }

@@ -1,16 +1,20 @@
 //! The fleet actor in process: the real tonic service and actor, scripted
 //! fake agents over in-memory pipes, paused time. Covers what the process
 //! tests cannot pin down: who gets which slice, agents that never say
-//! hello or leave mid-run, a stop during the clock probes, and repeats.
+//! hello or leave mid-run, a stop during the clock probes, repeats, and
+//! what the user is told.
 
 mod harness;
 
 use std::time::Duration;
 
 use harness::{spec, Fleet, OnAssignment, Script};
+use loadfleet_coordinator::console::Console;
+use loadfleet_coordinator::fleet::{self, FleetEvent, LastSeen, Loss};
 use loadfleet_coordinator::plan::OnAgentLoss;
+use loadfleet_proto::v1::{self, agent_message, coordinator_message};
 use loadfleet_proto::vocab::AgentStatus;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 fn never() -> std::future::Pending<()> {
@@ -335,4 +339,90 @@ async fn a_snapshot_flood_does_not_delay_heartbeats() {
         .max()
         .unwrap_or_default();
     assert!(gap < Duration::from_secs(1), "heartbeat gap {gap:?}");
+}
+
+/// Joins an agent straight through the actor's events, as the service
+/// would; returns its index (or the refusal) and its queue of messages.
+async fn join_directly(
+    events: &mpsc::Sender<FleetEvent>,
+    id: &str,
+) -> (
+    Result<u32, tonic::Status>,
+    mpsc::Receiver<Result<v1::CoordinatorMessage, tonic::Status>>,
+) {
+    let (tx, rx) = mpsc::channel(64);
+    let (reply, joined) = oneshot::channel();
+    let hello = v1::Hello {
+        agent_id: id.into(),
+        cpus: 1,
+        ..Default::default()
+    };
+    let join = FleetEvent::Join {
+        hello,
+        peer: None,
+        tx,
+        seen: LastSeen::new(),
+        reply,
+    };
+    assert!(events.send(join).await.is_ok(), "the actor takes events");
+    let index = joined.await.expect("the actor answers a join");
+    (index, rx)
+}
+
+/// The console is what the user reads: a newcomer refused once the fleet
+/// is full, and an agent lost during the run, with when and why.
+#[tokio::test(start_paused = true)]
+async fn the_user_is_told_of_a_refused_and_a_lost_agent() {
+    let console = Console::captured();
+    let (events, events_rx) = mpsc::channel(64);
+    let outputs = fleet::Outputs {
+        progress: Box::new(|_| {}),
+        metrics: None,
+        sink: None,
+        console: console.clone(),
+    };
+    let actor = tokio::spawn(fleet::run_with(spec(1), events_rx, never(), outputs));
+    let (index, mut solo) = join_directly(&events, "solo").await;
+    let index = index.expect("the first agent is welcomed");
+    let (refused, _) = join_directly(&events, "late").await;
+    assert_eq!(
+        refused.map_err(|s| s.code()),
+        Err(tonic::Code::ResourceExhausted)
+    );
+    // Answers the clock probes until the assignment, then leaves.
+    while let Some(Ok(m)) = solo.recv().await {
+        match m.kind {
+            Some(coordinator_message::Kind::Ping(p)) => {
+                let pong = agent_message::Kind::Pong(v1::Pong {
+                    seq: p.seq,
+                    coordinator_send_ns: p.coordinator_send_ns,
+                    agent_recv_ns: p.coordinator_send_ns,
+                    agent_send_ns: p.coordinator_send_ns,
+                });
+                let msg = FleetEvent::Message {
+                    agent: index,
+                    msg: Box::new(v1::AgentMessage { kind: Some(pong) }),
+                    received: Instant::now(),
+                };
+                assert!(events.send(msg).await.is_ok());
+            }
+            Some(coordinator_message::Kind::Assignment(_)) => break,
+            _ => {}
+        }
+    }
+    let gone = FleetEvent::Gone {
+        agent: index,
+        loss: Loss::StreamClosed,
+    };
+    assert!(events.send(gone).await.is_ok());
+    let results = actor.await.expect("the fleet actor did not panic");
+
+    assert_eq!(results[0].agents[0].status(), AgentStatus::Lost);
+    assert_eq!(
+        console.lines(),
+        [
+            "refused agent late from None: the fleet already has its 1 agent(s) and the run has begun; no later run is planned (--repeat 1), so this agent gets no share",
+            "agent solo lost 0.0s into the run: stream closed",
+        ]
+    );
 }

@@ -3,9 +3,18 @@
 //! run. The actor walks explicit phases — gather agents, probe their clocks,
 //! then run the plan (once per repeat) — and hands back one [`RunResult`]
 //! per run for the report.
+//!
+//! The actor's state and loop are in `actor`; `registry` holds the agents,
+//! `clock` the offset math, `phases` the run's course, `loss` what happens
+//! to a lost agent's share, and `progress` the timer's work.
 
 mod actor;
+mod clock;
 pub mod intended;
+mod loss;
+mod phases;
+mod progress;
+mod registry;
 mod service;
 pub mod validate;
 
@@ -19,6 +28,7 @@ use loadfleet_proto::vocab::AgentStatus;
 use tokio::sync::{mpsc, watch};
 
 use crate::aggregate::Aggregate;
+use crate::console::Console;
 use crate::plan::{OnAgentLoss, Shares};
 
 pub use service::{AgentTx, ControlService, FleetEvent, LastSeen};
@@ -188,10 +198,32 @@ pub struct Progress {
     pub agents_alive: usize,
 }
 
+/// Where the fleet's outputs go while it runs.
+pub struct Outputs {
+    /// Called with the live figures about once a second during a run.
+    pub progress: Box<dyn FnMut(&Progress) + Send>,
+    /// Where the Prometheus text goes, when --metrics-listen is on.
+    pub metrics: Option<watch::Sender<String>>,
+    /// Where settled seconds go while the run goes on (the live outputs).
+    pub sink: Option<Box<dyn Sink>>,
+    /// Lines for the user.
+    pub console: Console,
+}
+
 /// Runs the whole fleet side: every repeat of the plan. `stop` resolves
 /// when the user asks to stop (Ctrl-C, SIGTERM) — in any phase, clock
 /// probes included; what was measured until then is still returned. There
 /// is always at least one result.
+pub async fn run_with(
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    stop: impl Future<Output = ()>,
+    out: Outputs,
+) -> Vec<RunResult> {
+    actor::Fleet::new(spec, events, out).run(stop).await
+}
+
+/// [`run_with`], with the lines for the user on standard error.
 pub async fn run(
     spec: RunSpec,
     events: mpsc::Receiver<FleetEvent>,
@@ -200,7 +232,11 @@ pub async fn run(
     metrics: Option<watch::Sender<String>>,
     sink: Option<Box<dyn Sink>>,
 ) -> Vec<RunResult> {
-    actor::Fleet::new(spec, events, progress, metrics, sink)
-        .run(stop)
-        .await
+    let out = Outputs {
+        progress,
+        metrics,
+        sink,
+        console: Console::stderr(),
+    };
+    run_with(spec, events, stop, out).await
 }

@@ -1,0 +1,172 @@
+//! The checks against honest and hostile snapshots.
+
+use super::*;
+use loadfleet_proto::histogram::{encode, new_histogram};
+use proptest::prelude::*;
+
+fn checks() -> Checks {
+    Checks {
+        scenarios: 1,
+        last_interval: 100,
+        ledgers: Vec::new(),
+    }
+}
+
+fn honest(seq: u64) -> v1::Snapshot {
+    let mut h = new_histogram();
+    h.record(1000).unwrap();
+    v1::Snapshot {
+        seq,
+        interval_index: 3,
+        intended: 5,
+        sent: 4,
+        unsent: [("late".to_string(), 1)].into(),
+        completed: 4,
+        status: [(200, 4)].into(),
+        latency: [("2xx".to_string(), encode(&h).unwrap())].into(),
+        ..Default::default()
+    }
+}
+
+fn what(c: Check) -> &'static str {
+    match c {
+        Check::Violation(r) => r.what,
+        other => panic!("expected a violation, got {other:?}"),
+    }
+}
+
+#[test]
+fn honest_in_order_is_accepted_and_a_repeat_is_a_duplicate() {
+    let mut c = checks();
+    let t = Merged::default();
+    assert_eq!(c.snapshot(0, &honest(1), &t), Check::Accept);
+    assert_eq!(c.snapshot(0, &honest(2), &t), Check::Accept);
+    assert_eq!(c.snapshot(0, &honest(2), &t), Check::Duplicate);
+    assert_eq!(what(c.snapshot(0, &honest(4), &t)), "sequence_gap");
+    assert!(c
+        .finished(
+            0,
+            &v1::Finished {
+                snapshots: 2,
+                ..Default::default()
+            }
+        )
+        .is_ok());
+    let e = c.finished(
+        0,
+        &v1::Finished {
+            snapshots: 3,
+            ..Default::default()
+        },
+    );
+    assert_eq!(e.unwrap_err().what, "finished_mismatch");
+}
+
+#[test]
+fn each_hostile_field_is_named() {
+    let t = Merged::default();
+    let cases: Vec<(&str, v1::Snapshot)> = vec![
+        (
+            "scenario_out_of_range",
+            v1::Snapshot {
+                scenario: 7,
+                ..honest(1)
+            },
+        ),
+        (
+            "interval_out_of_range",
+            v1::Snapshot {
+                interval_index: 1 << 40,
+                ..honest(1)
+            },
+        ),
+        ("unknown_class", {
+            let mut s = honest(1);
+            s.latency.insert("class-12345".into(), Vec::new());
+            s
+        }),
+        ("unknown_reason", {
+            let mut s = honest(1);
+            s.unsent = [("whatever".to_string(), 1)].into();
+            s
+        }),
+        ("unknown_error_kind", {
+            let mut s = honest(1);
+            s.errors.insert("gremlins".into(), 1);
+            s
+        }),
+        ("bad_status", {
+            let mut s = honest(1);
+            s.status.insert(70_000, 1);
+            s
+        }),
+        (
+            "counts_disagree",
+            v1::Snapshot {
+                intended: 6,
+                ..honest(1)
+            },
+        ),
+        (
+            "count_out_of_range",
+            v1::Snapshot {
+                intended: u64::MAX - 1,
+                sent: u64::MAX - 2,
+                ..honest(1)
+            },
+        ),
+        (
+            "count_out_of_range",
+            v1::Snapshot {
+                in_flight: 1 << 40,
+                ..honest(1)
+            },
+        ),
+        (
+            "count_out_of_range",
+            v1::Snapshot {
+                cpu_seconds: f64::NAN,
+                ..honest(1)
+            },
+        ),
+    ];
+    for (want, s) in cases {
+        assert_eq!(what(checks().snapshot(0, &s, &t)), want, "{s:?}");
+    }
+    let full = Merged {
+        intended: u64::MAX - 1,
+        ..Merged::default()
+    };
+    assert_eq!(
+        what(checks().snapshot(0, &honest(1), &full)),
+        "count_overflow"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the counts, an accepted snapshot adds up, stays within
+    /// the bound, and never overflows the totals it joins.
+    #[test]
+    fn accepted_counts_are_consistent_and_bounded(
+        intended in prop_oneof![0u64..10, any::<u64>()],
+        sent in prop_oneof![0u64..10, any::<u64>()],
+        late in prop_oneof![0u64..10, any::<u64>()],
+        total in prop_oneof![0u64..10, any::<u64>()],
+    ) {
+        let s = v1::Snapshot {
+            seq: 1,
+            intended,
+            sent,
+            unsent: [("late".to_string(), late)].into(),
+            ..Default::default()
+        };
+        let t = Merged { intended: total, sent: total, ..Merged::default() };
+        if checks().snapshot(0, &s, &t) == Check::Accept {
+            prop_assert_eq!(sent + late, intended);
+            prop_assert!(intended <= MAX_SNAPSHOT_COUNT);
+            prop_assert!(total.checked_add(intended).is_some());
+        }
+    }
+}

@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod compare;
 pub mod error;
+pub mod figures;
 pub mod fleet;
 pub mod grpc;
 pub mod local;

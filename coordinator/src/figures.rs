@@ -1,0 +1,444 @@
+//! The figure registry: every figure that thresholds, `compare` and
+//! `--repeat` read from a report, with its key in `report.json`, the names
+//! it is shown and written under, its unit, and the one way it is computed
+//! from the report model.
+//!
+//! Readers never compute a figure themselves: they name a [`Figure`] and
+//! ask a [`Source`] for it (a report's [`Totals`], or the medians of
+//! several runs), so a threshold, a `compare` row and a repeats median of
+//! the same figure cannot disagree. Shares (`failures<1%`, `failure %`)
+//! are a figure over the one it is a share of ([`Figure::share_of`]).
+
+use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass};
+
+use crate::report::model::{Percentiles, Phases, Scenario, Totals};
+
+/// The unit a figure is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Count,
+    Percent,
+    /// Per second of the measurement window.
+    Rate,
+    Ms,
+}
+
+impl Unit {
+    /// As written after a threshold's actual figure: `ms`, `%`, `req/s`,
+    /// or empty for a count.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Unit::Count => "",
+            Unit::Percent => "%",
+            Unit::Rate => "req/s",
+            Unit::Ms => "ms",
+        }
+    }
+}
+
+/// A figure of a latency distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Quantile {
+    P50,
+    P90,
+    P95,
+    P99,
+    P999,
+    Max,
+    Mean,
+}
+
+impl Quantile {
+    pub const ALL: [Quantile; 7] = [
+        Quantile::P50,
+        Quantile::P90,
+        Quantile::P95,
+        Quantile::P99,
+        Quantile::P999,
+        Quantile::Max,
+        Quantile::Mean,
+    ];
+
+    /// Its key in a [`Percentiles`] object, and its threshold name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quantile::P50 => "p50",
+            Quantile::P90 => "p90",
+            Quantile::P95 => "p95",
+            Quantile::P99 => "p99",
+            Quantile::P999 => "p999",
+            Quantile::Max => "max",
+            Quantile::Mean => "mean",
+        }
+    }
+
+    pub fn of(self, p: &Percentiles) -> f64 {
+        match self {
+            Quantile::P50 => p.p50,
+            Quantile::P90 => p.p90,
+            Quantile::P95 => p.p95,
+            Quantile::P99 => p.p99,
+            Quantile::P999 => p.p999,
+            Quantile::Max => p.max,
+            Quantile::Mean => p.mean,
+        }
+    }
+}
+
+/// A phase of the service time on the wire (`totals.phases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    Connect,
+    TlsHandshake,
+    Ttfb,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 3] = [Phase::Connect, Phase::TlsHandshake, Phase::Ttfb];
+
+    /// Its key in `totals.phases`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Connect => "connect_ms",
+            Phase::TlsHandshake => "tls_handshake_ms",
+            Phase::Ttfb => "ttfb_ms",
+        }
+    }
+
+    fn of(self, p: &Phases) -> Option<&Percentiles> {
+        match self {
+            Phase::Connect => p.connect_ms.as_ref(),
+            Phase::TlsHandshake => p.tls_handshake_ms.as_ref(),
+            Phase::Ttfb => p.ttfb_ms.as_ref(),
+        }
+    }
+}
+
+/// A figure of one set of totals (the run's, a scenario's, a repeat run's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Figure {
+    Intended,
+    Sent,
+    /// Arrivals never sent, every reason together.
+    Unsent,
+    Completed,
+    CompletedInWindow,
+    /// Sent and without an outcome when the drain ended (`incomplete`).
+    InFlightAtEnd,
+    /// Transport errors (no HTTP status), every kind together.
+    Errors,
+    /// Transport errors, 4xx and 5xx answers, gRPC statuses other than OK.
+    Failures,
+    /// Completions in the window per second.
+    Throughput,
+    /// 2xx and gRPC OK completions in the window per second.
+    ThroughputOk,
+    /// From the intended send time.
+    Latency(Quantile),
+    /// From the actual send time.
+    ServiceTime(Quantile),
+    Phase(Phase, Quantile),
+    ConnectionsOpened,
+    /// Answers with this HTTP status code; absent when none came.
+    Status(String),
+    /// Transport errors of this kind; absent when none happened.
+    ErrorKind(String),
+    /// gRPC calls answered with this status; absent when none was.
+    Grpc(GrpcStatus),
+}
+
+/// The figures `--repeat` keeps the median, min and max of, in the order
+/// of `repeats.median`'s documentation.
+pub const HEADLINE: [Figure; 24] = [
+    Figure::Intended,
+    Figure::Sent,
+    Figure::Unsent,
+    Figure::Completed,
+    Figure::CompletedInWindow,
+    Figure::InFlightAtEnd,
+    Figure::Errors,
+    Figure::Failures,
+    Figure::Throughput,
+    Figure::ThroughputOk,
+    Figure::Latency(Quantile::P50),
+    Figure::Latency(Quantile::P90),
+    Figure::Latency(Quantile::P95),
+    Figure::Latency(Quantile::P99),
+    Figure::Latency(Quantile::P999),
+    Figure::Latency(Quantile::Max),
+    Figure::Latency(Quantile::Mean),
+    Figure::ServiceTime(Quantile::P50),
+    Figure::ServiceTime(Quantile::P90),
+    Figure::ServiceTime(Quantile::P95),
+    Figure::ServiceTime(Quantile::P99),
+    Figure::ServiceTime(Quantile::P999),
+    Figure::ServiceTime(Quantile::Max),
+    Figure::ServiceTime(Quantile::Mean),
+];
+
+/// The names a threshold expression gives figures (besides
+/// `grpc.STATUS`), aliases included.
+pub const THRESHOLD_NAMES: [(&str, Figure); 15] = [
+    ("p50", Figure::Latency(Quantile::P50)),
+    ("p90", Figure::Latency(Quantile::P90)),
+    ("p95", Figure::Latency(Quantile::P95)),
+    ("p99", Figure::Latency(Quantile::P99)),
+    ("p999", Figure::Latency(Quantile::P999)),
+    ("max", Figure::Latency(Quantile::Max)),
+    ("mean", Figure::Latency(Quantile::Mean)),
+    ("unsent", Figure::Unsent),
+    ("errors", Figure::Errors),
+    ("failures", Figure::Failures),
+    ("incomplete", Figure::InFlightAtEnd),
+    ("rps", Figure::Throughput),
+    ("throughput", Figure::Throughput),
+    ("ok_rps", Figure::ThroughputOk),
+    ("throughput_ok", Figure::ThroughputOk),
+];
+
+impl Figure {
+    /// The figure a threshold names `name` (`p99`, `failures`, `ok_rps`);
+    /// `grpc.STATUS` is parsed by the threshold language itself.
+    pub fn by_threshold_name(name: &str) -> Option<Figure> {
+        THRESHOLD_NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, f)| f.clone())
+    }
+
+    /// The key path in `totals` (and in `repeats.median`), e.g.
+    /// `unsent.total`, `latency_ms.p99`.
+    pub fn key(&self) -> String {
+        match self {
+            Figure::Intended => "intended".into(),
+            Figure::Sent => "sent".into(),
+            Figure::Unsent => "unsent.total".into(),
+            Figure::Completed => "completed".into(),
+            Figure::CompletedInWindow => "completed_in_window".into(),
+            Figure::InFlightAtEnd => "in_flight_at_end".into(),
+            // Written into each `repeats.runs[]`: the totals hold the kinds only.
+            Figure::Errors => "errors_total".into(),
+            Figure::Failures => "failures".into(),
+            Figure::Throughput => "throughput_rps".into(),
+            Figure::ThroughputOk => "throughput_ok_rps".into(),
+            Figure::Latency(q) => format!("latency_ms.{}", q.name()),
+            Figure::ServiceTime(q) => format!("service_time_ms.{}", q.name()),
+            Figure::Phase(p, q) => format!("phases.{}.{}", p.name(), q.name()),
+            Figure::ConnectionsOpened => "phases.connections_opened".into(),
+            Figure::Status(code) => format!("status.{code}"),
+            Figure::ErrorKind(kind) => format!("errors.{kind}"),
+            Figure::Grpc(s) => format!("grpc.status.{}", s.as_str()),
+        }
+    }
+
+    /// Its row in `compare`.
+    pub fn label(&self) -> String {
+        match self {
+            Figure::Unsent => "unsent".into(),
+            Figure::Errors => "errors".into(),
+            Figure::Latency(q) => format!("latency_ms {}", q.name()),
+            Figure::ServiceTime(q) => format!("service_time_ms {}", q.name()),
+            Figure::Phase(p, q) => format!("{} {}", p.name(), q.name()),
+            Figure::ConnectionsOpened => "connections_opened".into(),
+            Figure::Status(code) => format!("status {code}"),
+            Figure::ErrorKind(kind) => format!("error {kind}"),
+            Figure::Grpc(s) => format!("grpc {}", s.as_str()),
+            _ => self.key(),
+        }
+    }
+
+    /// Its share's row in `compare` (`failure %`), for a figure that is a
+    /// share of another ([`Figure::share_of`]).
+    pub fn share_label(&self) -> String {
+        let what = match self {
+            Figure::Errors => "error".into(),
+            Figure::Failures => "failure".into(),
+            Figure::InFlightAtEnd => "incomplete".into(),
+            _ => self.label(),
+        };
+        format!("{what} %")
+    }
+
+    pub fn unit(&self) -> Unit {
+        match self {
+            Figure::Throughput | Figure::ThroughputOk => Unit::Rate,
+            Figure::Latency(_) | Figure::ServiceTime(_) | Figure::Phase(..) => Unit::Ms,
+            _ => Unit::Count,
+        }
+    }
+
+    /// What a percentage of this figure is of: unsent of intended,
+    /// incomplete of sent, errors, failures and gRPC statuses of
+    /// completed. `None` for figures no percentage applies to.
+    pub fn share_of(&self) -> Option<Figure> {
+        match self {
+            Figure::Unsent => Some(Figure::Intended),
+            Figure::InFlightAtEnd => Some(Figure::Sent),
+            Figure::Errors | Figure::Failures | Figure::Grpc(_) => Some(Figure::Completed),
+            _ => None,
+        }
+    }
+
+    /// This figure of a set of totals; `None` when the totals do not have
+    /// it (no latency when nothing completed, a status never seen), which
+    /// readers show as unknown, never as 0.
+    pub fn of(&self, t: &Totals) -> Option<f64> {
+        let count = |n: u64| Some(n as f64);
+        let counted = |n: Option<&u64>| n.map(|n| *n as f64);
+        match self {
+            Figure::Intended => count(t.intended),
+            Figure::Sent => count(t.sent),
+            Figure::Unsent => count(t.unsent.total),
+            Figure::Completed => count(t.completed),
+            Figure::CompletedInWindow => count(t.completed_in_window),
+            Figure::InFlightAtEnd => count(t.in_flight_at_end),
+            Figure::Errors => count(t.errors.values().sum()),
+            Figure::Failures => count(failures(t)),
+            Figure::Throughput => Some(t.throughput_rps),
+            Figure::ThroughputOk => Some(t.throughput_ok_rps),
+            Figure::Latency(q) => t.latency_ms.as_ref().map(|p| q.of(p)),
+            Figure::ServiceTime(q) => t.service_time_ms.as_ref().map(|p| q.of(p)),
+            Figure::Phase(phase, q) => phase.of(&t.phases).map(|p| q.of(p)),
+            Figure::ConnectionsOpened => count(t.phases.connections_opened),
+            Figure::Status(code) => counted(t.status.get(code)),
+            Figure::ErrorKind(kind) => counted(t.errors.get(kind)),
+            Figure::Grpc(s) => counted(t.grpc.as_ref()?.status.get(s.as_str())),
+        }
+    }
+
+    /// This figure as a percentage of [`Figure::share_of`], from `src`.
+    pub fn share<S: Source + ?Sized>(&self, src: &S) -> Option<f64> {
+        percent(src.get(self)?, src.get(&self.share_of()?)?)
+    }
+}
+
+/// Failures counted from the outcome maps, with the vocabulary's
+/// [`OutcomeClass::is_failure`]: the rule the aggregate counts
+/// `totals.failures` by, so a report written before that key existed
+/// reads the same.
+fn failures(t: &Totals) -> u64 {
+    let transport: u64 = t.errors.values().sum();
+    let answers: u64 = t
+        .status
+        .iter()
+        .filter(|(code, _)| {
+            code.parse::<u16>()
+                .is_ok_and(|c| OutcomeClass::of_status(c).is_failure())
+        })
+        .map(|(_, n)| n)
+        .sum();
+    // A status name outside the vocabulary reads as UNKNOWN, as the
+    // aggregate reads it.
+    let grpc: u64 = t.grpc.as_ref().map_or(0, |g| {
+        g.status
+            .iter()
+            .filter(|(name, _)| {
+                name.parse::<GrpcStatus>()
+                    .unwrap_or(GrpcStatus::Unknown)
+                    .class()
+                    .is_failure()
+            })
+            .map(|(_, n)| n)
+            .sum()
+    });
+    transport + answers + grpc
+}
+
+/// A figure of a subscription scenario (`scenarios[].sse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseFigure {
+    Opened,
+    Events,
+    Reconnects,
+    DeliveryP50,
+    DeliveryP99,
+    NegativeDeliveries,
+    FanoutSpreadMax,
+}
+
+impl SseFigure {
+    pub const ALL: [SseFigure; 7] = [
+        SseFigure::Opened,
+        SseFigure::Events,
+        SseFigure::Reconnects,
+        SseFigure::DeliveryP50,
+        SseFigure::DeliveryP99,
+        SseFigure::NegativeDeliveries,
+        SseFigure::FanoutSpreadMax,
+    ];
+
+    /// Its row in `compare`, after `SCENARIO sse `.
+    pub fn label(self) -> &'static str {
+        match self {
+            SseFigure::Opened => "opened",
+            SseFigure::Events => "events",
+            SseFigure::Reconnects => "reconnects",
+            SseFigure::DeliveryP50 => "delivery p50",
+            SseFigure::DeliveryP99 => "delivery p99",
+            SseFigure::NegativeDeliveries => "negative deliveries",
+            SseFigure::FanoutSpreadMax => "fan-out spread max",
+        }
+    }
+
+    pub fn unit(self) -> Unit {
+        match self {
+            SseFigure::DeliveryP50 | SseFigure::DeliveryP99 | SseFigure::FanoutSpreadMax => {
+                Unit::Ms
+            }
+            _ => Unit::Count,
+        }
+    }
+
+    /// This figure of a scenario; `None` for a scenario without
+    /// subscriptions and for a figure it could not measure.
+    pub fn of(self, s: &Scenario) -> Option<f64> {
+        let sse = s.sse.as_ref()?;
+        let delivery = |q: Quantile| sse.delivery.latency_ms.as_ref().map(|p| q.of(p));
+        match self {
+            SseFigure::Opened => Some(sse.opened as f64),
+            SseFigure::Events => Some(sse.events as f64),
+            SseFigure::Reconnects => Some(sse.reconnects as f64),
+            SseFigure::DeliveryP50 => delivery(Quantile::P50),
+            SseFigure::DeliveryP99 => delivery(Quantile::P99),
+            SseFigure::NegativeDeliveries => Some(sse.delivery.negative as f64),
+            SseFigure::FanoutSpreadMax => sse.fanout.spread_max_ms,
+        }
+    }
+}
+
+/// Where figures are read from: one set of totals, or a combination of
+/// several (the medians of repeat runs).
+pub trait Source {
+    /// The figure's value; `None` when this source does not have it.
+    fn get(&self, figure: &Figure) -> Option<f64>;
+}
+
+impl Source for Totals {
+    fn get(&self, figure: &Figure) -> Option<f64> {
+        figure.of(self)
+    }
+}
+
+/// `n` as a percentage of `of`; `None` when `of` is 0: a percentage of
+/// nothing is no evidence either way.
+pub fn percent(n: f64, of: f64) -> Option<f64> {
+    (of > 0.0).then(|| 100.0 * n / of)
+}
+
+/// The median, the mean of the middle two for an even count; `None` of
+/// nothing.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
+}
+
+#[cfg(test)]
+mod tests;

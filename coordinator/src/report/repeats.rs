@@ -175,8 +175,8 @@ struct Medians<'a>(Vec<&'a Totals>);
 impl Source for Medians<'_> {
     fn get(&self, figure: &Figure) -> Option<f64> {
         let values = self.0.iter().filter_map(|t| match figure {
-            // A status a run never saw it saw 0 times, so a status seen in
-            // one run of three has a median of 0.
+            // A run that never saw a status saw it 0 times, so a status
+            // seen in one run of three has a median of 0.
             Figure::Grpc(_) => Some(figure.of(t).unwrap_or(0.0)),
             _ => figure.of(t),
         });

@@ -25,9 +25,8 @@ fn repeated_runs_are_kept_with_their_spread() {
             "p99<5s",
         ],
     );
-    // A stall of the shared test machine in any run makes that run
-    // GENERATOR_SATURATED (send-lag p99 23 ms at 4% CPU, seen once in CI
-    // here), which is its verdict to give, not this test's concern.
+    // A stall of a shared test machine makes a run GENERATOR_SATURATED:
+    // that is the run's verdict to give, not this test's concern.
     assert_ok_or_saturated(status, &r, &output);
     let rep = &r["repeats"];
     assert_eq!(u(&rep["count"]), 3, "{rep}");

@@ -85,7 +85,7 @@ fn compare_table_has_headline_rows_in_order_with_ratios() {
     assert_eq!(
         &names[..3],
         ["intended", "sent", "unsent"],
-        "lesson 1 leads"
+        "what was intended, sent and never sent leads"
     );
     assert!(names.contains(&"status 200") && names.contains(&"status 503"));
     assert_eq!(t.row("latency_ms p50").unwrap().ratios[0].value, Some(2.0));
@@ -95,7 +95,6 @@ fn compare_table_has_headline_rows_in_order_with_ratios() {
     assert_eq!(s503.value(0), None);
     assert_eq!(s503.cell(0), "-");
     assert_eq!(s503.ratios[0].value, None);
-    // 100 × 5xx over 1000 completed.
     // 100 × 5xx over 1000 completed: failures, not (transport) errors.
     assert_eq!(t.row("failure %").unwrap().value(1), Some(10.0));
     assert_eq!(t.row("failure %").unwrap().cell(0), "0.00%");

@@ -127,8 +127,8 @@ pub enum Figure {
     Grpc(GrpcStatus),
 }
 
-/// The figures `--repeat` keeps the median, min and max of, in the order
-/// of `repeats.median`'s documentation.
+/// The headline figures: `--repeat` keeps their median, min and max, and
+/// `compare` quotes those for a repeated report.
 pub const HEADLINE: [Figure; 24] = [
     Figure::Intended,
     Figure::Sent,

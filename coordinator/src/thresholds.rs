@@ -303,29 +303,45 @@ impl Threshold {
 mod tests {
     use super::*;
 
+    /// Totals with every kind of outcome: 5 transport errors, 185 answers
+    /// of 503 and 10 UNAVAILABLE make 200 failures.
     fn figures(check: &Threshold) -> Checked {
-        let lat = Latency {
-            p50: 1.0,
-            p90: 1.0,
-            p95: 1.0,
-            p99: 420.0,
-            p999: 1.0,
-            max: 1.0,
-            mean: 1.0,
-        };
-        check.check(&Figures {
-            latency: Some(lat),
-            intended: 1000,
-            unsent: 10,
-            sent: 990,
-            completed: 980,
-            errors: 5,
-            failures: 200,
-            incomplete: 10,
-            throughput_rps: 99.0,
-            throughput_ok_rps: 78.0,
-            grpc: [("OK".to_string(), 970), ("UNAVAILABLE".to_string(), 10)].into(),
-        })
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../tests/fixtures/report.json"))
+                .expect("the fixture is a report");
+        let t = &mut v["totals"];
+        for (q, ms) in [
+            ("p50", 1.0),
+            ("p90", 1.0),
+            ("p95", 1.0),
+            ("p99", 420.0),
+            ("p999", 1.0),
+            ("max", 1.0),
+            ("mean", 1.0),
+        ] {
+            t["latency_ms"][q] = serde_json::json!(ms);
+        }
+        for (key, n) in [
+            ("intended", 1000),
+            ("sent", 990),
+            ("completed", 980),
+            ("in_flight_at_end", 10),
+        ] {
+            t[key] = serde_json::json!(n);
+        }
+        t["unsent"]["total"] = serde_json::json!(10);
+        t["throughput_rps"] = serde_json::json!(99.0);
+        t["throughput_ok_rps"] = serde_json::json!(78.0);
+        t["status"] = serde_json::json!({"503": 185});
+        t["errors"] = serde_json::json!({"timeout": 5});
+        t["grpc"] = serde_json::json!({
+            "calls": 980,
+            "status": {"OK": 970, "UNAVAILABLE": 10},
+            "rate": {}
+        });
+        let totals: crate::report::model::Totals =
+            serde_json::from_value(t.clone()).expect("totals");
+        check.check(&totals)
     }
 
     #[test]

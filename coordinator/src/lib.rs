@@ -12,6 +12,7 @@ pub mod cli;
 pub mod compare;
 pub mod console;
 pub mod error;
+pub mod figures;
 pub mod fleet;
 pub mod grpc;
 pub mod local;

@@ -1,8 +1,10 @@
-//! Pass/fail rules checked against the final report (`p99<500ms`,
-//! `unsent==0`, `failures<1%`, `incomplete==0`, `ok_rps>=900`,
-//! `grpc.unavailable<1%`). Each metric
-//! is named as in the report (errors, failures and successful throughput
-//! are defined in docs/report.md).
+//! Pass/fail rules checked against a report (`p99<500ms`, `unsent==0`,
+//! `failures<1%`, `incomplete==0`, `ok_rps>=900`, `grpc.unavailable<1%`).
+//!
+//! A threshold names a figure of the registry ([`crate::figures`]) and is
+//! checked against any [`Source`] of figures, so a run's totals, the
+//! medians of repeat runs and anything else that can name figures are
+//! checked by the same rules.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,42 +12,7 @@ use std::str::FromStr;
 use loadfleet_proto::vocab::GrpcStatus;
 use serde::{Deserialize, Serialize};
 
-/// What a threshold looks at.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Metric {
-    /// A latency figure (ms), from the intended send time.
-    Latency(&'static str),
-    /// Arrivals never sent (`%` of intended).
-    Unsent,
-    /// Transport errors, no HTTP status (`%` of completed).
-    Errors,
-    /// Transport errors + 4xx + 5xx (`%` of completed).
-    Failures,
-    /// Sent and without an outcome when the drain ended (`%` of sent).
-    Incomplete,
-    /// Completions in the window per second.
-    Throughput,
-    /// 2xx and gRPC OK completions in the window per second.
-    ThroughputOk,
-    /// gRPC calls answered with this status (`%` of completed).
-    Grpc(GrpcStatus),
-}
-
-impl Metric {
-    /// The unit `actual` is in, as shown after it.
-    fn unit(self, percent: bool) -> &'static str {
-        match self {
-            _ if percent => "%",
-            Metric::Latency(_) => "ms",
-            Metric::Throughput | Metric::ThroughputOk => "req/s",
-            Metric::Unsent
-            | Metric::Errors
-            | Metric::Failures
-            | Metric::Incomplete
-            | Metric::Grpc(_) => "",
-        }
-    }
-}
+use crate::figures::{Figure, Quantile, Source, Unit, THRESHOLD_NAMES};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -62,11 +29,12 @@ pub struct Threshold {
     text: String,
     /// Checked against this scenario only (`checkout.p99<300ms`); else totals.
     scenario: Option<String>,
-    metric: Metric,
+    figure: Figure,
     op: Op,
+    /// In the figure's unit (milliseconds for latencies) or in percent.
     value: f64,
-    /// The value was a percentage of intended (unsent), completed (errors,
-    /// failures) or sent (incomplete).
+    /// The value is a percentage of what the figure is a share of
+    /// ([`Figure::share_of`]).
     percent: bool,
 }
 
@@ -98,42 +66,22 @@ impl FromStr for Threshold {
         .iter()
         .find_map(|(tok, op)| rest.strip_prefix(tok).map(|v| (*op, v)))
         .ok_or_else(|| format!("{s:?}: the operator must be one of < <= > >= =="))?;
-        let metric = match name {
-            "p50" | "p90" | "p95" | "p99" | "p999" | "max" | "mean" => Metric::Latency(match name {
-                "p50" => "p50",
-                "p90" => "p90",
-                "p95" => "p95",
-                "p99" => "p99",
-                "p999" => "p999",
-                "max" => "max",
-                _ => "mean",
-            }),
-            "unsent" => Metric::Unsent,
-            "errors" => Metric::Errors,
-            "failures" => Metric::Failures,
-            "incomplete" => Metric::Incomplete,
-            "rps" | "throughput" => Metric::Throughput,
-            "ok_rps" | "throughput_ok" => Metric::ThroughputOk,
-            other => match other.strip_prefix("grpc.") {
-                Some(status) => Metric::Grpc(
-                    GrpcStatus::ALL
-                        .iter()
-                        .copied()
-                        .find(|g| g.threshold_name() == status.to_ascii_lowercase())
-                        .ok_or_else(|| {
-                            format!(
-                                "{s:?}: {status:?} is not a gRPC status; use one of {}",
-                                GrpcStatus::ALL
-                                    .iter()
-                                    .map(|g| g.threshold_name())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )
-                        })?,
-                ),
+        let figure = match Figure::by_threshold_name(name) {
+            Some(figure) => figure,
+            None => match name.strip_prefix("grpc.") {
+                Some(status) => Figure::Grpc(grpc_status(status).ok_or_else(|| {
+                    format!(
+                        "{s:?}: {status:?} is not a gRPC status; use one of {}",
+                        GrpcStatus::ALL
+                            .iter()
+                            .map(|g| g.threshold_name())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })?),
                 None => {
                     return Err(format!(
-                        "{s:?}: unknown metric {other:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps, ok_rps or grpc.STATUS (e.g. grpc.unavailable)"
+                        "{s:?}: unknown metric {name:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps, ok_rps or grpc.STATUS (e.g. grpc.unavailable)"
                     ))
                 }
             },
@@ -156,28 +104,32 @@ impl FromStr for Threshold {
             .ok()
             .filter(|v: &f64| v.is_finite() && *v >= 0.0)
             .ok_or_else(|| format!("{s:?}: {value:?} is not a number >= 0 (e.g. 500ms, 1%, 0)"))?;
-        if percent
-            && matches!(
-                metric,
-                Metric::Latency(_) | Metric::Throughput | Metric::ThroughputOk
-            )
-        {
+        if percent && figure.share_of().is_none() {
             return Err(format!(
                 "{s:?}: a percentage only applies to unsent, errors, failures, incomplete and grpc.STATUS"
             ));
         }
-        if !matches!(metric, Metric::Latency(_)) && unit.is_some() {
+        if figure.unit() != Unit::Ms && unit.is_some() {
             return Err(format!("{s:?}: time units only apply to latency metrics"));
         }
         Ok(Self {
             text,
             scenario,
-            metric,
+            figure,
             op,
             value: value * scale,
             percent,
         })
     }
+}
+
+/// The status a threshold names in lower case (`unavailable`), or in the
+/// vocabulary's own spelling.
+fn grpc_status(name: &str) -> Option<GrpcStatus> {
+    GrpcStatus::ALL
+        .iter()
+        .copied()
+        .find(|g| g.threshold_name() == name.to_ascii_lowercase())
 }
 
 /// Splits `[SCENARIO.]grpc.STATUS` into the scenario and `grpc.STATUS`;
@@ -190,30 +142,10 @@ fn grpc_metric(name: &str) -> Option<(Option<&str>, &str)> {
         let at = name.rfind(".grpc.")?;
         (Some(&name[..at]), &name[at + ".grpc.".len()..])
     };
-    let is_status = GrpcStatus::ALL
-        .iter()
-        .any(|g| g.threshold_name() == metric.to_ascii_lowercase());
     // An unknown word after `grpc.` is still meant as a status (and is
     // refused as one), unless it is one of the plain metrics.
-    let plain = matches!(
-        metric,
-        "p50"
-            | "p90"
-            | "p95"
-            | "p99"
-            | "p999"
-            | "max"
-            | "mean"
-            | "unsent"
-            | "errors"
-            | "failures"
-            | "incomplete"
-            | "rps"
-            | "throughput"
-            | "ok_rps"
-            | "throughput_ok"
-    );
-    if !is_status && plain {
+    let plain = THRESHOLD_NAMES.iter().any(|(n, _)| *n == metric);
+    if grpc_status(metric).is_none() && plain {
         return None;
     }
     let metric_at = name.len() - metric.len() - "grpc.".len();
@@ -226,9 +158,7 @@ impl fmt::Display for Threshold {
     }
 }
 
-/// Latency figures a threshold can name, in milliseconds. Thresholds
-/// define what they read and the report fills it in, so parsing a plan's
-/// thresholds never needs the report.
+/// Latency figures in milliseconds, as [`Figures`] carries them.
 #[derive(Debug, Clone, Copy)]
 pub struct Latency {
     pub p50: f64,
@@ -241,21 +171,22 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn get(&self, name: &str) -> Option<f64> {
-        Some(match name {
-            "p50" => self.p50,
-            "p90" => self.p90,
-            "p95" => self.p95,
-            "p99" => self.p99,
-            "p999" => self.p999,
-            "max" => self.max,
-            "mean" => self.mean,
-            _ => return None,
-        })
+    fn get(&self, q: Quantile) -> f64 {
+        match q {
+            Quantile::P50 => self.p50,
+            Quantile::P90 => self.p90,
+            Quantile::P95 => self.p95,
+            Quantile::P99 => self.p99,
+            Quantile::P999 => self.p999,
+            Quantile::Max => self.max,
+            Quantile::Mean => self.mean,
+        }
     }
 }
 
-/// The figures thresholds are checked against.
+/// The threshold figures of a set of totals, handed over field by field;
+/// a [`Source`] like the [`Totals`](crate::report::model::Totals) it is
+/// made from, which can be checked directly.
 pub struct Figures {
     /// Latency from the intended send time; `None` when nothing completed.
     pub latency: Option<Latency>,
@@ -275,6 +206,26 @@ pub struct Figures {
     pub grpc: std::collections::BTreeMap<String, u64>,
 }
 
+impl Source for Figures {
+    fn get(&self, figure: &Figure) -> Option<f64> {
+        let count = |n: u64| Some(n as f64);
+        match figure {
+            Figure::Latency(q) => self.latency.map(|l| l.get(*q)),
+            Figure::Intended => count(self.intended),
+            Figure::Unsent => count(self.unsent),
+            Figure::Sent => count(self.sent),
+            Figure::Completed => count(self.completed),
+            Figure::Errors => count(self.errors),
+            Figure::Failures => count(self.failures),
+            Figure::InFlightAtEnd => count(self.incomplete),
+            Figure::Throughput => Some(self.throughput_rps),
+            Figure::ThroughputOk => Some(self.throughput_ok_rps),
+            Figure::Grpc(s) => self.grpc.get(s.as_str()).map(|n| *n as f64),
+            _ => None,
+        }
+    }
+}
+
 /// One checked threshold, as it appears in the report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Checked {
@@ -286,43 +237,52 @@ pub struct Checked {
     pub passed: bool,
 }
 
+/// Reads a gRPC status a source never saw as seen 0 times, so that
+/// `grpc.unavailable==0` holds for a run without any.
+struct UnseenGrpcIsZero<'a, S: ?Sized>(&'a S);
+
+impl<S: Source + ?Sized> Source for UnseenGrpcIsZero<'_, S> {
+    fn get(&self, figure: &Figure) -> Option<f64> {
+        self.0
+            .get(figure)
+            .or_else(|| matches!(figure, Figure::Grpc(_)).then_some(0.0))
+    }
+}
+
 impl Threshold {
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {
         self.scenario.as_deref()
     }
 
-    /// The unit its figure is in (see [`Checked::unit`]).
-    pub fn unit(&self) -> &'static str {
-        self.metric.unit(self.percent)
+    /// The figure this threshold is about.
+    pub fn figure(&self) -> &Figure {
+        &self.figure
     }
 
-    pub fn check(&self, f: &Figures) -> Checked {
-        // A percentage of nothing is no evidence: such a threshold fails.
-        let ratio = |n: u64, of: u64| (of > 0).then(|| 100.0 * n as f64 / of as f64);
-        let actual = match self.metric {
-            Metric::Latency(q) => f.latency.and_then(|p| p.get(q)),
-            Metric::Unsent if self.percent => ratio(f.unsent, f.intended),
-            Metric::Unsent => Some(f.unsent as f64),
-            Metric::Errors if self.percent => ratio(f.errors, f.completed),
-            Metric::Errors => Some(f.errors as f64),
-            Metric::Failures if self.percent => ratio(f.failures, f.completed),
-            Metric::Failures => Some(f.failures as f64),
-            Metric::Incomplete if self.percent => ratio(f.incomplete, f.sent),
-            Metric::Incomplete => Some(f.incomplete as f64),
-            Metric::Throughput => Some(f.throughput_rps),
-            Metric::ThroughputOk => Some(f.throughput_ok_rps),
-            Metric::Grpc(status) => {
-                let n = f.grpc.get(status.as_str()).copied().unwrap_or(0);
-                if self.percent {
-                    ratio(n, f.completed)
-                } else {
-                    Some(n as f64)
-                }
-            }
-        };
-        // A latency threshold with no latency at all fails: nothing was
-        // measured, so nothing was shown to be fast enough.
+    /// The unit its figure is in (see [`Checked::unit`]).
+    pub fn unit(&self) -> &'static str {
+        if self.percent {
+            Unit::Percent.suffix()
+        } else {
+            self.figure.unit().suffix()
+        }
+    }
+
+    /// The figure this threshold reads from `src`, in its unit.
+    pub fn actual<S: Source + ?Sized>(&self, src: &S) -> Option<f64> {
+        let src = UnseenGrpcIsZero(src);
+        if self.percent {
+            self.figure.share(&src)
+        } else {
+            src.get(&self.figure)
+        }
+    }
+
+    /// Checks `src`. A figure the source lacks fails: nothing measured
+    /// (no latency, a percentage of nothing) shows nothing good enough.
+    pub fn check<S: Source + ?Sized>(&self, src: &S) -> Checked {
+        let actual = self.actual(src);
         let passed = actual.is_some_and(|a| match self.op {
             Op::Lt => a < self.value,
             Op::Le => a <= self.value,
@@ -343,29 +303,45 @@ impl Threshold {
 mod tests {
     use super::*;
 
+    /// Totals with every kind of outcome: 5 transport errors, 185 answers
+    /// of 503 and 10 UNAVAILABLE make 200 failures.
     fn figures(check: &Threshold) -> Checked {
-        let lat = Latency {
-            p50: 1.0,
-            p90: 1.0,
-            p95: 1.0,
-            p99: 420.0,
-            p999: 1.0,
-            max: 1.0,
-            mean: 1.0,
-        };
-        check.check(&Figures {
-            latency: Some(lat),
-            intended: 1000,
-            unsent: 10,
-            sent: 990,
-            completed: 980,
-            errors: 5,
-            failures: 200,
-            incomplete: 10,
-            throughput_rps: 99.0,
-            throughput_ok_rps: 78.0,
-            grpc: [("OK".to_string(), 970), ("UNAVAILABLE".to_string(), 10)].into(),
-        })
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../tests/fixtures/report.json"))
+                .expect("the fixture is a report");
+        let t = &mut v["totals"];
+        for (q, ms) in [
+            ("p50", 1.0),
+            ("p90", 1.0),
+            ("p95", 1.0),
+            ("p99", 420.0),
+            ("p999", 1.0),
+            ("max", 1.0),
+            ("mean", 1.0),
+        ] {
+            t["latency_ms"][q] = serde_json::json!(ms);
+        }
+        for (key, n) in [
+            ("intended", 1000),
+            ("sent", 990),
+            ("completed", 980),
+            ("in_flight_at_end", 10),
+        ] {
+            t[key] = serde_json::json!(n);
+        }
+        t["unsent"]["total"] = serde_json::json!(10);
+        t["throughput_rps"] = serde_json::json!(99.0);
+        t["throughput_ok_rps"] = serde_json::json!(78.0);
+        t["status"] = serde_json::json!({"503": 185});
+        t["errors"] = serde_json::json!({"timeout": 5});
+        t["grpc"] = serde_json::json!({
+            "calls": 980,
+            "status": {"OK": 970, "UNAVAILABLE": 10},
+            "rate": {}
+        });
+        let totals: crate::report::model::Totals =
+            serde_json::from_value(t.clone()).expect("totals");
+        check.check(&totals)
     }
 
     #[test]
@@ -418,19 +394,19 @@ mod tests {
         assert_eq!("p99<300ms".parse::<Threshold>().unwrap().scenario(), None);
         let t: Threshold = "grpc.unavailable<1%".parse().unwrap();
         assert_eq!(
-            (t.scenario(), t.metric),
-            (None, Metric::Grpc(GrpcStatus::Unavailable))
+            (t.scenario(), t.figure()),
+            (None, &Figure::Grpc(GrpcStatus::Unavailable))
         );
         let t: Threshold = "checkout.grpc.ok>99%".parse().unwrap();
         assert_eq!(
-            (t.scenario(), t.metric),
-            (Some("checkout"), Metric::Grpc(GrpcStatus::Ok))
+            (t.scenario(), t.figure()),
+            (Some("checkout"), &Figure::Grpc(GrpcStatus::Ok))
         );
         // A scenario that happens to be named grpc keeps its plain metrics.
         let t: Threshold = "grpc.p99<1s".parse().unwrap();
         assert_eq!(
-            (t.scenario(), t.metric),
-            (Some("grpc"), Metric::Latency("p99"))
+            (t.scenario(), t.figure()),
+            (Some("grpc"), &Figure::Latency(Quantile::P99))
         );
     }
 

@@ -1,46 +1,18 @@
 //! `--repeat N`: one report over several runs of the same plan.
 //!
-//! Conclusions come from several runs with the median quoted, not from one
-//! lucky or unlucky run. The combined report keeps every run's headline
-//! figures, adds their median, min and max, shows the run whose p99 is the
-//! median as the representative one, and checks thresholds against the
-//! medians. `compare` reads the min..max spread to tell real differences
-//! from run-to-run noise.
+//! One run can be lucky or unlucky, so the combined report keeps every
+//! run's totals, the median, min and max of each headline figure, shows the
+//! run whose p99 is the median as the representative one, and checks
+//! thresholds against the medians. `compare` reads the min..max spread to
+//! tell real differences from run-to-run noise.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::model::{Checked, Report, Verdict};
+use super::model::{Checked, Report, Totals, Verdict};
 use super::verdicts;
-use crate::thresholds::{Figures, Latency, Threshold};
-
-/// Headline figures, as key paths into a run's totals.
-const HEADLINE: &[&str] = &[
-    "intended",
-    "sent",
-    "unsent.total",
-    "completed",
-    "completed_in_window",
-    "in_flight_at_end",
-    "errors_total",
-    "failures",
-    "throughput_rps",
-    "throughput_ok_rps",
-    "latency_ms.p50",
-    "latency_ms.p90",
-    "latency_ms.p95",
-    "latency_ms.p99",
-    "latency_ms.p999",
-    "latency_ms.max",
-    "latency_ms.mean",
-    "service_time_ms.p50",
-    "service_time_ms.p90",
-    "service_time_ms.p95",
-    "service_time_ms.p99",
-    "service_time_ms.p999",
-    "service_time_ms.max",
-    "service_time_ms.mean",
-];
+use crate::figures::{median, Figure, Quantile, Source, Unit as FigureUnit, HEADLINE};
+use crate::thresholds::Threshold;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Repeats {
@@ -57,12 +29,12 @@ pub struct Repeats {
     pub max: Headline,
 }
 
-/// `repeats.median`, `.min` and `.max`: the [`HEADLINE`] figures, each
-/// absent when no run had it (a run with no completion has no latency).
-/// Absent keys stay absent, never 0, so `compare` can show `-`. Fields are
-/// in key order, as the maps they replace were written, so the JSON is
-/// unchanged; a figure added to [`HEADLINE`] needs its field here (a test
-/// says so).
+/// `repeats.median`, `.min` and `.max`: the
+/// [`HEADLINE`](crate::figures::HEADLINE) figures, each absent when no run
+/// had it (a run with no completion has no latency), never 0, so `compare`
+/// can show `-`. Fields are in key order, so the JSON is that of a map of
+/// the same keys; every headline figure needs its field here (a test
+/// checks).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Headline {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,13 +90,13 @@ pub struct HeadlineUnsent {
 }
 
 impl Headline {
-    /// From the map `combine` builds by key path; every value is a number
-    /// in its place, so nothing is lost (see the test).
+    /// From a map of figures by key path; every value is a number in its
+    /// place, so nothing is lost (a test checks).
     fn from_map(map: Map<String, Value>) -> Headline {
         serde_json::from_value(Value::Object(map)).unwrap_or_default()
     }
 
-    /// The figure at a [`HEADLINE`] key path.
+    /// The figure at a key path ([`Figure::key`]).
     pub fn get(&self, path: &str) -> Option<f64> {
         get(&serde_json::to_value(self).ok()?, path)
     }
@@ -138,23 +110,23 @@ pub enum Unit {
     Millis,
 }
 
-/// The columns of the repeats table (text and HTML): title, key path, unit.
-pub const COLUMNS: [(&str, &str, Unit); 7] = [
-    ("intended", "intended", Unit::Count),
-    ("sent", "sent", Unit::Count),
-    ("unsent", "unsent.total", Unit::Count),
-    ("req/s", "throughput_rps", Unit::PerSecond),
-    ("p50", "latency_ms.p50", Unit::Millis),
-    ("p99", "latency_ms.p99", Unit::Millis),
-    ("max", "latency_ms.max", Unit::Millis),
+/// The columns of the repeats table (text and HTML): title, figure, unit.
+pub const COLUMNS: [(&str, Figure, Unit); 7] = [
+    ("intended", Figure::Intended, Unit::Count),
+    ("sent", Figure::Sent, Unit::Count),
+    ("unsent", Figure::Unsent, Unit::Count),
+    ("req/s", Figure::Throughput, Unit::PerSecond),
+    ("p50", Figure::Latency(Quantile::P50), Unit::Millis),
+    ("p99", Figure::Latency(Quantile::P99), Unit::Millis),
+    ("max", Figure::Latency(Quantile::Max), Unit::Millis),
 ];
 
 impl Repeats {
     /// Rows of the repeats table: each run, then median, min and max, with
     /// one value per column of [`COLUMNS`].
     pub fn table(&self) -> Vec<(String, Vec<Option<f64>>)> {
-        let row = |v: &Value| COLUMNS.iter().map(|(_, path, _)| get(v, path)).collect();
-        let headline = |h: &Headline| COLUMNS.iter().map(|(_, path, _)| h.get(path)).collect();
+        let row = |v: &Value| COLUMNS.iter().map(|(_, f, _)| get(v, &f.key())).collect();
+        let headline = |h: &Headline| COLUMNS.iter().map(|(_, f, _)| h.get(&f.key())).collect();
         self.runs
             .iter()
             .enumerate()
@@ -186,50 +158,65 @@ fn set(root: &mut Map<String, Value>, path: &str, value: f64) {
     node.insert(last.to_string(), Value::from(value));
 }
 
-fn median(sorted: &[f64]) -> f64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-    }
-}
-
-/// A run's totals as JSON, with the transport errors' total, which
-/// thresholds and compare read as `errors`.
-fn run_value(r: &Report) -> Value {
-    let mut v = serde_json::to_value(&r.totals).unwrap_or(Value::Null);
-    let errors: u64 = r.totals.errors.values().sum();
-    if let Value::Object(map) = &mut v {
-        map.insert("errors_total".into(), Value::from(errors));
+/// A run's totals as JSON, with the transport errors' total
+/// ([`Figure::Errors`]), which the totals hold only by kind.
+fn run_value(t: &Totals) -> Value {
+    let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
+    if let (Value::Object(map), Some(errors)) = (&mut v, Figure::Errors.of(t)) {
+        map.insert(Figure::Errors.key(), Value::from(errors as u64));
     }
     v
+}
+
+/// The figures of several runs, each the median over the runs that have
+/// it. Counts are whole: the median of an even number of runs is rounded.
+struct Medians<'a>(Vec<&'a Totals>);
+
+impl Source for Medians<'_> {
+    fn get(&self, figure: &Figure) -> Option<f64> {
+        let values = self.0.iter().filter_map(|t| match figure {
+            // A run that never saw a status saw it 0 times, so a status
+            // seen in one run of three has a median of 0.
+            Figure::Grpc(_) => Some(figure.of(t).unwrap_or(0.0)),
+            _ => figure.of(t),
+        });
+        let m = median(values.collect())?;
+        Some(if figure.unit() == FigureUnit::Count {
+            m.round()
+        } else {
+            m
+        })
+    }
 }
 
 /// Combines the reports of several runs; the second value is the index of
 /// the representative run (whose interval log is written).
 pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize) {
-    let runs: Vec<Value> = reports.iter().map(run_value).collect();
+    let runs: Vec<Value> = reports.iter().map(|r| run_value(&r.totals)).collect();
     let (mut med, mut lo, mut hi) = (Map::new(), Map::new(), Map::new());
-    for path in HEADLINE {
-        let mut values: Vec<f64> = runs.iter().filter_map(|r| get(r, path)).collect();
-        if values.is_empty() {
-            continue;
-        }
+    for figure in &HEADLINE {
+        let mut values: Vec<f64> = reports
+            .iter()
+            .filter_map(|r| figure.of(&r.totals))
+            .collect();
         values.sort_by(f64::total_cmp);
-        set(&mut med, path, median(&values));
-        set(&mut lo, path, values[0]);
-        set(&mut hi, path, values[values.len() - 1]);
+        let (Some(&min), Some(&max)) = (values.first(), values.last()) else {
+            continue;
+        };
+        let Some(m) = median(values) else { continue };
+        let key = figure.key();
+        set(&mut med, &key, m);
+        set(&mut lo, &key, min);
+        set(&mut hi, &key, max);
     }
-    let med_map = med.clone();
-    let med = Value::Object(med);
 
     // The representative run: p99 closest to the median p99.
-    let representative = match get(&med, "latency_ms.p99") {
-        Some(m) => runs
+    let p99 = Figure::Latency(Quantile::P99);
+    let representative = match median(reports.iter().filter_map(|r| p99.of(&r.totals)).collect()) {
+        Some(m) => reports
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| get(r, "latency_ms.p99").map(|p| (i, (p - m).abs())))
+            .filter_map(|(i, r)| p99.of(&r.totals).map(|p| (i, (p - m).abs())))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(0, |(i, _)| i),
         None => 0,
@@ -238,91 +225,42 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
     let count = reports.len();
     let verdicts = merged_verdicts(&reports);
     let partial = reports.iter().any(|r| r.partial);
+    let checked: Vec<Checked> = {
+        let medians = Medians(reports.iter().map(|r| &r.totals).collect());
+        let shown = &reports[representative].thresholds;
+        thresholds
+            .iter()
+            .map(|th| match th.scenario() {
+                // Per-scenario figures are only kept for the representative run.
+                Some(_) => shown
+                    .iter()
+                    .find(|c| c.threshold == th.to_string())
+                    .cloned()
+                    .unwrap_or_else(|| th.check(&medians)),
+                None => th.check(&medians),
+            })
+            .map(|mut c| {
+                c.threshold = format!("{} (median of {count} runs)", c.threshold);
+                c
+            })
+            .collect()
+    };
     let mut main = reports
         .into_iter()
         .nth(representative)
         .expect("the representative index comes from the runs");
     main.verdicts = verdicts;
     main.partial = partial;
-    let figures = median_figures(&med, &runs);
-    main.thresholds = thresholds
-        .iter()
-        .map(|th| match th.scenario() {
-            // Per-scenario figures are only kept for the representative run.
-            Some(_) => main
-                .thresholds
-                .iter()
-                .find(|c| c.threshold == th.to_string())
-                .cloned()
-                .unwrap_or_else(|| th.check(&figures)),
-            None => th.check(&figures),
-        })
-        .map(|mut c: Checked| {
-            c.threshold = format!("{} (median of {count} runs)", c.threshold);
-            c
-        })
-        .collect();
+    main.thresholds = checked;
     main.repeats = Some(Repeats {
         count,
         representative,
         runs,
-        median: Headline::from_map(med_map),
+        median: Headline::from_map(med),
         min: Headline::from_map(lo),
         max: Headline::from_map(hi),
     });
     (main, representative)
-}
-
-/// The median latency percentiles, for thresholds.
-fn median_latency(med: &Value) -> Option<Latency> {
-    let p50 = get(med, "latency_ms.p50")?;
-    let q = |k: &str| get(med, &format!("latency_ms.{k}")).unwrap_or(f64::NAN);
-    Some(Latency {
-        p50,
-        p90: q("p90"),
-        p95: q("p95"),
-        p99: q("p99"),
-        p999: q("p999"),
-        max: q("max"),
-        mean: q("mean"),
-    })
-}
-
-/// Threshold figures from the medians; each gRPC status's count is its
-/// median over the runs (0 in a run that never saw it).
-fn median_figures(med: &Value, runs: &[Value]) -> Figures {
-    let mut names = std::collections::BTreeSet::new();
-    for r in runs {
-        if let Some(Value::Object(status)) = r.get("grpc").and_then(|g| g.get("status")) {
-            names.extend(status.keys().cloned());
-        }
-    }
-    let grpc = names
-        .into_iter()
-        .map(|name| {
-            let mut counts: Vec<f64> = runs
-                .iter()
-                .map(|r| get(r, &format!("grpc.status.{name}")).unwrap_or(0.0))
-                .collect();
-            counts.sort_by(f64::total_cmp);
-            let n = median(&counts).round() as u64;
-            (name, n)
-        })
-        .collect();
-    let n = |k: &str| get(med, k).unwrap_or(0.0).round() as u64;
-    Figures {
-        latency: median_latency(med),
-        intended: n("intended"),
-        unsent: n("unsent.total"),
-        sent: n("sent"),
-        completed: n("completed"),
-        errors: n("errors_total"),
-        failures: n("failures"),
-        incomplete: n("in_flight_at_end"),
-        throughput_rps: get(med, "throughput_rps").unwrap_or(0.0),
-        throughput_ok_rps: get(med, "throughput_ok_rps").unwrap_or(0.0),
-        grpc,
-    }
 }
 
 /// Verdicts of all runs: one said by every run is kept once; others say
@@ -377,8 +315,8 @@ mod tests {
     #[test]
     fn every_headline_figure_round_trips_through_the_typed_struct() {
         let mut m = Map::new();
-        for (i, path) in HEADLINE.iter().enumerate() {
-            set(&mut m, path, i as f64 + 0.5);
+        for (i, figure) in HEADLINE.iter().enumerate() {
+            set(&mut m, &figure.key(), i as f64 + 0.5);
         }
         let h = Headline::from_map(m.clone());
         assert_eq!(serde_json::to_value(&h).unwrap(), Value::Object(m.clone()));
@@ -386,8 +324,8 @@ mod tests {
             serde_json::to_string(&h).unwrap(),
             serde_json::to_string(&Value::Object(m)).unwrap()
         );
-        for (i, path) in HEADLINE.iter().enumerate() {
-            assert_eq!(h.get(path), Some(i as f64 + 0.5), "{path}");
+        for (i, figure) in HEADLINE.iter().enumerate() {
+            assert_eq!(h.get(&figure.key()), Some(i as f64 + 0.5), "{figure:?}");
         }
         // Absent figures stay absent.
         let mut partial = Map::new();
@@ -397,9 +335,19 @@ mod tests {
         assert_eq!(serde_json::to_value(&h).unwrap(), Value::Object(partial));
     }
 
+    /// The table's columns are headline figures, in the unit the registry
+    /// gives them.
     #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(&[1.0, 2.0, 9.0]), 2.0);
-        assert_eq!(median(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+    fn columns_are_headline_figures_in_their_unit() {
+        for (title, figure, unit) in COLUMNS {
+            assert!(HEADLINE.contains(&figure), "{title}");
+            let expected = match figure.unit() {
+                FigureUnit::Count => Unit::Count,
+                FigureUnit::Rate => Unit::PerSecond,
+                FigureUnit::Ms => Unit::Millis,
+                FigureUnit::Percent => panic!("{title}: no percent column"),
+            };
+            assert_eq!(unit, expected, "{title}");
+        }
     }
 }

@@ -335,8 +335,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let drain = spec.drain;
     // The live outputs: what is measured reaches --out as each second
     // settles, so it outlives a coordinator that is killed.
-    let (live, live_writer) =
-        report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
+    let (live, live_writer) = report::live::LiveOutputs::start(
+        &out_dir,
+        spec.repeats.max(1),
+        info.clone(),
+        console.clone(),
+    )?;
     let shown = console.clone();
     let outputs = fleet::Outputs {
         progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),

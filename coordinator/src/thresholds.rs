@@ -10,9 +10,9 @@ use std::fmt;
 use std::str::FromStr;
 
 use loadfleet_proto::vocab::GrpcStatus;
-use serde::{Deserialize, Serialize};
 
-use crate::figures::{Figure, Quantile, Source, Unit, THRESHOLD_NAMES};
+use crate::figures::{Figure, Source, Unit, THRESHOLD_NAMES};
+use crate::report::model::Checked;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -158,85 +158,6 @@ impl fmt::Display for Threshold {
     }
 }
 
-/// Latency figures in milliseconds, as [`Figures`] carries them.
-#[derive(Debug, Clone, Copy)]
-pub struct Latency {
-    pub p50: f64,
-    pub p90: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-    pub mean: f64,
-}
-
-impl Latency {
-    fn get(&self, q: Quantile) -> f64 {
-        match q {
-            Quantile::P50 => self.p50,
-            Quantile::P90 => self.p90,
-            Quantile::P95 => self.p95,
-            Quantile::P99 => self.p99,
-            Quantile::P999 => self.p999,
-            Quantile::Max => self.max,
-            Quantile::Mean => self.mean,
-        }
-    }
-}
-
-/// The threshold figures of a set of totals, handed over field by field;
-/// a [`Source`] like the [`Totals`](crate::report::model::Totals) it is
-/// made from, which can be checked directly.
-pub struct Figures {
-    /// Latency from the intended send time; `None` when nothing completed.
-    pub latency: Option<Latency>,
-    pub intended: u64,
-    pub unsent: u64,
-    pub sent: u64,
-    pub completed: u64,
-    /// Transport errors (no HTTP status).
-    pub errors: u64,
-    /// Transport errors + 4xx + 5xx.
-    pub failures: u64,
-    /// Sent and without an outcome at the end.
-    pub incomplete: u64,
-    pub throughput_rps: f64,
-    pub throughput_ok_rps: f64,
-    /// gRPC calls per status name ("OK", "UNAVAILABLE", ...).
-    pub grpc: std::collections::BTreeMap<String, u64>,
-}
-
-impl Source for Figures {
-    fn get(&self, figure: &Figure) -> Option<f64> {
-        let count = |n: u64| Some(n as f64);
-        match figure {
-            Figure::Latency(q) => self.latency.map(|l| l.get(*q)),
-            Figure::Intended => count(self.intended),
-            Figure::Unsent => count(self.unsent),
-            Figure::Sent => count(self.sent),
-            Figure::Completed => count(self.completed),
-            Figure::Errors => count(self.errors),
-            Figure::Failures => count(self.failures),
-            Figure::InFlightAtEnd => count(self.incomplete),
-            Figure::Throughput => Some(self.throughput_rps),
-            Figure::ThroughputOk => Some(self.throughput_ok_rps),
-            Figure::Grpc(s) => self.grpc.get(s.as_str()).map(|n| *n as f64),
-            _ => None,
-        }
-    }
-}
-
-/// One checked threshold, as it appears in the report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Checked {
-    pub threshold: String,
-    pub actual: Option<f64>,
-    /// The unit of `actual`: `ms`, `%`, `req/s`, or empty for a count.
-    #[serde(default)]
-    pub unit: String,
-    pub passed: bool,
-}
-
 /// Reads a gRPC status a source never saw as seen 0 times, so that
 /// `grpc.unavailable==0` holds for a run without any.
 struct UnseenGrpcIsZero<'a, S: ?Sized>(&'a S);
@@ -302,6 +223,7 @@ impl Threshold {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::figures::Quantile;
 
     /// Totals with every kind of outcome: 5 transport errors, 185 answers
     /// of 503 and 10 UNAVAILABLE make 200 failures.

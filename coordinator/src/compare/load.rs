@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::bad;
 use crate::error::Error;
+use crate::report::model::Repeats;
 use crate::report::model::{RunInfo, Scenario, Totals, Verdict, SCHEMA};
-use crate::report::repeats::Repeats;
 
 /// One report to compare.
 #[derive(Debug, Clone)]

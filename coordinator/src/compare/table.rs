@@ -11,7 +11,7 @@ use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 use super::load::{Compared, Input};
 use crate::figures::{median, Figure, Phase, Quantile, SseFigure, Unit, HEADLINE};
 use crate::report::model::Totals;
-use crate::report::repeats::{Headline, Repeats};
+use crate::report::model::{Headline, Repeats};
 
 /// What a row reads from a report.
 enum Read {

@@ -143,30 +143,6 @@ fn thresholds_and_compare_agree_on_every_figure_both_show() {
     assert_eq!(agreed, 19);
 }
 
-/// Thresholds read a report's totals as they read the figures the report
-/// builder hands them.
-#[test]
-fn thresholds_read_totals_as_they_read_built_figures() {
-    let t = totals();
-    let built = crate::report::build::figures(&t);
-    for (name, figure) in THRESHOLD_NAMES.iter() {
-        let mut texts = vec![format!("{name}>=0")];
-        if figure.share_of().is_some() {
-            texts.push(format!("{name}>=0%"));
-        }
-        for text in texts {
-            let th: Threshold = text.parse().expect("parses");
-            assert_eq!(th.actual(&t), th.actual(&built), "{text}");
-        }
-    }
-    for status in GrpcStatus::ALL {
-        let th: Threshold = format!("grpc.{}<1%", status.threshold_name())
-            .parse()
-            .expect("parses");
-        assert_eq!(th.actual(&t), th.actual(&built), "{status}");
-    }
-}
-
 /// `--repeat` and `compare` quote the same median, and thresholds are
 /// checked against it.
 #[test]

@@ -14,7 +14,6 @@ use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::{IntervalAgg, Merged};
 use crate::fleet::RunResult;
-use crate::thresholds::{Figures, Latency};
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -223,7 +222,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 None => Some(&totals),
             };
             match t {
-                Some(t) => th.check(&figures(t)),
+                Some(t) => th.check(t),
                 None => Checked {
                     threshold: th.to_string(),
                     actual: None,
@@ -369,35 +368,5 @@ pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
         in_flight: iv.in_flight,
         max_in_flight: iv.max_in_flight,
         max_lag_ms: iv.max_lag_us as f64 / 1000.0,
-    }
-}
-
-/// The figures thresholds read from a set of totals, each under the name
-/// the report gives it.
-pub(crate) fn figures(t: &Totals) -> Figures {
-    Figures {
-        latency: t.latency_ms.as_ref().map(|p| Latency {
-            p50: p.p50,
-            p90: p.p90,
-            p95: p.p95,
-            p99: p.p99,
-            p999: p.p999,
-            max: p.max,
-            mean: p.mean,
-        }),
-        intended: t.intended,
-        unsent: t.unsent.total,
-        sent: t.sent,
-        completed: t.completed,
-        errors: t.errors.values().sum(),
-        failures: t.failures,
-        incomplete: t.in_flight_at_end,
-        throughput_rps: t.throughput_rps,
-        throughput_ok_rps: t.throughput_ok_rps,
-        grpc: t
-            .grpc
-            .as_ref()
-            .map(|g| g.status.clone())
-            .unwrap_or_default(),
     }
 }

@@ -20,7 +20,7 @@ pub fn ms(v: f64) -> String {
 
 /// A threshold's `actual` in its own unit, as the text report and the
 /// page show it: "19.67%", "420.0ms", "78.0 req/s", "10".
-pub fn threshold_actual(c: &crate::thresholds::Checked) -> String {
+pub fn threshold_actual(c: &crate::report::model::Checked) -> String {
     match (c.actual, c.unit.as_str()) {
         (None, _) => "n/a".into(),
         (Some(a), "ms") => ms(a),

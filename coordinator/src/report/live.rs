@@ -28,6 +28,7 @@ use super::build::{build, interval_report};
 use super::model::Report;
 use super::plan_info::PlanInfo;
 use super::{csv, hlog, json};
+use crate::console::Console;
 use crate::fleet::{Settled, Sink};
 
 /// How often `report.partial.json` is replaced.
@@ -81,12 +82,18 @@ pub struct LiveOutputs {
 /// The writer thread; [`LiveWriter::finish`] waits until all is on disk.
 pub struct LiveWriter {
     thread: std::thread::JoinHandle<()>,
+    console: Console,
 }
 
 impl LiveOutputs {
     /// Creates `dir` and the first run's files now, so an --out that cannot
     /// be written fails before any load is sent.
-    pub fn start(dir: &Path, repeats: usize, info: PlanInfo) -> anyhow::Result<(Self, LiveWriter)> {
+    pub fn start(
+        dir: &Path,
+        repeats: usize,
+        info: PlanInfo,
+        console: Console,
+    ) -> anyhow::Result<(Self, LiveWriter)> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--out: cannot create {}", dir.display()))?;
         let (hlog, csv) = run_files(dir, 0, repeats);
@@ -99,9 +106,10 @@ impl LiveOutputs {
         let _ = std::fs::remove_file(dir.join(PARTIAL_NAME));
         let (jobs, queue) = mpsc::channel();
         let partial = dir.join(PARTIAL_NAME);
+        let told = console.clone();
         let thread = std::thread::Builder::new()
             .name("live-outputs".into())
-            .spawn(move || write_jobs(&queue, &partial))
+            .spawn(move || write_jobs(&queue, &partial, &told))
             .context("cannot start the thread that writes the live outputs")?;
         let scenarios = info.scenarios.iter().map(|s| s.name.clone()).collect();
         Ok((
@@ -114,7 +122,7 @@ impl LiveOutputs {
                 open: None,
                 last_partial: None,
             },
-            LiveWriter { thread },
+            LiveWriter { thread, console },
         ))
     }
 
@@ -185,7 +193,9 @@ impl LiveWriter {
     /// (the fleet drops it when it ends).
     pub fn finish(self) {
         if self.thread.join().is_err() {
-            eprintln!("warning: the thread writing the live outputs failed; the final report is written anyway");
+            self.console.line(
+                "warning: the thread writing the live outputs failed; the final report is written anyway",
+            );
         }
     }
 }
@@ -194,11 +204,16 @@ impl LiveWriter {
 struct LiveFile {
     path: PathBuf,
     file: Option<File>,
+    console: Console,
 }
 
 impl LiveFile {
-    fn create(path: PathBuf, header: &[u8]) -> Self {
-        let mut f = LiveFile { path, file: None };
+    fn create(path: PathBuf, header: &[u8], console: &Console) -> Self {
+        let mut f = LiveFile {
+            path,
+            file: None,
+            console: console.clone(),
+        };
         match File::create(&f.path) {
             Ok(file) => {
                 f.file = Some(file);
@@ -220,15 +235,15 @@ impl LiveFile {
     }
 
     fn give_up(&mut self, e: &std::io::Error) {
-        eprintln!(
+        self.console.line(&format!(
             "warning: cannot write {} ({e}); it will be incomplete until the run ends",
             self.path.display()
-        );
+        ));
         self.file = None;
     }
 }
 
-fn write_jobs(queue: &mpsc::Receiver<Job>, partial: &Path) {
+fn write_jobs(queue: &mpsc::Receiver<Job>, partial: &Path, console: &Console) {
     let (mut hlog, mut csv) = (None::<LiveFile>, None::<LiveFile>);
     let mut partial_failed = false;
     while let Ok(job) = queue.recv() {
@@ -239,8 +254,8 @@ fn write_jobs(queue: &mpsc::Receiver<Job>, partial: &Path) {
                 hlog_header,
                 csv_header,
             } => {
-                hlog = Some(LiveFile::create(h, &hlog_header));
-                csv = Some(LiveFile::create(c, &csv_header));
+                hlog = Some(LiveFile::create(h, &hlog_header, console));
+                csv = Some(LiveFile::create(c, &csv_header, console));
             }
             Job::Hlog(lines) => hlog.iter_mut().for_each(|f| f.append(&lines)),
             Job::Csv(lines) => csv.iter_mut().for_each(|f| f.append(&lines)),
@@ -248,7 +263,10 @@ fn write_jobs(queue: &mpsc::Receiver<Job>, partial: &Path) {
                 let written = replace(partial, |w| json::write_json(w, &report));
                 if let Err(e) = written {
                     if !partial_failed {
-                        eprintln!("warning: cannot write {}: {e:#}", partial.display());
+                        console.line(&format!(
+                            "warning: cannot write {}: {e:#}",
+                            partial.display()
+                        ));
                     }
                     partial_failed = true;
                 }

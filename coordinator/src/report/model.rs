@@ -10,8 +10,6 @@ use std::collections::BTreeMap;
 use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
 use serde::{Deserialize, Serialize};
 
-pub use super::repeats::Repeats;
-pub use crate::thresholds::Checked;
 pub use loadfleet_proto::histogram::Percentiles;
 
 pub const SCHEMA: &str = "loadfleet.report/v1";
@@ -411,4 +409,90 @@ pub struct OpenStreams {
     pub open: u64,
     /// Upper bound of streams open at once during the second.
     pub max_open: u64,
+}
+
+/// One checked threshold, as it appears in the report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checked {
+    pub threshold: String,
+    pub actual: Option<f64>,
+    /// The unit of `actual`: `ms`, `%`, `req/s`, or empty for a count.
+    #[serde(default)]
+    pub unit: String,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Repeats {
+    /// How many runs were carried out.
+    pub count: usize,
+    /// Index (0-based) of the run shown as the report's totals: the one
+    /// whose latency p99 is the median.
+    pub representative: usize,
+    /// Each run's totals, in order, with `errors_total` (transport errors,
+    /// every kind together).
+    pub runs: Vec<serde_json::Value>,
+    pub median: Headline,
+    pub min: Headline,
+    pub max: Headline,
+}
+
+/// `repeats.median`, `.min` and `.max`: the
+/// [`HEADLINE`](crate::figures::HEADLINE) figures, each absent when no run
+/// had it (a run with no completion has no latency), never 0, so `compare`
+/// can show `-`. Fields are in key order, so the JSON is that of a map of
+/// the same keys; every headline figure needs its field here (a test
+/// checks).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Headline {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_in_window: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors_total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight_at_end: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intended: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<HeadlinePercentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_time_ms: Option<HeadlinePercentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_ok_rps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput_rps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsent: Option<HeadlineUnsent>,
+}
+
+/// The latency figures of a [`Headline`], in key order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeadlinePercentiles {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p999: Option<f64>,
+}
+
+/// `unsent.total` of a [`Headline`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HeadlineUnsent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
 }

@@ -6,88 +6,12 @@
 //! thresholds against the medians. `compare` reads the min..max spread to
 //! tell real differences from run-to-run noise.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::model::{Checked, Report, Totals, Verdict};
+use super::model::{Checked, Headline, Repeats, Report, Totals, Verdict};
 use super::verdicts;
 use crate::figures::{median, Figure, Quantile, Source, Unit as FigureUnit, HEADLINE};
 use crate::thresholds::Threshold;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Repeats {
-    /// How many runs were carried out.
-    pub count: usize,
-    /// Index (0-based) of the run shown as the report's totals: the one
-    /// whose latency p99 is the median.
-    pub representative: usize,
-    /// Each run's totals, in order, with `errors_total` (transport errors,
-    /// every kind together).
-    pub runs: Vec<Value>,
-    pub median: Headline,
-    pub min: Headline,
-    pub max: Headline,
-}
-
-/// `repeats.median`, `.min` and `.max`: the
-/// [`HEADLINE`](crate::figures::HEADLINE) figures, each absent when no run
-/// had it (a run with no completion has no latency), never 0, so `compare`
-/// can show `-`. Fields are in key order, so the JSON is that of a map of
-/// the same keys; every headline figure needs its field here (a test
-/// checks).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Headline {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_in_window: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub errors_total: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failures: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub in_flight_at_end: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intended: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<HeadlinePercentiles>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sent: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service_time_ms: Option<HeadlinePercentiles>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throughput_ok_rps: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub throughput_rps: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unsent: Option<HeadlineUnsent>,
-}
-
-/// The latency figures of a [`Headline`], in key order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HeadlinePercentiles {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mean: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p50: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p90: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p95: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p99: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub p999: Option<f64>,
-}
-
-/// `unsent.total` of a [`Headline`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HeadlineUnsent {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total: Option<f64>,
-}
 
 impl Headline {
     /// From a map of figures by key path; every value is a number in its

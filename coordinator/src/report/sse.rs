@@ -11,7 +11,7 @@
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{new_histogram, percentiles};
 
-pub use super::model::SseReport;
+use super::model::SseReport;
 use super::model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::fleet::RunResult;
 use crate::sse::SseMerged;

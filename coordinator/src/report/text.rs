@@ -8,8 +8,9 @@ use std::io::Write;
 use loadfleet_proto::vocab::{GrpcStatus, UnsentReason, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
+use super::model::Repeats;
 use super::model::{Grpc, Percentiles, Report};
-use super::repeats::{Repeats, Unit, COLUMNS};
+use super::repeats::{Unit, COLUMNS};
 
 fn percentile_row(
     out: &mut impl Write,

@@ -48,10 +48,7 @@ impl Driver for Client<'_> {
     }
 
     async fn wait(&mut self, sleep: Sleep<'_>, _due: Option<Instant>) -> Waited {
-        match sleep.until(self.stop).await {
-            true => Waited::Woke,
-            false => Waited::Stopped,
-        }
+        sleep.waited(self.stop).await
     }
 }
 

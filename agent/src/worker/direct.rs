@@ -67,25 +67,18 @@ impl<'a> Direct<'a> {
     }
 
     /// A tick: lets the worker's tasks (the flush, dials) run once, reads
-    /// the answers that came since the last tick, and sleeps blind until
-    /// the wake-up. An answer's time is the kernel's stamp of its arrival,
-    /// and the pool judges a deadline by it, so reading late costs the
+    /// the answers that came since the last one, and sleeps blind until the
+    /// wake-up, exact ones included. An answer's time is the kernel's stamp
+    /// of its arrival, deadlines included, so reading late costs the
     /// measurement nothing and saves a wake-up per burst of answers.
     ///
-    /// It waits driving the pool instead while the worker has less than
-    /// [`TICK_SLACK`] left, while requests wait for a connection (queued or
-    /// dialled: the answers that free one must be read as they come), or
-    /// while an answer too large for its socket may be under way (its
-    /// server would stall at the full window until the tick). An arrival's
-    /// own exact wake-up, at most [`WATCHED_SLEEP`] away, ticks too, so an
-    /// answer waits for it instead of waking the worker a second time.
-    ///
-    /// [`WATCHED_SLEEP`]: super::driver::WATCHED_SLEEP
-    ///
-    /// When `due`, the arrival waited for, fell due while the tick read, the
-    /// tick ends at once ([`Waited::Cut`]) and that arrival goes out now
-    /// instead of nearly a quantum late; the loop gives a `due` once per
-    /// tick, so this costs at most one more look at the sockets.
+    /// It waits driving the pool instead with less than [`TICK_SLACK`]
+    /// left, while requests wait for a connection (the answers that free one
+    /// must be read as they come), or while an answer too large for its
+    /// socket may be under way (its server would stall until the tick).
+    /// When `due`, the arrival waited for, fell due while it read, it ends
+    /// at once ([`Waited::Cut`]) so that arrival is not nearly a quantum
+    /// late; the loop allows that once per tick.
     async fn tick(&mut self, sleep: Sleep<'_>, due: Option<Instant>) -> Waited {
         // Also has tokio's reactor look at the sockets, so that the pool
         // knows without a system call of its own whether any answer came.
@@ -101,10 +94,7 @@ impl<'a> Direct<'a> {
             || self.pool.answers_need_reading()
             || sleep.wake.saturating_duration_since(now) < TICK_SLACK
         {
-            return match self.wait_driving(sleep).await {
-                true => Waited::Woke,
-                false => Waited::Stopped,
-            };
+            return Waited::from_woke(self.wait_driving(sleep).await);
         }
         sleep.blind().await;
         Waited::Woke
@@ -174,10 +164,7 @@ impl Driver for Direct<'_> {
             self.unread = true;
             return self.tick(sleep, due).await;
         }
-        match self.wait_driving(sleep).await {
-            true => Waited::Woke,
-            false => Waited::Stopped,
-        }
+        Waited::from_woke(self.wait_driving(sleep).await)
     }
 
     async fn catch_up(&mut self) -> bool {

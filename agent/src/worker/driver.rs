@@ -63,6 +63,17 @@ pub(super) enum Waited {
     Cut,
 }
 
+impl Waited {
+    /// [`Waited::Woke`], or [`Waited::Stopped`] for a wait that was stopped.
+    pub(super) fn from_woke(woke: bool) -> Self {
+        if woke {
+            Waited::Woke
+        } else {
+            Waited::Stopped
+        }
+    }
+}
+
 /// How one scenario's requests go out and its loop waits between them.
 pub(super) trait Driver {
     /// Renders `arrival`'s request (or counts it unsent), counts it sent
@@ -109,6 +120,11 @@ impl Sleep<'_> {
     /// Waits for the wake-up; false when stopped meanwhile.
     pub(super) async fn until(self, stop: &CancellationToken) -> bool {
         wait_until(self.timer, self.wake, self.exact, stop).await
+    }
+
+    /// [`Self::until`], as a [`Driver::wait`] that never ends early.
+    pub(super) async fn waited(self, stop: &CancellationToken) -> Waited {
+        Waited::from_woke(self.until(stop).await)
     }
 
     /// A tick's sleep: the thread blocks until `wake`, listening to

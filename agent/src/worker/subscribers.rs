@@ -44,9 +44,6 @@ impl Driver for Subscribers<'_> {
     }
 
     async fn wait(&mut self, sleep: Sleep<'_>, _due: Option<Instant>) -> Waited {
-        match sleep.until(self.stop).await {
-            true => Waited::Woke,
-            false => Waited::Stopped,
-        }
+        sleep.waited(self.stop).await
     }
 }

@@ -93,10 +93,7 @@ impl Driver for Tasks<'_> {
         } else {
             sleep.until(self.stop).await
         };
-        match woke {
-            true => Waited::Woke,
-            false => Waited::Stopped,
-        }
+        Waited::from_woke(woke)
     }
 
     async fn catch_up(&mut self) -> bool {

@@ -1,25 +1,18 @@
 //! Request tasks that outlive their request: a worker hands each arrival to
 //! an idle one instead of spawning a task for it.
 //!
-//! A task per arrival costs, every time, an aligned allocation for the task,
-//! one for its (boxed, kilobyte-sized) future, its place in the runtime's
-//! task list and its teardown; at 20,000 arrivals a second that was several
-//! per cent of the agent's CPU, and the large allocations made glibc
-//! consolidate its free lists on every request (BENCHMARKS.md). A runner is
-//! allocated once, when every existing one is busy, and then waits in the
-//! idle list between requests, so the worker holds as many as it ever had
-//! in flight at once, never more.
+//! A task per arrival costs two allocations (the task and its
+//! kilobyte-sized future), a place in the runtime's task list and a
+//! teardown, every time. A runner is allocated once, when every existing
+//! one is busy, and then waits in the idle list between requests, so the
+//! worker holds as many as it ever had in flight at once, never more.
 //!
 //! When every connection is taken, an arrival is not given to a runner at
 //! all: it waits in the backlog, oldest first, and the next runner to
 //! finish its request takes it up at once, on the connection it just
-//! freed. A runner per waiting arrival, parked in the pool's queue, costs
-//! a hand-over through a channel and another task wake-up per request, so
-//! a worker that fell behind got dearer per request just when it could
-//! least afford it: offered 180,000 req/s on one core, it completed
-//! 145,000–151,000 and its queue grew to the in-flight cap (BENCHMARKS.md).
-//! Held in the backlog, a waiting arrival costs less than one sent at once,
-//! and the same run completes 176,000–180,000.
+//! freed. A runner per waiting arrival, parked in the pool's queue, would
+//! cost a hand-over and another wake-up per request, so a worker that fell
+//! behind would get dearer per request just when it can least afford it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -114,9 +107,8 @@ impl<J> Runners<J> {
     /// out, so the runners in use stay warm in the cache.
     ///
     /// The first job comes through the seat, not as an argument: an async
-    /// function keeps its arguments' room for its whole life, and a job
-    /// (a request) kept twice over that way cost each runner about 500
-    /// bytes, 5 MB at 10,000 in flight.
+    /// function keeps its arguments' room for its whole life, so a job
+    /// passed in would be kept twice over by every runner.
     pub async fn serve<F, Fut>(self: Rc<Self>, seat: Seat<J>, mut work: F)
     where
         F: FnMut(J) -> Fut,

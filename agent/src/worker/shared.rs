@@ -1,0 +1,174 @@
+//! What one scenario's tasks share on a worker thread, and the one place an
+//! arrival is rendered, counted sent and has its outcome recorded, whichever
+//! way it went out.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use loadfleet_proto::rng::SplitMix64;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{DirectPool, Exchanged, Phases, Queued, Transport};
+use crate::recorder::{Completion, Recorder};
+use crate::request::RequestMix;
+use crate::sse::hook::Hook;
+
+/// A rendered request.
+pub(super) type Request = http::Request<Full<Bytes>>;
+
+/// What the open loop keeps with a request in a [`DirectPool`]: its
+/// intended instant and when it was sent.
+pub(super) type Sent = (Instant, Instant);
+
+/// State one scenario's tasks share on a worker thread.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub(super) recorder: Rc<RefCell<Recorder>>,
+    /// This scenario's requests in flight (the reported gauge).
+    pub(super) in_flight: Rc<Cell<u64>>,
+    /// Every scenario's requests in flight on this worker: the cap applies
+    /// to the agent, however many scenarios overlap.
+    pub(super) worker_in_flight: Rc<Cell<u64>>,
+    pub(super) client: Transport,
+    pub(super) mix: Arc<RequestMix>,
+    /// A subscription scenario's streams and figures.
+    pub(super) sse: Option<Rc<Hook>>,
+    pub(super) rng: Rc<RefCell<SplitMix64>>,
+    pub(super) common_start: Instant,
+    pub(super) interval_ns: u64,
+    pub(super) scenario_start: Instant,
+    pub(super) warmup: Duration,
+    pub(super) duration: Duration,
+    /// The only scenario this worker runs: nothing else on its thread
+    /// (another scenario's arrivals, a subscriber's events) would be held
+    /// up by a tick's blind sleep.
+    pub(super) alone: bool,
+    /// The pool the open loop drives itself, when the scenario can use one;
+    /// its requests then never reach `client`.
+    pub(super) direct: Option<Rc<DirectPool<Sent>>>,
+}
+
+impl Shared {
+    /// An arrival goes out now: one more in flight, counted as sent.
+    pub(super) fn mark_sent(&self, interval: u64, lag: Duration) {
+        let in_flight = self.in_flight.get() + 1;
+        self.in_flight.set(in_flight);
+        self.worker_in_flight.set(self.worker_in_flight.get() + 1);
+        self.recorder
+            .borrow_mut()
+            .arrival_sent(interval, lag.as_micros() as u64, in_flight);
+    }
+
+    /// The interval on the common clock that `at` falls in.
+    pub(super) fn interval_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.common_start).as_nanos() as u64 / self.interval_ns
+    }
+
+    /// Builds arrival `seq`'s request, or counts it unsent when the rendered
+    /// template is not a valid request. Not async: the RefCell borrows end
+    /// here.
+    pub(super) fn build_or_count(&self, seq: u64, interval: u64) -> Option<Request> {
+        let built = self.mix.build(seq, &mut self.rng.borrow_mut());
+        match built {
+            Ok(r) => Some(r),
+            Err(reason) => {
+                self.recorder.borrow_mut().arrival_unsent(interval, reason);
+                None
+            }
+        }
+    }
+
+    /// Sends one request through the transport and records its outcome.
+    pub(super) async fn exchange(
+        &self,
+        request: Request,
+        intended: Instant,
+        sent_at: Instant,
+        queued: Option<Queued>,
+    ) {
+        let exchanged = self.client.send(request, sent_at, queued).await;
+        self.record(&exchanged, intended, sent_at);
+    }
+
+    /// Records one request's outcome and takes it out of the in-flight
+    /// counts.
+    pub(super) fn record(&self, exchanged: &Exchanged, intended: Instant, sent_at: Instant) {
+        let done = exchanged.answered.unwrap_or_else(Instant::now);
+        let in_scenario = done.saturating_duration_since(self.scenario_start);
+        let in_window = in_scenario >= self.warmup && in_scenario < self.duration;
+        let warmup = intended.saturating_duration_since(self.scenario_start) < self.warmup;
+        self.recorder.borrow_mut().completed(
+            self.interval_of(done),
+            Completion {
+                outcome: exchanged.outcome,
+                latency_micros: done.saturating_duration_since(intended).as_micros() as u64,
+                // A wait for one of the agent's own connections is not the
+                // target's: service time starts on the connection.
+                service_micros: done
+                    .saturating_duration_since(exchanged.on_wire.unwrap_or(sent_at))
+                    .as_micros() as u64,
+                pool_wait_micros: exchanged.pool_wait.map(|w| w.as_micros() as u64),
+                warmup,
+                in_window,
+                phases: exchanged.phases,
+            },
+        );
+        self.done_one();
+    }
+
+    /// One subscriber of a subscription scenario: it holds a stream until
+    /// `until`. Its first answer is its outcome, recorded like a request's
+    /// (latency = time to subscribe, from the intended instant to the
+    /// response headers); it stays in flight while it holds on.
+    pub(super) async fn subscribe(
+        &self,
+        hook: &Hook,
+        request: Request,
+        intended: Instant,
+        until: Instant,
+        stop: &CancellationToken,
+    ) {
+        let sent_at = Instant::now();
+        let answered = Cell::new(false);
+        hook.subscribe(&request, intended, until, stop, |outcome, at, opening| {
+            answered.set(true);
+            let in_scenario = at.saturating_duration_since(self.scenario_start);
+            self.recorder.borrow_mut().completed(
+                self.interval_of(at),
+                Completion {
+                    outcome,
+                    latency_micros: at.saturating_duration_since(intended).as_micros() as u64,
+                    service_micros: at.saturating_duration_since(sent_at).as_micros() as u64,
+                    pool_wait_micros: None,
+                    warmup: intended.saturating_duration_since(self.scenario_start) < self.warmup,
+                    in_window: in_scenario >= self.warmup && in_scenario < self.duration,
+                    phases: Phases {
+                        connect: opening.connect,
+                        tls: opening.tls,
+                        ttfb: opening.ttfb,
+                        body: None,
+                        new_connection: opening.connect.is_some(),
+                        reused: false,
+                    },
+                },
+            );
+        })
+        .await;
+        // One never answered (stopped first) is abandoned, as a request
+        // would be: it stays in flight at the end.
+        if answered.get() {
+            self.done_one();
+        }
+    }
+
+    /// One request or subscriber less in flight.
+    fn done_one(&self) {
+        self.in_flight.set(self.in_flight.get() - 1);
+        self.worker_in_flight.set(self.worker_in_flight.get() - 1);
+    }
+}

@@ -12,6 +12,7 @@
 //! - [`stamp_arrivals`] and [`recv_stamped`]: when an answer reached the
 //!   machine, whenever it is read.
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
+//! - [`WatchedPoll`]: an epoll set of the caller's own, in tokio's reactor.
 //! - [`raise_open_files`]: room for tens of thousands of held streams.
 //!
 //! Linux only, like the agent it serves.
@@ -20,6 +21,7 @@ mod cpus;
 mod host;
 mod limits;
 mod net;
+mod poll;
 pub mod timer;
 
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
@@ -28,6 +30,7 @@ pub use limits::{raise_open_files, OpenFiles};
 pub use net::{
     bind_address_no_port, recv_stamped, recv_stamped_into, stamp_arrivals, Arrival, Clocks,
 };
+pub use poll::WatchedPoll;
 
 use nix::errno::Errno;
 

@@ -1,17 +1,16 @@
-//! The worker's keep-alive pool: at most `connections` slots, each a
-//! [`Lease`] that gives itself back when dropped, and a queue of requests
-//! waiting for one, oldest first.
-
-use std::collections::VecDeque;
+//! The task-driven client's keep-alive pool: at most `connections` slots,
+//! each a [`Lease`] that gives itself back when dropped, and a queue of
+//! requests waiting for one, oldest first.
 
 use http::uri::Authority;
 use http::Uri;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Http1Client, Sender};
+use super::client::Http1Client;
+use super::conn::Conn;
 use crate::client::failure::ClientFailure;
-use crate::client::Progress;
+use crate::client::progress::Progress;
 
 /// One slot of the pool, with the connection in it once there is one.
 ///
@@ -24,7 +23,7 @@ pub(super) struct Lease {
     /// The host the connection is to: a clone shares the URI's bytes, so
     /// a lease allocates nothing.
     key: Authority,
-    sender: Option<Sender>,
+    sender: Option<Conn>,
     /// The exchange completed, so the connection may be reused.
     pub(super) finished: bool,
     /// Cleared when the lease's slot has been passed on elsewhere.
@@ -38,7 +37,7 @@ impl Drop for Lease {
         }
         // Only what the exchange itself learned: whether the server closed
         // since is looked at once, when the connection is next taken
-        // ([`Http1Client::take_idle`]), not here as well.
+        // ([`Http1Client::take_idle`]).
         let reusable = self.finished && self.sender.as_ref().is_some_and(|s| !s.is_spent());
         match self.sender.take() {
             Some(s) if reusable => self.client.give_back(&self.key, s),
@@ -48,7 +47,7 @@ impl Drop for Lease {
 }
 
 impl Lease {
-    pub(super) fn new(client: &Http1Client, key: &Authority, sender: Option<Sender>) -> Self {
+    fn new(client: &Http1Client, key: &Authority, sender: Option<Conn>) -> Self {
         Self {
             client: client.clone(),
             key: key.clone(),
@@ -59,7 +58,7 @@ impl Lease {
     }
 
     /// The connection, once the lease has one.
-    pub(super) fn sender(&mut self) -> Result<&mut Sender, ClientFailure> {
+    pub(super) fn sender(&mut self) -> Result<&mut Conn, ClientFailure> {
         self.sender.as_mut().ok_or(ClientFailure::NoConnection)
     }
 
@@ -69,6 +68,8 @@ impl Lease {
     }
 }
 
+// Every step below borrows the ledger for one statement only: a lease
+// given back, or a waiter's future dropped, borrows it again.
 impl Http1Client {
     /// A ready connection to `key`: an idle one, a new one while under the
     /// limit, or the next one (or slot) freed, oldest waiter first.
@@ -83,12 +84,12 @@ impl Http1Client {
                 // Just found open: no second look at its socket.
                 return Ok(Lease::new(self, key, Some(s)));
             }
-            let mut lease = if self.inner.open.get() < self.inner.max_open {
-                self.inner.open.set(self.inner.open.get() + 1);
+            let slot = self.ledger().take_slot();
+            let mut lease = if slot {
                 Lease::new(self, key, None)
             } else {
                 let (tx, rx) = oneshot::channel();
-                self.inner.waiters.borrow_mut().push_back((key.clone(), tx));
+                self.ledger().enqueue((key.clone(), tx));
                 // The first time in the queue counts from here; a request
                 // that queues again (its handed-over connection had died)
                 // keeps waiting from the first time.
@@ -97,7 +98,7 @@ impl Http1Client {
                     progress.queued_at.set(Some(now));
                     now
                 });
-                let waiting = self.inner.saturation.wait();
+                let waiting = self.ledger().wait();
                 let handed = rx.await;
                 drop(waiting);
                 progress.waited.set(Some(queued_at.elapsed()));
@@ -117,23 +118,22 @@ impl Http1Client {
     }
 
     /// Opens up to `n` connections to `uri`'s host at once, within the
-    /// pool's limit, and leaves them idle (see [`crate::client::Transport::open_ahead`]).
-    /// A dial that fails, or is dropped unfinished, gives its slot back.
+    /// pool's limit, and leaves them idle (see
+    /// [`crate::client::Transport::open_ahead`]). A dial that fails, or is
+    /// dropped unfinished, gives its slot back.
     pub(in crate::client) async fn open_ahead(&self, uri: &Uri, n: usize) {
         let Some(key) = uri.authority() else {
             return;
         };
         let mut leases = Vec::new();
-        while leases.len() < n && self.inner.open.get() < self.inner.max_open {
-            self.inner.open.set(self.inner.open.get() + 1);
+        while leases.len() < n && self.ledger().take_slot() {
             leases.push(Lease::new(self, key, None));
         }
         futures::future::join_all(leases.into_iter().map(|mut lease| async move {
             match self.inner.dialer.dial(uri).await {
                 Ok(dialed) => {
-                    self.inner.established.set(self.inner.established.get() + 1);
-                    lease.sender =
-                        Some(Sender::opened_ahead(dialed.io, dialed.connect, dialed.tls));
+                    self.ledger().established();
+                    lease.sender = Some(Conn::opened_ahead(dialed.io, dialed.connect, dialed.tls));
                     lease.finished = true;
                 }
                 Err(e) => tracing::debug!("opening a connection ahead of the run: {e:?}"),
@@ -145,43 +145,25 @@ impl Http1Client {
         .await;
     }
 
-    /// Takes an idle connection to `key`; closed ones found on the way give
-    /// their slots back.
-    fn take_idle(&self, key: &Authority) -> Option<Sender> {
-        let mut closed = 0;
-        let found = {
-            let mut idle = self.inner.idle.borrow_mut();
-            let (_, list) = idle.iter_mut().find(|(k, _)| same_host(k, key))?;
-            // Oldest first: the most likely to be ready.
-            loop {
-                match list.pop_front() {
-                    Some(mut s) => {
-                        if !s.is_closed() {
-                            break Some(s);
-                        }
-                        closed += 1;
-                    }
-                    None => break None,
-                }
+    /// Takes the oldest idle connection to `key`; closed ones found on the
+    /// way give their slots back.
+    fn take_idle(&self, key: &Authority) -> Option<Conn> {
+        loop {
+            let found = self.ledger().take_idle_where(|(k, _)| same_host(k, key));
+            let (_, mut s) = found?;
+            if !s.is_closed() {
+                return Some(s);
             }
-        };
-        for _ in 0..closed {
+            drop(s);
             self.release();
         }
-        found
     }
 
     /// A reusable connection: to the oldest waiter for its host; closed to
     /// make room when only waiters for other hosts are left (so a mix of
     /// hosts cannot starve); else idle.
-    pub(super) fn give_back(&self, key: &Authority, sender: Sender) {
-        let waiter = {
-            let mut waiters = self.inner.waiters.borrow_mut();
-            waiters
-                .iter()
-                .position(|(k, _)| same_host(k, key))
-                .and_then(|pos| waiters.remove(pos))
-        };
+    fn give_back(&self, key: &Authority, sender: Conn) {
+        let waiter = self.ledger().take_waiter_where(|(k, _)| same_host(k, key));
         if let Some((_, tx)) = waiter {
             if let Err(mut lease) = tx.send(Lease::new(self, key, Some(sender))) {
                 // That waiter gave up; its lease goes round again.
@@ -192,30 +174,27 @@ impl Http1Client {
             }
             return;
         }
-        if !self.inner.waiters.borrow().is_empty() {
+        let others_wait = self.ledger().has_waiters();
+        if others_wait {
             drop(sender);
             self.release();
             return;
         }
-        let mut idle = self.inner.idle.borrow_mut();
-        match idle.iter_mut().find(|(k, _)| same_host(k, key)) {
-            Some((_, list)) => list.push_back(sender),
-            None => idle.push((key.clone(), VecDeque::from([sender]))),
-        }
+        self.ledger().push_idle((key.clone(), sender));
     }
 
     /// A slot is free: it goes to the oldest waiter (who opens a connection
     /// with it), else back to the pool.
-    pub(super) fn release(&self) {
+    fn release(&self) {
         loop {
-            let next = self.inner.waiters.borrow_mut().pop_front();
+            let next = self.ledger().next_waiter();
             match next {
                 Some((key, tx)) => match tx.send(Lease::new(self, &key, None)) {
                     Ok(()) => return,
                     Err(mut lease) => lease.armed = false,
                 },
                 None => {
-                    self.inner.open.set(self.inner.open.get().saturating_sub(1));
+                    self.ledger().free_slot();
                     return;
                 }
             }
@@ -226,8 +205,7 @@ impl Http1Client {
 /// Whether two authorities name the same host. Nearly always they are the
 /// same bytes (a lease's key is a clone of the URI's), which a plain
 /// comparison settles at once; `Authority`'s own comparison folds case
-/// byte by byte, and at two or three per request it was a visible part of
-/// the agent's work (BENCHMARKS.md).
+/// byte by byte.
 fn same_host(a: &Authority, b: &Authority) -> bool {
     a.as_str() == b.as_str() || a == b
 }

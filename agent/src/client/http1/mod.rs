@@ -1,6 +1,6 @@
 //! HTTP/1.1, by two pools over one ledger ([`ledger`]):
 //!
-//! - [`Http1Client`] ([`client`], [`pool`], [`conn`]): each request is a
+//! - [`Http1Client`] ([`client`], [`conn`]): each request is a
 //!   future that leases a connection and drives it, for every loop and
 //!   any number of hosts;
 //! - [`DirectPool`] ([`direct`]): the open loop writes and reads its
@@ -13,7 +13,6 @@ mod client;
 mod conn;
 mod direct;
 mod ledger;
-mod pool;
 mod read;
 pub(super) mod wire;
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 use mio::{Interest, Token};
 use tokio::time::Instant;
 
+use super::connection::Exchange;
 use super::outgoing::Job;
-use super::slots::State;
 use super::socket::Received;
+use super::state::State;
 use super::DirectPool;
 use crate::client::failure::ClientFailure;
 use crate::client::http1::read::{arrived, give_buffer, READ_CHUNK, READ_MAX};
@@ -21,26 +22,6 @@ use crate::client::outcome::{Exchanged, Outcome, Phases};
 /// loopback goes cannot hold the loop in its reads, away from its
 /// arrivals and from that request's deadline.
 pub(super) const LOOK_BUDGET: usize = 4 * READ_MAX;
-
-/// An exchange under way on a connection.
-pub(super) struct Exchange<T> {
-    pub(super) tag: T,
-    /// When its time runs out.
-    pub(super) deadline: Instant,
-    reader: ResponseReader,
-    pub(super) on_wire: Instant,
-    /// When the head, and the last byte read so far, arrived.
-    head_at: Option<Instant>,
-    last_at: Option<Instant>,
-    pub(super) pool_wait: Option<Duration>,
-    /// The connect and TLS times of the connection, when this request is
-    /// the first on it.
-    pub(super) opened: Option<(Duration, Option<Duration>)>,
-    /// Read size to ask for next: doubles while reads fill it.
-    chunk: usize,
-    /// Answer bytes read so far.
-    size: usize,
-}
 
 impl<T: 'static> DirectPool<T> {
     /// Writes `job` onto the connection at `token`, which must be open and

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::answer::{phases, Exchange};
-use super::slots::State;
+use super::answer::phases;
+use super::connection::Exchange;
+use super::state::State;
 use super::DirectPool;
 use crate::client::failure::{timeout_kind, Phase};
 use crate::client::outcome::{Exchanged, Outcome, Phases};

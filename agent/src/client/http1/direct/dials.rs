@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::outgoing::Job;
-use super::slots::State;
+use super::state::State;
 use super::DirectPool;
 use crate::client::dial::Dialed;
 use crate::client::failure::{timeout_kind, ClientFailure, Phase};

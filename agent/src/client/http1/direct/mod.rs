@@ -18,17 +18,18 @@
 //! phase, the TLS handshake) is still the [`Dialer`]'s, in a task of its
 //! own, as it happens rarely.
 //!
-//! The parts: [`outgoing`] (requests as they wait to go out), [`slots`]
-//! (the connections and the ledger of slots), [`dials`], [`socket`] (plain
-//! and TLS reads and writes), [`answer`] (an exchange and its timing),
-//! [`deadlines`], and the epoll bridge here.
+//! The parts: [`outgoing`] (requests as they wait to go out), [`state`]
+//! (the connections by token and the ledger of slots), [`connection`],
+//! [`dials`], [`socket`] (plain and TLS reads and writes), [`answer`] (an
+//! exchange and its timing), [`deadlines`], and the epoll bridge here.
 
 mod answer;
+mod connection;
 mod deadlines;
 mod dials;
 mod outgoing;
-mod slots;
 mod socket;
+mod state;
 
 use std::cell::{Cell, RefCell};
 use std::io::ErrorKind as IoKind;
@@ -46,7 +47,7 @@ use crate::client::outcome::Exchanged;
 use dials::DialDone;
 pub use outgoing::{Fixed, Outgoing};
 use outgoing::{Job, Waiting};
-use slots::State;
+use state::State;
 
 /// Readiness events taken from the kernel per call; more are taken by
 /// calling again.

@@ -6,7 +6,7 @@ use std::io::{ErrorKind as IoKind, Write};
 
 use mio::net::TcpStream;
 
-use super::slots::Slot;
+use super::connection::Slot;
 use crate::client::failure::ClientFailure;
 use crate::client::http1::read::{give_buffer, take_buffer, READ_CHUNK};
 

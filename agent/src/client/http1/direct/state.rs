@@ -1,38 +1,15 @@
-//! The pool's connections: a slab of [`Slot`]s by epoll token, and the
+//! The pool's state: its connections in a slab by epoll token, and the
 //! [`Ledger`] of slots, idle connections and waiting requests.
-
-use std::time::Duration;
 
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
-use super::answer::Exchange;
+use super::connection::Slot;
 use super::outgoing::Waiting;
 use crate::client::dial::Io;
 use crate::client::http1::ledger::Ledger;
-
-/// One open connection.
-pub(super) struct Slot<T> {
-    pub(super) stream: TcpStream,
-    /// The TLS session over `stream`, for `https://`. The pool reads and
-    /// writes the socket itself and has rustls only encrypt and decrypt, so
-    /// an answer keeps the kernel's arrival stamp of its ciphertext and is
-    /// read on the loop's ticks like a plain one. Boxed, as in
-    /// [`crate::client::dial::Io`]: a session is over a kilobyte.
-    pub(super) tls: Option<Box<rustls::ClientConnection>>,
-    /// The end of a request the socket (or, over TLS, the session) did not
-    /// take at once.
-    pub(super) unsent: Vec<u8>,
-    /// Answer bytes read and not consumed; held only while an answer
-    /// arrives.
-    pub(super) input: Vec<u8>,
-    /// Opened and not used yet: its connect and TLS times, for the first
-    /// request on it to report as its own.
-    pub(super) fresh: Option<(Duration, Option<Duration>)>,
-    pub(super) busy: Option<Exchange<T>>,
-}
 
 /// Everything of the pool's that one drive changes.
 ///

@@ -146,8 +146,7 @@ impl Transport {
         } else {
             // Pinned where it is made and raced by hand, not handed to
             // `tokio::time::timeout`: that moves the exchange's future
-            // twice per request, a kilobyte-sized copy each time (1.2% of
-            // the agent's CPU at 100,000 req/s, BENCHMARKS.md).
+            // twice per request, a kilobyte-sized copy each time.
             let mut exchange = std::pin::pin!(exchange);
             let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
             std::future::poll_fn(|cx| {
@@ -185,10 +184,8 @@ impl Transport {
     /// the first request on it reports its connect and TLS times as its
     /// own, so the report's phases and counts read as if it had opened it.
     /// Otherwise the first arrivals of a fast run all open connections at
-    /// once, and on one core that burst of handshakes held the rest of the
-    /// schedule back: the first second's send lag reached 7–23 ms at
-    /// 20,000–80,000 req/s on one core with 64 connections, against 3 ms
-    /// with 16 (BENCHMARKS.md).
+    /// once, and that burst of handshakes holds the rest of the schedule
+    /// back.
     pub async fn open_ahead(&self, uri: &http::Uri, n: usize) {
         if let Kind::Http1(c) = &self.kind {
             c.open_ahead(uri, n).await;

@@ -37,17 +37,17 @@ use crate::client::saturation::Queued;
 /// into a storm of new connections.
 #[derive(Clone)]
 pub struct Http1Client {
-    pub(super) inner: Rc<ClientInner>,
+    inner: Rc<ClientInner>,
 }
 
 /// The pool's ledger: idle connections keyed by `host:port` (one or two
 /// hosts in practice, so a list beats a map), and requests waiting for a
 /// [`Lease`] to their host: a connection, or just a slot to open one.
-pub(super) type Http1Ledger = Ledger<(Authority, Conn), (Authority, oneshot::Sender<Lease>)>;
+type Http1Ledger = Ledger<(Authority, Conn), (Authority, oneshot::Sender<Lease>)>;
 
-pub(super) struct ClientInner {
-    pub(super) ledger: RefCell<Http1Ledger>,
-    pub(super) dialer: Dialer,
+struct ClientInner {
+    ledger: RefCell<Http1Ledger>,
+    dialer: Dialer,
 }
 
 impl Http1Client {
@@ -61,7 +61,7 @@ impl Http1Client {
     }
 
     /// The pool's ledger, for one step that does not await.
-    pub(super) fn ledger(&self) -> std::cell::RefMut<'_, Http1Ledger> {
+    fn ledger(&self) -> std::cell::RefMut<'_, Http1Ledger> {
         self.inner.ledger.borrow_mut()
     }
 
@@ -143,11 +143,7 @@ impl Http1Client {
 
     /// A new connection for `uri`, its connect and TLS times kept in the
     /// phases of the request that opened it.
-    pub(super) async fn connect(
-        &self,
-        uri: &Uri,
-        progress: &Progress,
-    ) -> Result<Conn, ClientFailure> {
+    async fn connect(&self, uri: &Uri, progress: &Progress) -> Result<Conn, ClientFailure> {
         progress.phase.set(Phase::Connecting);
         let dialed = self.inner.dialer.dial(uri).await?;
         progress.connected(&dialed);
@@ -162,14 +158,14 @@ impl Http1Client {
 /// error, a hand-over nobody received — dropping the lease gives the slot
 /// back: a finished exchange returns its connection for reuse, anything else
 /// closes it. So slots can neither leak nor be counted twice.
-pub(super) struct Lease {
+struct Lease {
     client: Http1Client,
     /// The host the connection is to: a clone shares the URI's bytes, so
     /// a lease allocates nothing.
     key: Authority,
     sender: Option<Conn>,
     /// The exchange completed, so the connection may be reused.
-    pub(super) finished: bool,
+    finished: bool,
     /// Cleared when the lease's slot has been passed on elsewhere.
     armed: bool,
 }
@@ -202,7 +198,7 @@ impl Lease {
     }
 
     /// The connection, once the lease has one.
-    pub(super) fn sender(&mut self) -> Result<&mut Conn, ClientFailure> {
+    fn sender(&mut self) -> Result<&mut Conn, ClientFailure> {
         self.sender.as_mut().ok_or(ClientFailure::NoConnection)
     }
 
@@ -217,7 +213,7 @@ impl Lease {
 impl Http1Client {
     /// A ready connection to `key`: an idle one, a new one while under the
     /// limit, or the next one (or slot) freed, oldest waiter first.
-    pub(super) async fn acquire(
+    async fn acquire(
         &self,
         key: &Authority,
         uri: &Uri,

@@ -32,8 +32,9 @@ pub(super) const FITTING_TO_TRUST: u8 = 8;
 ///
 /// Invariants: `open <= max_open` (a slot is taken before a connection is
 /// opened and given back when it closes); every idle connection holds one
-/// of the `open` slots, so `idle.len() <= open`; requests wait only while
-/// every slot is taken and none idle, oldest first.
+/// of the `open` slots, so `idle.len() <= open`; a request waits only while
+/// every slot is taken and no idle connection suits it, and waiters are
+/// served oldest first.
 pub(super) struct Ledger<C, W> {
     /// Idle connections, oldest first.
     idle: VecDeque<C>,

@@ -13,7 +13,9 @@ use loadfleet_proto::histogram::{encode, new_histogram};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 
-use crate::client::Phases;
+/// How a request ended; defined with the rest of a finished exchange.
+pub use crate::client::outcome::Outcome;
+use crate::client::outcome::Phases;
 
 /// One latency histogram per outcome class, as in the report.
 const CLASSES: usize = OutcomeClass::ALL.len();
@@ -42,7 +44,7 @@ struct Interval {
 }
 
 /// Where measured requests' time went on the wire (see
-/// [`crate::client::Phases`]), and how many opened or reused a connection.
+/// [`Phases`]), and how many opened or reused a connection.
 struct PhaseHistograms {
     connect: Histogram<u64>,
     tls: Histogram<u64>,
@@ -409,17 +411,6 @@ fn reset(mut i: Interval) -> Interval {
     i.pool_wait.reset();
     i.phases.reset();
     i
-}
-
-/// How a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A response arrived with this status code.
-    Status(u16),
-    /// No response: a transport error of this kind.
-    Error(ErrorKind),
-    /// A gRPC call answered with this grpc-status (over HTTP 200).
-    Grpc(GrpcStatus),
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! - [`stamp_arrivals`], [`recv_stamped`] and [`recv_stamped_buf`]: when an
 //!   answer reached the machine, whenever it is read.
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
+//! - [`WatchedPoll`]: an epoll set of the caller's own, in tokio's reactor.
 //! - [`raise_open_files`]: room for tens of thousands of held streams.
 //!
 //! Linux only, like the agent it serves.
@@ -24,6 +25,7 @@ mod cpus;
 mod host;
 mod limits;
 mod net;
+mod poll;
 mod read_buf;
 pub mod timer;
 
@@ -33,6 +35,7 @@ pub use limits::{raise_open_files, OpenFiles};
 pub use net::{
     bind_address_no_port, recv_stamped, recv_stamped_into, stamp_arrivals, Arrival, Clocks,
 };
+pub use poll::WatchedPoll;
 pub use read_buf::recv_stamped_buf;
 
 use nix::errno::Errno;

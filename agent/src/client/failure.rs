@@ -1,7 +1,15 @@
 //! Why a request got no HTTP status, in the report's words: what an
 //! operator would act on, not the library's error type.
+//!
+//! Every mapping of a failure to an [`ErrorKind`] lives here — I/O, TLS,
+//! h2, the HTTP/1.1 codec and running out of time — so the transports agree
+//! on what each kind means.
+
+use std::time::Duration;
 
 use loadfleet_proto::vocab::ErrorKind;
+
+use super::http1::wire::WireError;
 
 /// The ways a request can fail, kept apart to classify them.
 #[derive(Debug)]
@@ -29,7 +37,7 @@ pub enum ClientFailure {
     Io(std::io::Error),
     /// The answer was not valid HTTP/1.x, or the connection closed before
     /// it was whole.
-    Wire(super::http1::wire::WireError),
+    Wire(WireError),
 }
 
 impl ClientFailure {
@@ -40,7 +48,7 @@ impl ClientFailure {
             ClientFailure::Dns | ClientFailure::NoAddress => ErrorKind::Dns,
             ClientFailure::NoConnection => ErrorKind::Reset,
             ClientFailure::NoH2 => ErrorKind::NoH2,
-            ClientFailure::H2(e) => super::h2::h2_kind(e),
+            ClientFailure::H2(e) => h2_kind(e),
             ClientFailure::Connect(io) => io_kind(io.kind(), true),
             // rustls reports its own failures as InvalidData; anything else
             // is the transport under it.
@@ -49,13 +57,15 @@ impl ClientFailure {
                 kind => io_kind(kind, true),
             },
             ClientFailure::Io(io) => io_kind(io.kind(), false),
-            ClientFailure::Wire(super::http1::wire::WireError::Truncated) => ErrorKind::Reset,
+            ClientFailure::Wire(WireError::Truncated) => ErrorKind::Reset,
             ClientFailure::Wire(_) => ErrorKind::Protocol,
         }
     }
 }
 
-pub(super) fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
+/// The error kind of an I/O failure, while opening a connection
+/// (`connect`) or on one already open.
+fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
     use std::io::ErrorKind::*;
     match kind {
         ConnectionRefused => ErrorKind::Refused,
@@ -65,5 +75,50 @@ pub(super) fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
         NotFound | InvalidInput if connect => ErrorKind::Dns,
         _ if connect => ErrorKind::Connect,
         _ => ErrorKind::Io,
+    }
+}
+
+/// The error kind of an h2 failure: the peer's GOAWAY or reset, h2 finding
+/// the peer at fault, or a request h2 would not send.
+fn h2_kind(e: &h2::Error) -> ErrorKind {
+    if let Some(io) = e.get_io() {
+        return io_kind(io.kind(), false);
+    }
+    if e.is_go_away() && e.is_remote() {
+        ErrorKind::Goaway
+    } else if e.is_reset() && e.is_remote() {
+        ErrorKind::StreamReset
+    } else if e.reason().is_some() {
+        ErrorKind::Protocol
+    } else {
+        // E.g. a header h2 forbids.
+        ErrorKind::InvalidRequest
+    }
+}
+
+/// Where a request was when its time ran out, to name the error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Waiting for a free connection slot in the agent's own pool.
+    Queued,
+    /// Resolving, connecting, handshaking.
+    Connecting,
+    /// On a connection: sent, or being answered.
+    OnWire,
+}
+
+/// The error kind of a request whose time ran out. One that spent at least
+/// half its time waiting for the agent's own connections is `pool_timeout`,
+/// even when the rest ran out on the wire: under overload a freed
+/// connection goes to the oldest waiter, which then has almost no time
+/// left, so it would otherwise be blamed on the target.
+pub(super) fn timeout_kind(
+    phase: Phase,
+    pool_wait: Option<Duration>,
+    timeout: Duration,
+) -> ErrorKind {
+    match pool_wait {
+        Some(wait) if phase == Phase::Queued || wait * 2 >= timeout => ErrorKind::PoolTimeout,
+        _ => ErrorKind::Timeout,
     }
 }

@@ -28,13 +28,15 @@ use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE};
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Full};
-use loadfleet_proto::vocab::{ErrorKind, HttpProtocol};
+use loadfleet_proto::vocab::HttpProtocol;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::dial::{Dialed, Dialer};
 use super::failure::ClientFailure;
-use super::{Phase, Progress, Saturation};
+use super::failure::Phase;
+use super::progress::Progress;
+use super::saturation::{Queued, Saturation};
 
 /// Window for each stream's response body: large enough that flow control
 /// never paces a response of a load test (h2's default, 64 KiB, would make
@@ -160,10 +162,10 @@ impl Http2Client {
         }
     }
 
-    /// The count of this client's waiting requests, shared with those the
-    /// worker holds ([`super::Queued`]).
-    pub(super) fn saturation(&self) -> &Rc<Saturation> {
-        &self.inner.saturation
+    /// Counts a request the worker holds back in its own queue as waiting
+    /// for one of this client's streams, until the guard drops.
+    pub(super) fn queue(&self) -> Queued {
+        self.inner.saturation.wait()
     }
 
     /// Time during which requests waited for a stream since the last call,
@@ -526,29 +528,11 @@ fn no_h2_alert(failure: ClientFailure) -> ClientFailure {
     }
 }
 
-/// The report's error kind for an h2 error.
-pub(super) fn h2_kind(e: &h2::Error) -> ErrorKind {
-    if let Some(io) = e.get_io() {
-        return super::failure::io_kind(io.kind(), false);
-    }
-    if e.is_go_away() && e.is_remote() {
-        ErrorKind::Goaway
-    } else if e.is_reset() && e.is_remote() {
-        ErrorKind::StreamReset
-    } else if e.reason().is_some() {
-        // h2 itself found the peer at fault and reset or closed.
-        ErrorKind::Protocol
-    } else {
-        // A request h2 would not send (e.g. a header it forbids).
-        ErrorKind::InvalidRequest
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{ClientConfig, Transport};
-    use crate::recorder::Outcome;
+    use crate::client::{ClientConfig, Outcome, Transport};
+    use loadfleet_proto::vocab::ErrorKind;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 

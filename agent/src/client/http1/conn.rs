@@ -8,7 +8,6 @@
 //! and write it with one call, then read and parse the response in place
 //! ([`super::wire`]). No task per connection, no channel, no header map.
 
-use std::cell::Cell;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -20,62 +19,15 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::either::Either;
 
+use super::read::{arrived, give_buffer, take_buffer, READ_CHUNK, READ_MAX};
 use super::wire::{render, Fed, ResponseReader};
 use crate::client::dial::Io;
 use crate::client::failure::ClientFailure;
-use crate::client::Progress;
+use crate::client::progress::Progress;
 
-/// Room made at the end of the read buffer before each read: a typical
-/// response head fits in one read. Kept small, and only held while a
-/// response is being read: 10,000 connections at 8 KiB each would be
-/// 80 MiB of the agent's memory.
-pub(super) const READ_CHUNK: usize = 2 * 1024;
-/// A large body is read in pieces up to this size; the buffer is given
-/// back after the exchange.
-pub(super) const READ_MAX: usize = 64 * 1024;
-/// An answer larger than this may not land whole in its socket while
-/// nobody reads it: its server is held back at the full receive window
-/// (64 KiB on a fresh connection; the kernel grows it as the reader keeps
-/// up), so a worker that sleeps blind through its ticks would hold such
-/// answers back until it woke (see [`AnswerSizes`]).
-pub(super) const WINDOW_FULL: usize = 64 * 1024;
-
-/// Answers a worker reads as they come before it trusts that its answers
-/// fit in their sockets: the first answer of a run is otherwise slept
-/// through blind before anything is known of its size (4 MiB answers from
-/// nginx at 50 req/s: that one took 20 ms where the rest took 1–3,
-/// BENCHMARKS.md).
-pub(super) const FITTING_TO_TRUST: u8 = 8;
-
-/// What a worker has learnt of its answers' sizes, which says whether it
-/// may sleep blind while one is under way: not until
-/// [`FITTING_TO_TRUST`] answers have ended whole within [`WINDOW_FULL`],
-/// and never again once one has outgrown it.
-#[derive(Default)]
-pub(super) struct AnswerSizes {
-    fitting: Cell<u8>,
-    large: Cell<bool>,
-}
-
-impl AnswerSizes {
-    /// Takes in an answer `size` bytes long so far, `whole` once it ended.
-    pub(super) fn saw(&self, size: usize, whole: bool) {
-        if size > WINDOW_FULL {
-            self.large.set(true);
-        } else if whole {
-            self.fitting
-                .set(self.fitting.get().saturating_add(1).min(FITTING_TO_TRUST));
-        }
-    }
-
-    /// An answer under way now may not land whole before a blind sleep
-    /// ends.
-    pub(super) fn may_not_fit(&self) -> bool {
-        self.large.get() || self.fitting.get() < FITTING_TO_TRUST
-    }
-}
-
-pub(in crate::client) struct Conn {
+/// A connection of the task-driven pool, with what it keeps between
+/// exchanges.
+pub(super) struct Conn {
     io: Io,
     /// The request being sent, rendered in place; kept for its capacity.
     out: Vec<u8>,
@@ -156,10 +108,10 @@ impl Conn {
 
     /// Sends one request and reads its whole response, recording the
     /// time to the response head and the body's time in `progress`, and
-    /// its size in `sizes`.
-    /// The connection is marked spent unless the exchange completes and
-    /// the response allows reuse; a dropped (timed-out) exchange leaves it
-    /// marked spent too, since it was set before the first await.
+    /// telling `saw` the answer's size so far (and whether it ended) after
+    /// every read. The connection is marked spent unless the exchange
+    /// completes and the response allows reuse; a dropped (timed-out)
+    /// exchange leaves it spent too, as that is set before the first await.
     pub(super) async fn exchange(
         &mut self,
         parts: &Parts,
@@ -167,7 +119,7 @@ impl Conn {
         body: &Bytes,
         on_wire: Instant,
         progress: &Progress,
-        sizes: &AnswerSizes,
+        saw: impl Fn(usize, bool),
     ) -> Result<u16, ClientFailure> {
         self.spent = true;
         render(parts, host, body, &mut self.out);
@@ -189,7 +141,7 @@ impl Conn {
         loop {
             if self.input.capacity() == 0 {
                 self.readable().await.map_err(ClientFailure::Io)?;
-                self.input = spare::take();
+                self.input = take_buffer();
             }
             if self.input.capacity() - self.input.len() < chunk / 2 {
                 self.input.reserve(chunk);
@@ -212,7 +164,7 @@ impl Conn {
                 // The body's last byte came with the last read that had
                 // any; the close only confirmed it.
                 let end = last_at.unwrap_or_else(Instant::now);
-                sizes.saw(size, true);
+                saw(size, true);
                 self.finish(progress, on_wire, head_at, end);
                 return Ok(done.status);
             }
@@ -220,7 +172,7 @@ impl Conn {
             last_at = Some(at);
             match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
-                    sizes.saw(size, false);
+                    saw(size, false);
                     self.input.drain(..used);
                     if head_at.is_none() && reader.head_done() {
                         head_at = Some(at);
@@ -230,8 +182,8 @@ impl Conn {
                     // Bytes after the response were never asked for.
                     let unasked = used < self.input.len();
                     // Given back, not kept: see [`Conn::readable`].
-                    spare::give(std::mem::take(&mut self.input));
-                    sizes.saw(size, true);
+                    give_buffer(std::mem::take(&mut self.input));
+                    saw(size, true);
                     self.finish(progress, on_wire, head_at, at);
                     self.spent = !done.reusable || unasked;
                     return Ok(done.status);
@@ -241,9 +193,8 @@ impl Conn {
     }
 
     /// Waits until a plain connection has something to read, so that the
-    /// read buffer is only allocated once there is something to put in it:
-    /// a request waiting on a slow server then holds no buffer, and 10,000
-    /// of them in flight hold 20 MiB less (BENCHMARKS.md, P4). The wait
+    /// read buffer is only taken once there is something to put in it: a
+    /// request waiting on a slow server then holds no buffer. The wait
     /// costs no system call (tokio already knows the socket's readiness). A
     /// TLS connection may hold decrypted bytes already, so it goes straight
     /// to reading.
@@ -274,87 +225,9 @@ impl Conn {
     }
 }
 
-/// Read buffers between exchanges, shared by a worker's connections.
-///
-/// A connection holds a read buffer only while an answer arrives, so that
-/// idle and waiting connections cost no memory (P4); allocating and freeing
-/// that buffer on every exchange, though, made glibc consolidate its free
-/// lists each time, as a 2 KiB block is a "large" one to it
-/// (BENCHMARKS.md). A worker is one thread, so the buffers its exchanges
-/// give back wait here, a few of them, for the next exchanges to take.
-pub(super) mod spare {
-    use std::cell::RefCell;
-
-    /// At most this many buffers wait: as many as one tick's answers
-    /// usually need, and 128 KiB at most.
-    const KEPT: usize = 64;
-
-    thread_local! {
-        static BUFFERS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
-    }
-
-    /// An empty buffer, with room for a typical answer.
-    pub(in crate::client::http1) fn take() -> Vec<u8> {
-        BUFFERS
-            .with_borrow_mut(Vec::pop)
-            .unwrap_or_else(|| Vec::with_capacity(super::READ_CHUNK))
-    }
-
-    /// Keeps `buffer` for a later exchange, unless it grew for a large
-    /// body (it is freed then: a few large ones would hold megabytes) or
-    /// enough wait already.
-    pub(in crate::client::http1) fn give(mut buffer: Vec<u8>) {
-        if buffer.capacity() != super::READ_CHUNK {
-            return;
-        }
-        buffer.clear();
-        BUFFERS.with_borrow_mut(|kept| {
-            if kept.len() < KEPT {
-                kept.push(buffer);
-            }
-        });
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn buffers_are_reused_up_to_a_bound_and_large_ones_freed() {
-            let first = take();
-            assert_eq!(first.capacity(), super::super::READ_CHUNK);
-            let at = first.as_ptr();
-            give(first);
-            let again = take();
-            assert_eq!(again.as_ptr(), at, "the same buffer again");
-            drop(again);
-            give(Vec::with_capacity(64 * 1024));
-            assert!(
-                BUFFERS.with_borrow(Vec::is_empty),
-                "a grown buffer is freed"
-            );
-            for _ in 0..KEPT + 10 {
-                give(Vec::with_capacity(super::super::READ_CHUNK));
-            }
-            assert_eq!(BUFFERS.with_borrow(Vec::len), KEPT);
-        }
-    }
-}
-
-/// When bytes read at this moment arrived: the kernel's stamp, on the
-/// monotonic clock, when there is one that makes sense — after the request
-/// went out, and not in the future ([`crate::sys::Arrival::instant`]); a
-/// wall-clock step can break either — and now otherwise.
-pub(super) fn arrived(stamp: Option<Instant>, on_wire: Instant) -> Instant {
-    stamp
-        .filter(|at| *at >= on_wire)
-        .unwrap_or_else(Instant::now)
-}
-
 /// Reads what a plain connection has into `input`'s spare room, with the
 /// kernel's stamp of when it arrived. An answer's time is then the same
-/// whether it was read at once or at the worker's next tick (the open loop
-/// reads on its own ticks at high rates, see `worker::open_loop`).
+/// whether it was read at once or at the worker's next tick.
 ///
 /// Like tokio's own read, a read that leaves room in the buffer took all
 /// there was, so the socket's readiness is dropped with it: the next
@@ -385,31 +258,5 @@ async fn read_stamped(
             }
             Err(e) => return Err(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Blind sleeps wait until enough answers have ended within a fresh
-    /// socket's window, and end for good with one that outgrows it, even
-    /// while it is still under way.
-    #[test]
-    fn answer_sizes_are_trusted_only_once_learnt() {
-        let sizes = AnswerSizes::default();
-        for _ in 1..FITTING_TO_TRUST {
-            sizes.saw(WINDOW_FULL, false);
-            sizes.saw(WINDOW_FULL, true);
-            assert!(sizes.may_not_fit(), "too few seen to tell");
-        }
-        sizes.saw(100, true);
-        assert!(!sizes.may_not_fit(), "all fitted");
-        sizes.saw(WINDOW_FULL + 1, false);
-        assert!(sizes.may_not_fit(), "one outgrew the window");
-        for _ in 0..2 * FITTING_TO_TRUST {
-            sizes.saw(100, true);
-        }
-        assert!(sizes.may_not_fit(), "learnt for the run");
     }
 }

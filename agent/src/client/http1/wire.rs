@@ -172,8 +172,8 @@ impl ResponseReader {
             match self.state {
                 State::Head => {
                     // Left uninitialised: filling 100 empty headers before
-                    // each parse cost a third as much again as parsing a
-                    // typical head (BENCHMARKS.md).
+                    // each parse costs a third as much again as parsing a
+                    // typical head.
                     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
                     let mut response = httparse::Response::new(&mut []);
                     let n = match httparse::ParserConfig::default()

@@ -65,6 +65,11 @@ impl ClientFailure {
 
 /// The error kind of an I/O failure, while opening a connection
 /// (`connect`) or on one already open.
+/// The kind of an I/O error on a connection already open (a held stream).
+pub fn stream_io_kind(e: &std::io::Error) -> ErrorKind {
+    io_kind(e.kind(), false)
+}
+
 fn io_kind(kind: std::io::ErrorKind, connect: bool) -> ErrorKind {
     use std::io::ErrorKind::*;
     match kind {

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 pub use dial::{Dialed, Dialer, Io};
 use failure::timeout_kind;
-pub use failure::ClientFailure;
+pub use failure::{stream_io_kind, ClientFailure};
 pub use h2::{Answer, Http2Client};
 use http1::Http1Client;
 pub use http1::{DirectPool, Fixed, Outgoing};

@@ -8,7 +8,6 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::io;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loadfleet_proto::vocab::ErrorKind;
@@ -20,6 +19,7 @@ use super::http::{self, Body, Framing, MAX_HEAD_BYTES};
 use super::parser::{Item, Parser};
 use super::record::{Received, SseRecorder};
 use super::{SendTime, SseSpec};
+use crate::client::stream_io_kind;
 use crate::recorder::Outcome;
 
 /// Read buffer of a stream: a few events' worth.
@@ -267,14 +267,19 @@ impl<C: Connect> Subscribers<'_, C> {
             request.extend_from_slice(b"\r\n");
         }
         request.extend_from_slice(b"\r\n");
-        io.write_all(&request).await.map_err(|e| io_kind(&e))?;
+        io.write_all(&request)
+            .await
+            .map_err(|e| stream_io_kind(&e))?;
         drop(request);
         state.buf.clear();
         loop {
             if state.buf.len() == state.buf.capacity() {
                 state.buf.reserve(state.buf.capacity().max(READ_BUF));
             }
-            let n = io.read_buf(&mut state.buf).await.map_err(|e| io_kind(&e))?;
+            let n = io
+                .read_buf(&mut state.buf)
+                .await
+                .map_err(|e| stream_io_kind(&e))?;
             if n == 0 {
                 return Err(ErrorKind::Reset);
             }
@@ -332,7 +337,7 @@ impl<C: Connect> Subscribers<'_, C> {
                 Ok(0) if framing == Framing::Close => return End::ServerEnded,
                 Ok(0) => return End::Failed(ErrorKind::Reset),
                 Ok(_) => {}
-                Err(e) => return End::Failed(io_kind(&e)),
+                Err(e) => return End::Failed(stream_io_kind(&e)),
             }
         }
     }
@@ -413,15 +418,6 @@ fn wall_ns() -> i128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i128)
-}
-
-fn io_kind(e: &io::Error) -> ErrorKind {
-    use io::ErrorKind::*;
-    match e.kind() {
-        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => ErrorKind::Reset,
-        TimedOut => ErrorKind::Timeout,
-        _ => ErrorKind::Io,
-    }
 }
 
 impl SendTime {

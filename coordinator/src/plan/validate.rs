@@ -391,7 +391,7 @@ pub(super) fn field_of_toml_error(message: &str) -> String {
 pub(super) fn fix_for_toml_error(message: &str) -> String {
     let message = message.trim();
     if message.starts_with("unknown field") {
-        format!("{message}; check the spelling against the README's plan reference")
+        format!("{message}; check the spelling against the plan reference in docs/plans.md")
     } else if message.starts_with("invalid type") {
         format!(
             "{message}; durations are quoted strings (\"30s\"), rates and counts are plain numbers"

@@ -106,6 +106,36 @@ impl Proc {
         }
     }
 
+    /// Waits until each of `needles` is in some output line, in any order,
+    /// counting the lines already read.
+    pub fn wait_for_lines(&mut self, needles: &[String], patience: Duration) {
+        let deadline = Instant::now() + patience;
+        let missing = |seen: &[String]| -> Vec<String> {
+            needles
+                .iter()
+                .filter(|n| !seen.iter().any(|l| l.contains(n.as_str())))
+                .cloned()
+                .collect()
+        };
+        loop {
+            let left = missing(&self.seen);
+            if left.is_empty() {
+                return;
+            }
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!(
+                    "{}: no lines containing {left:?} within {patience:?}; output so far:\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
     /// Waits for exit within `patience` (killing it after), returning the
     /// status and all output.
     pub fn wait(mut self, patience: Duration) -> (ExitStatus, String) {

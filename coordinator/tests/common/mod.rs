@@ -303,7 +303,7 @@ pub fn signal(pid: u32, sig: i32) {
 
 const HLOG_SUMMARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hlog_summary.py");
 
-/// Fails, pointing at .ci/run, when python3 or its hdrh module is missing:
+/// Fails, pointing at scripts/test.sh, when python3 or its hdrh module is missing:
 /// a check that silently passes without its reader checks nothing.
 pub fn require_hdrh() {
     let mut cmd = Command::new("python3");
@@ -312,7 +312,7 @@ pub fn require_hdrh() {
     assert!(
         ok,
         "python3 with the `hdrh` module (PyPI package `hdrhistogram`) is needed to read \
-         latency.hlog independently; .ci/run installs it (python3 -m pip install hdrhistogram)"
+         latency.hlog independently; scripts/test.sh installs it (python3 -m pip install hdrhistogram)"
     );
 }
 

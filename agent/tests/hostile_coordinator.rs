@@ -6,7 +6,6 @@
 //! the allow list, counts every connection it is offered.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,8 +14,8 @@ use loadfleet_proto::v1::{
     coordinator_message, scenario_assignment,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -88,38 +87,85 @@ impl Control for RawCoordinator {
     }
 }
 
-/// Counts the connections a listener is offered (and answers HTTP
+/// A listener that counts the connections it is offered (and answers HTTP
 /// requests with an empty 200, so an allowed target completes).
-async fn counting_listener(ip: &str) -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind((ip, 0)).await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let count = Arc::new(AtomicUsize::new(0));
-    let counter = count.clone();
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut seen = Vec::new();
-                // At most a few hundred requests per connection in these
-                // tests; the loop ends when the agent closes it.
-                while let Ok(n) = sock.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-                        if sock.write_all(reply).await.is_err() {
-                            return;
+struct Counting {
+    addr: SocketAddr,
+    /// Every peer accepted so far, in accept order.
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
+    /// Woken at each accept.
+    accepted: Arc<Notify>,
+    /// This test's own probe connections, not counted.
+    probes: Mutex<Vec<SocketAddr>>,
+}
+
+impl Counting {
+    async fn new(ip: &str) -> Self {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let accepted = Arc::new(Notify::new());
+        let (seen, woken) = (peers.clone(), accepted.clone());
+        tokio::spawn(async move {
+            while let Ok((mut sock, peer)) = listener.accept().await {
+                seen.lock().unwrap().push(peer);
+                woken.notify_waiters();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut seen = Vec::new();
+                    // At most a few hundred requests per connection in
+                    // these tests; the loop ends when the agent closes it.
+                    while let Ok(n) = sock.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                            if sock.write_all(reply).await.is_err() {
+                                return;
+                            }
                         }
                     }
-                }
-            });
+                });
+            }
+        });
+        Counting {
+            addr,
+            peers,
+            accepted,
+            probes: Mutex::new(Vec::new()),
         }
-    });
-    (addr, count)
+    }
+
+    /// The connections accepted from anyone but this test's probes, once
+    /// every connection made before this call has been accepted: a probe
+    /// joins the back of the accept queue, so by the time it is accepted,
+    /// so is everything queued ahead of it.
+    async fn hits(&self) -> usize {
+        let probe = TcpStream::connect(self.addr).await.unwrap();
+        let me = probe.local_addr().unwrap();
+        self.probes.lock().unwrap().push(me);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let woken = self.accepted.notified();
+                if self.peers.lock().unwrap().contains(&me) {
+                    return;
+                }
+                woken.await;
+            }
+        })
+        .await
+        .expect("the probe connection is accepted within 10 s");
+        let probes = self.probes.lock().unwrap();
+        self.peers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| !probes.contains(p))
+            .count()
+    }
 }
 
 /// A small valid assignment: 20 requests over one second to `url`.
@@ -239,8 +285,9 @@ fn refusal(heard: &[agent_message::Kind]) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_assignments_are_refused_and_nothing_is_sent() {
-    let (allowed, allowed_hits) = counting_listener("127.0.0.2").await;
-    let (victim, victim_hits) = counting_listener("127.0.0.3").await;
+    let allowed_target = Counting::new("127.0.0.2").await;
+    let victim_target = Counting::new("127.0.0.3").await;
+    let (allowed, victim) = (allowed_target.addr, victim_target.addr);
     let allow = allowed.to_string();
     let good = format!("http://{allowed}/");
     let closed = |clients: f64| {
@@ -348,11 +395,9 @@ async fn hostile_assignments_are_refused_and_nothing_is_sent() {
             "{what}: the agent ran something: {heard:?}"
         );
     }
-    // Give any stray connection time to land before counting.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(victim_hits.load(Ordering::SeqCst), 0, "the victim was hit");
+    assert_eq!(victim_target.hits().await, 0, "the victim was hit");
     assert_eq!(
-        allowed_hits.load(Ordering::SeqCst),
+        allowed_target.hits().await,
         0,
         "a refused assignment still sent load"
     );
@@ -378,6 +423,6 @@ async fn hostile_assignments_are_refused_and_nothing_is_sent() {
         })
         .sum();
     assert_eq!(sent, 20, "{heard:?}");
-    assert!(allowed_hits.load(Ordering::SeqCst) > 0);
-    assert_eq!(victim_hits.load(Ordering::SeqCst), 0, "the victim was hit");
+    assert!(allowed_target.hits().await > 0);
+    assert_eq!(victim_target.hits().await, 0, "the victim was hit");
 }

@@ -31,7 +31,7 @@ fn kubernetes_manifests_fit_together() {
     let (status, output) = run(py, "k8s_facts.py", Duration::from_secs(30));
     assert!(
         status.success(),
-        "reading the manifests failed (PyYAML is installed by .ci/run):\n{output}"
+        "reading the manifests failed (PyYAML is installed by scripts/test.sh):\n{output}"
     );
     let json = output
         .lines()
@@ -125,7 +125,7 @@ fn validate(version: &str, files: &[PathBuf]) -> (bool, String) {
     let (status, output) = run(cmd, "kubernetes-validate", Duration::from_secs(60));
     assert!(
         !output.contains("No module named"),
-        "kubernetes-validate is missing (.ci/run installs it from PyPI):\n{output}"
+        "kubernetes-validate is missing (scripts/test.sh installs it from PyPI):\n{output}"
     );
     (status.success(), output)
 }

@@ -7,8 +7,8 @@
 //! arrival nobody sent.
 //!
 //! Exit status: a lost agent makes a run degraded whatever the mode, so
-//! `run` exits 3 (AGENT_LOST is an error verdict; PRODUCT.md: "agents
-//! missing or lost").
+//! `run` exits 3: AGENT_LOST is an error verdict, as a run with agents
+//! missing or lost is not a clean measurement.
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! gRPC unary targets end to end: the real coordinator and agents against a
 //! gRPC server we did not write (PyPI's grpcio, tests/support/grpc_server.py,
-//! installed by .ci/run) and against `loadfleet-testbed --grpc`. Each report
-//! is held against the server's own counters, printed when it stops.
+//! installed by scripts/test.sh) and against `loadfleet-testbed --grpc`.
+//! Each report is held against the server's own counters, printed when it
+//! stops.
 
 mod common;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc_server.py");
 
 /// The Python gRPC server, started with `args`; returns it and its
-/// `host:port`. Fails pointing at .ci/run when grpcio is missing.
+/// `host:port`. Fails pointing at scripts/test.sh when grpcio is missing.
 fn start_fixture(args: &[&str]) -> (Proc, String) {
     let probe = Command::new("python3")
         .args(["-c", "import grpc, grpc_reflection"])
@@ -23,7 +24,7 @@ fn start_fixture(args: &[&str]) -> (Proc, String) {
         .unwrap_or(false);
     assert!(
         probe,
-        "python3 with grpcio and grpcio-reflection is needed (PyPI); .ci/run installs them"
+        "python3 with grpcio and grpcio-reflection is needed (PyPI); scripts/test.sh installs them"
     );
     let mut cmd = Command::new("python3");
     cmd.arg(FIXTURE).args(args);

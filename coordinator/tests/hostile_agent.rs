@@ -343,8 +343,10 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         .iter()
         .map(|&a| rt.spawn(hostile(url.clone(), a, attacked.clone())))
         .collect();
-    // Peak RSS once every attack was sent and the coordinator had a moment
-    // to read it; the run is still going (it lasts SECS after the probes).
+    // Peak RSS once every attack was sent and the coordinator has read it:
+    // it says so on stderr when it drops an agent that broke the protocol,
+    // or loses the one that left after its duplicate. The run is still going
+    // (it lasts SECS after the probes).
     let mut sent = Vec::new();
     rt.block_on(async {
         while sent.len() < attacks.len() {
@@ -354,8 +356,15 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
                 .expect("open");
             sent.push(a);
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     });
+    let read: Vec<String> = attacks
+        .iter()
+        .map(|a| match a {
+            Attack::Duplicate => format!("agent {} lost", a.id()),
+            _ => format!("agent {} broke the protocol", a.id()),
+        })
+        .collect();
+    c.wait_for_lines(&read, Duration::from_secs(30));
     let after_attacks = vm_hwm_kib(pid);
     let (status, output) = c.wait(Duration::from_secs(60));
     for t in tasks {
@@ -399,6 +408,22 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         .map(|v| v["message"].as_str().unwrap_or_default().to_string())
         .collect();
     eprintln!("PROTOCOL_VIOLATION verdicts:\n{}", verdicts.join("\n"));
+    // The two corrupt histograms (Bomb, HugeRange) are missing from the
+    // totals, and the report says so as an error.
+    let corrupt: Vec<&serde_json::Value> = r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["code"] == "CORRUPT_SNAPSHOT")
+        .collect();
+    assert_eq!(corrupt.len(), 1, "one CORRUPT_SNAPSHOT verdict: {ctx}");
+    assert_eq!(corrupt[0]["level"], "error", "{ctx}");
+    assert!(
+        corrupt[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("2 snapshot(s) could not be decoded")),
+        "{ctx}"
+    );
     for a in attacks.into_iter().chain([Attack::OutOfPhase]) {
         assert!(
             verdicts

@@ -23,7 +23,7 @@ const SERIES: [(&str, [u8; 3]); 5] = [
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 3200;
 
-/// Fails, pointing at .ci/run, when there is no Chromium: a render check
+/// Fails, pointing at scripts/test.sh, when there is no Chromium: a render check
 /// that silently passes without a browser checks nothing.
 fn require_chromium() {
     let found = Command::new("chromium")
@@ -33,7 +33,7 @@ fn require_chromium() {
         .unwrap_or(false);
     assert!(
         found,
-        "`chromium` is needed to render report.html headlessly; .ci/run installs it \
+        "`chromium` is needed to render report.html headlessly; scripts/test.sh installs it \
          (apt-get install chromium)"
     );
 }

@@ -1,5 +1,5 @@
 //! HTTP/2 against servers we did not write: Debian's nginx (installed by
-//! .ci/run) serving HTTP/1.1, h2c and h2 over TLS with a certificate made
+//! scripts/test.sh) serving HTTP/1.1, h2c and h2 over TLS with a certificate made
 //! here; and the open-model truth over multiplexed streams, with the
 //! testbed capping concurrent streams.
 
@@ -96,7 +96,7 @@ impl Drop for Nginx {
 }
 
 /// The path of a program from the system's packages, or a failure that
-/// points at .ci/run: a test that skips without it would check nothing.
+/// points at scripts/test.sh: a test that skips without it would check nothing.
 fn which(program: &str) -> PathBuf {
     for dir in ["/usr/sbin", "/usr/bin", "/sbin", "/bin"] {
         let path = Path::new(dir).join(program);
@@ -104,7 +104,7 @@ fn which(program: &str) -> PathBuf {
             return path;
         }
     }
-    panic!("{program} is not installed; .ci/run installs it (apt-get install {program})");
+    panic!("{program} is not installed; scripts/test.sh installs it (apt-get install {program})");
 }
 
 /// A short open run at `url` with one local agent; the report.

@@ -222,13 +222,28 @@ path = "/broadcast"
         rows.iter().all(|r| u(&r["subscribers"]) == opened),
         "{fanout}"
     );
+    // The largest spread is the largest row's (the histogram's max rounds
+    // up to its bucket's top, within 0.1 %), and 2,000 sockets are not all
+    // written in the same microsecond.
     let spread = fanout["spread_max_ms"].as_f64().expect("a spread");
-    assert!(spread >= 0.0 && rows.iter().all(|r| r["spread_ms"].as_f64().is_some()));
+    let widest = rows
+        .iter()
+        .map(|r| f(&r["spread_ms"]))
+        .fold(0.0_f64, f64::max);
+    assert!(widest > 0.0, "{fanout}");
+    assert!(
+        spread >= widest && spread <= widest * 1.001 + 0.001,
+        "spread_max_ms {spread} vs the widest row {widest}: {fanout}"
+    );
     // One machine, one clock: no event arrives before it was sent.
     let delivery = &sse["delivery"];
     assert_eq!(u(&delivery["negative"]), 0, "{delivery}");
     assert_eq!(u(&delivery["latency_ms"]["count"]), 5 * opened);
-    assert!(delivery["latency_ms"]["p50"].as_f64().expect("p50") >= 0.0);
+    // Positive, and an event written over loopback is read well within the
+    // 7 s hold (5 s leaves room for a stall of the shared test machine).
+    let p50 = f(&delivery["latency_ms"]["p50"]);
+    let max = f(&delivery["latency_ms"]["max"]);
+    assert!(p50 > 0.0 && p50 <= max && max < 5000.0, "{delivery}");
     assert!(!codes(&report).contains(&"CLOCK".to_string()), "{output}");
     assert!(
         output.contains("fan-out: 5 event ids"),

@@ -102,26 +102,71 @@ mod tests {
 /// on stable with a bounded number of cases.
 #[cfg(test)]
 mod props {
+    use std::cell::Cell;
+
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+    /// A URL, and the host it must be accepted with when it is well formed
+    /// by construction (`None`: anything goes, but nothing may panic).
+    fn url() -> impl Strategy<Value = (String, Option<String>)> {
+        prop_oneof![
+            ".{0,64}".prop_map(|u| (u, None)),
+            (
+                "(http|https|ftp|HTTP|file|)",
+                "(://|:/|:|//|)",
+                "[a-z0-9.@:\\[\\]{}%-]{0,16}",
+                "[/?#]?.{0,16}"
+            )
+                .prop_map(|(s, sep, host, rest)| (format!("{s}{sep}{host}{rest}"), None)),
+            (
+                "(http|https)",
+                "[a-z][a-z0-9-]{0,12}",
+                "(:[0-9]{1,4})?",
+                "(/[a-z0-9?=&]{0,12})?"
+            )
+                .prop_map(|(s, host, port, path)| (
+                    format!("{s}://{host}{port}{path}"),
+                    Some(host)
+                )),
+        ]
+    }
 
-        /// Any string is accepted or refused without a panic, and only an
-        /// http(s) URL with a host is accepted.
-        #[test]
-        fn only_http_with_a_host_is_accepted(
-            url in prop_oneof![
-                ".{0,64}",
-                ("(http|https|ftp|HTTP|file|)", "(://|:/|:|//|)", "[a-z0-9.@:\\[\\]{}%-]{0,16}", "[/?#]?.{0,16}")
-                    .prop_map(|(s, sep, host, rest)| format!("{s}{sep}{host}{rest}")),
-            ],
-        ) {
-            if let Ok(uri) = check_url(&url) {
-                prop_assert!(matches!(uri.scheme_str(), Some("http" | "https")), "{url:?}");
-                prop_assert!(uri.host().is_some_and(|h| !h.is_empty()), "{url:?}");
-            }
-        }
+    /// Any string is accepted or refused without a panic, only an http(s)
+    /// URL with a host is accepted, and every well-formed one is accepted
+    /// with its host. The cases must reach both outcomes: a property whose
+    /// premise never held would check nothing.
+    #[test]
+    fn only_http_with_a_host_is_accepted() {
+        let (accepted, refused) = (Cell::new(0u32), Cell::new(0u32));
+        TestRunner::new(Config::with_cases(256))
+            .run(&url(), |(url, host)| {
+                match check_url(&url) {
+                    Ok(uri) => {
+                        accepted.set(accepted.get() + 1);
+                        prop_assert!(
+                            matches!(uri.scheme_str(), Some("http" | "https")),
+                            "{url:?}"
+                        );
+                        prop_assert!(uri.host().is_some_and(|h| !h.is_empty()), "{url:?}");
+                        if let Some(host) = host {
+                            prop_assert_eq!(uri.host(), Some(host.as_str()), "{:?}", url);
+                        }
+                    }
+                    Err(e) => {
+                        refused.set(refused.get() + 1);
+                        prop_assert!(host.is_none(), "{url:?} is well formed but refused: {e}");
+                    }
+                }
+                Ok(())
+            })
+            .expect("the property holds");
+        assert!(
+            accepted.get() >= 16 && refused.get() >= 16,
+            "{} accepted, {} refused: the cases must reach both outcomes",
+            accepted.get(),
+            refused.get()
+        );
     }
 }

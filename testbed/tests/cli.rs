@@ -388,16 +388,36 @@ fn error_rate_one_answers_500() {
     }
 }
 
+/// With the only pool slot held by a slow request, `/health` still answers
+/// at once. A probe answered 503 (pool timeout) proves the slot is held
+/// before `/health` is asked, and the slow request still being out when
+/// `/health` has answered proves it was held throughout.
 #[test]
 fn health_bypasses_a_busy_pool() {
-    let testbed = Testbed::start(&["--pool", "1", "--delay", "3s"]);
+    let testbed = Testbed::start(&["--pool", "1", "--pool-timeout", "100ms", "--delay", "3s"]);
     let addr = testbed.addr;
     let busy = thread::spawn(move || request(addr, "GET", "/slow", b""));
-    // Give the slow request time to take the only pool slot.
-    thread::sleep(Duration::from_millis(300));
+    // The slow request has reached the server once `GET /__stats` (which
+    // does not count itself) counts it; only then may the probe ask, so the
+    // probe cannot take the slot first.
+    let deadline = Instant::now() + PATIENCE;
+    while !testbed.get("/__stats").body.starts_with("total 1\n") {
+        assert!(Instant::now() < deadline, "the slow request never arrived");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let probe = testbed.get("/probe");
+    assert_eq!(
+        (probe.status, probe.body.as_str()),
+        (503, "pool timeout\n"),
+        "the slot is held: {probe:?}"
+    );
     let health = testbed.get("/health");
     assert_eq!(health.status, 200, "{health:?}");
     assert!(health.elapsed < Duration::from_secs(2), "{health:?}");
+    assert!(
+        !busy.is_finished(),
+        "the slow request still holds the slot when /health answers"
+    );
     let busy = busy.join().expect("slow request thread");
     assert_eq!(busy.status, 200, "{busy:?}");
 }

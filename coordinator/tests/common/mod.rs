@@ -106,6 +106,36 @@ impl Proc {
         }
     }
 
+    /// Waits until each of `needles` is in some output line, in any order,
+    /// counting the lines already read.
+    pub fn wait_for_lines(&mut self, needles: &[String], patience: Duration) {
+        let deadline = Instant::now() + patience;
+        let missing = |seen: &[String]| -> Vec<String> {
+            needles
+                .iter()
+                .filter(|n| !seen.iter().any(|l| l.contains(n.as_str())))
+                .cloned()
+                .collect()
+        };
+        loop {
+            let left = missing(&self.seen);
+            if left.is_empty() {
+                return;
+            }
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!(
+                    "{}: no lines containing {left:?} within {patience:?}; output so far:\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
     /// Waits for exit within `patience` (killing it after), returning the
     /// status and all output.
     pub fn wait(mut self, patience: Duration) -> (ExitStatus, String) {
@@ -273,7 +303,7 @@ pub fn signal(pid: u32, sig: i32) {
 
 const HLOG_SUMMARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/hlog_summary.py");
 
-/// Fails, pointing at .ci/run, when python3 or its hdrh module is missing:
+/// Fails, pointing at scripts/test.sh, when python3 or its hdrh module is missing:
 /// a check that silently passes without its reader checks nothing.
 pub fn require_hdrh() {
     let mut cmd = Command::new("python3");
@@ -282,7 +312,7 @@ pub fn require_hdrh() {
     assert!(
         ok,
         "python3 with the `hdrh` module (PyPI package `hdrhistogram`) is needed to read \
-         latency.hlog independently; .ci/run installs it (python3 -m pip install hdrhistogram)"
+         latency.hlog independently; scripts/test.sh installs it (python3 -m pip install hdrhistogram)"
     );
 }
 

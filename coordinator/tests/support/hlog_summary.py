@@ -11,7 +11,7 @@ value under both common rank conventions (hdrh's rounded rank and the ceiling
 rank used by the Rust crate), each with its bucket's lowest and highest
 equivalent values, so the caller can compare "within one bucket".
 
-Exit status 3 when the hdrh module is missing (.ci/run installs it).
+Exit status 3 when the hdrh module is missing (scripts/test.sh installs it).
 """
 
 import json

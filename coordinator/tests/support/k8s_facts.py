@@ -3,7 +3,7 @@
 line, the facts the deployment relies on (so the Rust test can check that
 they agree with each other and with the binaries' flags).
 
-Exit status 3 when PyYAML is missing (.ci/run installs it).
+Exit status 3 when PyYAML is missing (scripts/test.sh installs it).
 """
 
 import glob

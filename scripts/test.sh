@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The test command: installs what the suite needs on a Debian machine, then
+# builds the binaries the end-to-end tests start and runs every test.
+#
+#   sudo scripts/test.sh [NEXTEST ARGS...]
+#
+# Installing (apt and pip packages) needs root; each part is installed only
+# when missing, so a second run is silent until the build starts. Under
+# sudo, the build and the tests run as the user who called sudo, so that no
+# root-owned files land in the checkout (tests that need root, such as the
+# network namespaces of coordinator/tests/faults.rs, then say they were not
+# run); run by root itself, everything runs as root. Arguments are passed to
+# `cargo nextest run`, e.g. `-E 'binary(fleet)'`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# nginx and ip live in the sbin folders, which a user's PATH may leave out;
+# the tests look for them on this PATH too.
+export PATH="$PATH:/usr/sbin:/sbin"
+
+as_root() {
+    if ((EUID == 0)); then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "scripts/test.sh: installing $* needs root; run it as root (sudo scripts/test.sh)" >&2
+        exit 1
+    fi
+}
+
+# The programs the tests start, by the Debian package that ships them:
+# coordinator/tests/html.rs renders report.html in headless Chromium;
+# deploy.rs checks the systemd unit with systemd-analyze; containers.rs
+# needs the Docker engine and docker-compose; http2.rs serves HTTP/1.1, h2c
+# and h2 over TLS with nginx; faults.rs cuts agents off with ip and unshare
+# and pins them with taskset; the python3 scripts in tests/support need pip.
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need chromium chromium
+need systemd-analyze systemd
+need docker docker.io
+need docker-compose docker-compose
+need nginx nginx
+need ip iproute2
+need unshare util-linux
+need taskset util-linux
+need python3 python3
+if ((${#missing[@]})); then
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python modules the tests import: hlog.rs reads latency.hlog with an
+# independent reader (hdrh); deploy.rs reads the Kubernetes manifests
+# (yaml) and validates them against the bundled schemas, offline
+# (kubernetes_validate); grpc.rs serves gRPC with grpcio and its
+# reflection (tests/support/grpc_server.py). They go into the python3 the
+# tests will find on this PATH; Debian's is marked externally managed,
+# which PIP_BREAK_SYSTEM_PACKAGES lets pip install into (pip versions
+# without that option ignore the variable).
+python=$(command -v python3)
+pip_missing=()
+for module in hdrh:hdrhistogram yaml:pyyaml kubernetes_validate:kubernetes-validate grpc:grpcio grpc_reflection:grpcio-reflection; do
+    "$python" -c "import ${module%%:*}" >/dev/null 2>&1 || pip_missing+=("${module##*:}")
+done
+if ((${#pip_missing[@]})); then
+    if ! "$python" -m pip --version >/dev/null 2>&1; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    fi
+    as_root env PIP_ROOT_USER_ACTION=ignore PIP_BREAK_SYSTEM_PACKAGES=1 \
+        "$python" -m pip install -q --disable-pip-version-check "${pip_missing[@]}"
+fi
+
+# Under sudo, hand the build and the tests back to the calling user.
+if ((EUID == 0)) && [[ -n "${SUDO_USER:-}" && "$SUDO_USER" != root ]]; then
+    exec sudo -u "$SUDO_USER" -H -- "$0" "$@"
+fi
+
+# sudo's PATH leaves out rustup's folder.
+if ! command -v cargo >/dev/null 2>&1; then
+    PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "scripts/test.sh: cargo is not installed; install Rust with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+    cargo install cargo-nextest --locked --quiet
+fi
+
+cargo build --workspace --bins && cargo nextest run --workspace "$@"

@@ -222,21 +222,3 @@ pub async fn run_with(
 ) -> Vec<RunResult> {
     actor::Fleet::new(spec, events, out).run(stop).await
 }
-
-/// [`run_with`], with the lines for the user on standard error.
-pub async fn run(
-    spec: RunSpec,
-    events: mpsc::Receiver<FleetEvent>,
-    stop: impl Future<Output = ()>,
-    progress: Box<dyn FnMut(&Progress) + Send>,
-    metrics: Option<watch::Sender<String>>,
-    sink: Option<Box<dyn Sink>>,
-) -> Vec<RunResult> {
-    let out = Outputs {
-        progress,
-        metrics,
-        sink,
-        console: Console::stderr(),
-    };
-    run_with(spec, events, stop, out).await
-}

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use loadfleet_coordinator::console::Console;
 use loadfleet_coordinator::fleet::{self, ControlService, FleetEvent, RunResult, RunSpec};
 use loadfleet_coordinator::plan::Shares;
 use loadfleet_proto::v1::{
@@ -106,14 +107,13 @@ impl Fleet {
                 )))
                 .serve_with_incoming(ReceiverStream::new(incoming)),
         );
-        let actor = tokio::spawn(fleet::run(
-            spec,
-            events_rx,
-            stop,
-            Box::new(|_| {}),
-            None,
-            None,
-        ));
+        let outputs = fleet::Outputs {
+            progress: Box::new(|_| {}),
+            metrics: None,
+            sink: None,
+            console: Console::captured(),
+        };
+        let actor = tokio::spawn(fleet::run_with(spec, events_rx, stop, outputs));
         Fleet {
             connections,
             server,

@@ -27,10 +27,9 @@ struct Client<'a> {
 impl Driver for Client<'_> {
     async fn submit(&mut self, arrival: Arrival) -> Submitted {
         let shared = self.shared;
-        let Some(request) = shared.build_or_count(arrival.seq, arrival.interval) else {
+        let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };
-        shared.mark_sent(arrival.interval, arrival.lag);
         let intended = arrival.intended;
         if let Some(hook) = &shared.sse {
             // A subscriber holds until its window ends, reconnecting as

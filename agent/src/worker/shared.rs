@@ -13,6 +13,7 @@ use loadfleet_proto::rng::SplitMix64;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::driver::Arrival;
 use crate::client::{DirectPool, Exchanged, Phases, Queued, Transport};
 use crate::recorder::{Completion, Recorder};
 use crate::request::RequestMix;
@@ -81,6 +82,15 @@ impl Shared {
                 None
             }
         }
+    }
+
+    /// An arrival's request, counted sent; `None` (counted unsent) when its
+    /// template does not render to a valid request. The one path from an
+    /// arrival to a request for the drivers that hand it on whole.
+    pub(super) fn take(&self, arrival: &Arrival) -> Option<Request> {
+        let request = self.build_or_count(arrival.seq, arrival.interval)?;
+        self.mark_sent(arrival.interval, arrival.lag);
+        Some(request)
     }
 
     /// Sends one request through the transport and records its outcome.

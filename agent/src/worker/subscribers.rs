@@ -27,10 +27,9 @@ impl<'a> Subscribers<'a> {
 impl Driver for Subscribers<'_> {
     async fn submit(&mut self, arrival: Arrival) -> Submitted {
         let shared = self.shared;
-        let Some(request) = shared.build_or_count(arrival.seq, arrival.interval) else {
+        let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };
-        shared.mark_sent(arrival.interval, arrival.lag);
         let intended = arrival.intended;
         let (task_shared, hook) = (shared.clone(), self.hook.clone());
         let until = hook.until(intended, shared.scenario_start + shared.duration);

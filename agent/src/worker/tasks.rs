@@ -70,10 +70,9 @@ impl<'a> Tasks<'a> {
 impl Driver for Tasks<'_> {
     async fn submit(&mut self, arrival: Arrival) -> Submitted {
         let shared = self.shared;
-        let Some(request) = shared.build_or_count(arrival.seq, arrival.interval) else {
+        let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };
-        shared.mark_sent(arrival.interval, arrival.lag);
         let (intended, now) = (arrival.intended, arrival.now);
         let runners = &self.runners;
         if runners.must_hold(|| shared.client.free_connections()) {

@@ -242,6 +242,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         url => check_target_resolves(url, local).await?,
     };
     let out_dir = prepare_out_dir(args.out.as_deref())?;
+    let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
+        std::env::var(k).ok()
+    })?;
 
     let split = if local {
         local::split_cpus(&local::allowed_cpus())
@@ -409,13 +412,15 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     // settles, so it outlives a coordinator that is killed.
     let (live, live_writer) =
         report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
+    let output_labels = crate::output::RunLabels::new(&args, &out_dir, &info, spec.repeats);
+    let (sink, outputs) = crate::output::start(&output_specs, &output_labels, Box::new(live))?;
     let results = fleet::run(
         spec.clone(),
         events_rx,
         interrupt,
         Box::new(move |p: &Progress| print_progress(p, drain)),
         metrics,
-        Some(Box::new(live)),
+        Some(sink),
     )
     .await;
     // The fleet is done with the live outputs: let them reach the disk.
@@ -440,11 +445,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
 
     let mut reports: Vec<report::Report> =
         results.iter().map(|r| report::build(r, &info)).collect();
-    let (report, shown) = if reports.len() > 1 {
+    let (mut report, shown) = if reports.len() > 1 {
         report::repeats::combine(reports, &plan.thresholds)
     } else {
         (reports.remove(0), 0)
     };
+    outputs.finish(&mut report).await;
     write_outputs(&out_dir, &report, shown, spec.repeats.max(1))?;
     let summary = (|| {
         let mut stdout = std::io::stdout().lock();

@@ -1,0 +1,182 @@
+//! End-to-end: a run pushed live to a real Prometheus (Debian's 2.42, its
+//! remote-write receiver, native histograms on) holds what report.json
+//! says: the counters' final values equal the report's intended, sent,
+//! unsent and status counts exactly, `histogram_quantile` on the native
+//! latency histogram is within one bucket of the report's p50 and p99, and
+//! each scenario is one series.
+
+mod common;
+#[path = "outputs_support/mod.rs"]
+mod outputs_support;
+
+use std::time::Duration;
+
+use common::*;
+use outputs_support::*;
+
+/// A native bucket is 2^(1/32) wide (schema 5); HDR adds 0.1%.
+const BUCKET: f64 = 1.0219 * 1.001;
+
+fn within_bucket(got_s: f64, want_ms: f64) -> bool {
+    let want = want_ms / 1000.0;
+    got_s <= want * BUCKET && got_s >= want / BUCKET
+}
+
+#[test]
+fn prometheus_holds_the_reports_figures() {
+    let dir = temp_dir("outputs-prometheus");
+    let prom = prometheus(&dir);
+    // Two scenarios; a pool of one at 5 ms answers ~200 req/s and turns
+    // the rest away with 503 after 10 ms, and --max-in-flight leaves some
+    // arrivals unsent, so every family has more than one series.
+    let plan = write_plan(
+        &dir,
+        r#"
+[target]
+url = "testbed"
+max_in_flight = 3
+
+[[scenario]]
+name = "browse"
+rate = 250
+duration = "4s"
+
+[[scenario]]
+name = "buy"
+rate = 60
+duration = "4s"
+"#,
+    );
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--local-agents", "2", "--testbed-delay", "5ms"])
+        .args(["--testbed-pool", "1", "--testbed-pool-timeout", "10ms"])
+        .args(["--out-run-id", "prom-e2e", "--out-label", "team=web"])
+        .arg("--out-prometheus")
+        .arg(format!("http://{}/api/v1/write", prom.addr))
+        .arg("--out")
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
+    let r = read_report(&out);
+    assert!(matches!(status.code(), Some(0 | 1 | 3)), "{output}");
+    let codes: Vec<&str> = r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter_map(|v| v["code"].as_str())
+        .collect();
+    assert!(!codes.contains(&"OUTPUT_LOST"), "{codes:?}\n{output}");
+
+    let sel = r#"run_id="prom-e2e",plan="plan",team="web""#;
+    let t = &r["totals"];
+    let total = |name: &str| promql_value(&prom.addr, &format!("sum({name}{{{sel}}})"));
+    assert_eq!(total("loadfleet_requests_intended_total"), f(&t["intended"]));
+    assert_eq!(total("loadfleet_requests_sent_total"), f(&t["sent"]));
+    assert_eq!(total("loadfleet_requests_completed_total"), f(&t["completed"]));
+    assert_eq!(total("loadfleet_failures_total"), f(&t["failures"]));
+    assert!(u(&t["unsent"]["total"]) > 0, "nothing unsent: {output}");
+    for (reason, n) in t["unsent"].as_object().expect("unsent") {
+        if reason == "total" {
+            continue;
+        }
+        let got = promql(
+            &prom.addr,
+            &format!(r#"sum(loadfleet_requests_unsent_total{{{sel},reason="{reason}"}})"#),
+        );
+        let got = got
+            .first()
+            .and_then(|v| v["value"][1].as_str())
+            .map_or(0.0, |v| v.parse().unwrap_or(f64::NAN));
+        assert_eq!(got, f(n), "unsent {reason}");
+    }
+    let statuses = t["status"].as_object().expect("status");
+    assert!(statuses.len() >= 2, "expected 200 and 503: {statuses:?}");
+    for (code, n) in statuses {
+        let got = promql_value(
+            &prom.addr,
+            &format!(r#"sum(loadfleet_responses_total{{{sel},code="{code}"}})"#),
+        );
+        assert_eq!(got, f(n), "status {code}");
+    }
+
+    // One latency series per scenario, and its quantiles within a bucket.
+    let series = promql(&prom.addr, &format!("loadfleet_latency_seconds{{{sel}}}"));
+    assert_eq!(series.len(), 2, "{series:?}");
+    for s in r["scenarios"].as_array().expect("scenarios") {
+        let name = s["name"].as_str().expect("name");
+        let one = format!(r#"{sel},scenario="{name}""#);
+        assert_eq!(
+            promql(&prom.addr, &format!("loadfleet_requests_intended_total{{{one}}}")).len(),
+            1
+        );
+        assert_eq!(
+            promql_value(&prom.addr, &format!("loadfleet_requests_intended_total{{{one}}}")),
+            f(&s["intended"])
+        );
+        let lat = &s["latency_ms"];
+        assert_eq!(
+            promql_value(&prom.addr, &format!("histogram_count(loadfleet_latency_seconds{{{one}}})")),
+            f(&lat["count"])
+        );
+        for (q, key) in [(0.5, "p50"), (0.99, "p99")] {
+            let got = promql_value(
+                &prom.addr,
+                &format!("histogram_quantile({q}, loadfleet_latency_seconds{{{one}}})"),
+            );
+            assert!(
+                within_bucket(got, f(&lat[key])),
+                "{name} {key}: prometheus {got}s, report {}ms",
+                lat[key]
+            );
+        }
+        let st = promql_value(
+            &prom.addr,
+            &format!("histogram_quantile(0.99, loadfleet_service_time_seconds{{{one}}})"),
+        );
+        assert!(within_bucket(st, f(&s["service_time_ms"]["p99"])), "{name} service p99 {st}");
+    }
+    // Gauges are the fleet's, one series each.
+    assert_eq!(
+        promql_value(&prom.addr, &format!("loadfleet_agents_alive{{{sel}}}")),
+        2.0
+    );
+}
+
+/// With `classic` histograms the latency goes as `_bucket`/`_sum`/`_count`
+/// series, whose count equals the report's.
+#[test]
+fn classic_buckets_for_receivers_without_native_histograms() {
+    let dir = temp_dir("outputs-prometheus-classic");
+    let prom = prometheus(&dir);
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.args(["run", "--local-agents", "1", "--rate", "100", "--duration", "2s"])
+        .args(["--out-run-id", "classic", "--out-histograms", "classic"])
+        .arg("--out-prometheus")
+        .arg(format!("http://{}/api/v1/write", prom.addr))
+        .arg("--out")
+        .arg(&out);
+    let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    let r = read_report(&out);
+    let count = f(&r["totals"]["latency_ms"]["count"]);
+    assert!(count > 0.0, "{output}");
+    let sel = r#"run_id="classic""#;
+    assert_eq!(
+        promql_value(&prom.addr, &format!("loadfleet_latency_seconds_count{{{sel}}}")),
+        count
+    );
+    assert_eq!(
+        promql_value(
+            &prom.addr,
+            &format!(r#"loadfleet_latency_seconds_bucket{{{sel},le="+Inf"}}"#)
+        ),
+        count
+    );
+    let p99 = promql_value(
+        &prom.addr,
+        &format!("histogram_quantile(0.99, loadfleet_latency_seconds_bucket{{{sel}}})"),
+    );
+    assert!(p99 > 0.0 && p99 <= 0.05, "classic p99 {p99}");
+}

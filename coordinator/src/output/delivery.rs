@@ -50,6 +50,8 @@ pub struct Ledger {
     pub last_error: Option<String>,
     /// Frames whose request failed or that were dropped.
     pub frames_lost: u64,
+    /// The run's last frame (its final totals) reached the receiver.
+    pub final_delivered: bool,
 }
 
 impl Ledger {
@@ -227,6 +229,7 @@ async fn work(shared: Arc<Shared>, mut post: Post, mut encoder: Box<dyn Encoder>
             Ok(()) => {
                 unbook(&mut state.ledger, &frame);
                 state.ledger.delivered += 1;
+                state.ledger.final_delivered |= frame.last;
             }
             Err(e) => {
                 if !warned {

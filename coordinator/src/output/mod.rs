@@ -182,10 +182,16 @@ impl Outputs {
     /// the fleet dropped its [`Tee`]), then adds an `OUTPUT_LOST` verdict
     /// for each output that lost seconds.
     pub async fn finish(self, report: &mut Report) {
-        for (worker, timeout) in self.workers {
-            let name = worker.name.clone();
-            // Room for the retries' pauses on top of one timeout.
-            let ledger = worker.finish(timeout + Duration::from_secs(1)).await;
+        // All at once: a dead sink's wait does not add to another's.
+        let ledgers = futures::future::join_all(self.workers.into_iter().map(
+            |(worker, timeout)| async move {
+                let name = worker.name.clone();
+                // Room for the retries' pauses on top of one timeout.
+                (name, worker.finish(timeout + Duration::from_secs(1)).await)
+            },
+        ))
+        .await;
+        for (name, ledger) in ledgers {
             if let Some(v) = verdict(&name, &ledger) {
                 eprintln!("warning: {}", v.message);
                 report.verdicts.push(v);
@@ -229,12 +235,17 @@ pub fn verdict(name: &str, ledger: &delivery::Ledger) -> Option<Verdict> {
         level: VerdictLevel::Warn,
         code: VerdictCode::OutputLost,
         message: format!(
-            "output {name}: {what}{}; its dashboards have gaps there, and its totals may stop short. The report's figures are whole",
+            "output {name}: {what}{}; its dashboards have gaps there, and {}. The report's figures are whole",
             ledger
                 .last_error
                 .as_ref()
                 .map(|e| format!(" ({e})"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if ledger.final_delivered {
+                "its final totals arrived"
+            } else {
+                "its totals stop short of the report's"
+            }
         ),
     })
 }

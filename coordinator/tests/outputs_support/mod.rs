@@ -176,12 +176,12 @@ pub fn influxql(addr: &str, query: &str) -> serde_json::Value {
 
 /// A port that accepts connections and never answers; held open until
 /// dropped.
-pub struct Silent {
+pub struct Mute {
     pub addr: String,
     _thread: std::thread::JoinHandle<()>,
 }
 
-impl Silent {
+impl Mute {
     pub fn new() -> Self {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr").to_string();
@@ -191,7 +191,7 @@ impl Silent {
                 held.push(s);
             }
         });
-        Silent {
+        Mute {
             addr,
             _thread: thread,
         }

@@ -1,0 +1,108 @@
+//! End-to-end: a run pushed live to a real InfluxDB (Debian's 1.6, the v1
+//! `/write?db=` API) and queried back with InfluxQL: per scenario, the
+//! per-second counts add up to the report's, the last totals equal them,
+//! and the last p99 is the report's, read from the same exact merge.
+
+mod common;
+#[path = "outputs_support/mod.rs"]
+mod outputs_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use outputs_support::*;
+use serde_json::Value;
+
+/// `SELECT …  GROUP BY scenario`: per scenario, column name → value of
+/// the one row.
+fn by_scenario(answer: &Value) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let mut out = BTreeMap::new();
+    let series = answer["results"][0]["series"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no series: {answer}"));
+    for s in series {
+        let name = s["tags"]["scenario"].as_str().expect("scenario tag").to_string();
+        let cols = s["columns"].as_array().expect("columns");
+        let row = s["values"][0].as_array().expect("one row");
+        let map = cols
+            .iter()
+            .zip(row)
+            .map(|(c, v)| (c.as_str().expect("column").to_string(), v.clone()))
+            .collect();
+        out.insert(name, map);
+    }
+    out
+}
+
+#[test]
+fn influxdb_holds_the_reports_counts() {
+    let dir = temp_dir("outputs-influx");
+    let influx = influxdb(&dir);
+    let plan = write_plan(
+        &dir,
+        r#"
+[target]
+url = "testbed"
+max_in_flight = 3
+
+[[scenario]]
+name = "browse"
+rate = 250
+duration = "3s"
+
+[[scenario]]
+name = "buy"
+rate = 60
+duration = "3s"
+"#,
+    );
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--local-agents", "2", "--testbed-delay", "5ms"])
+        .args(["--testbed-pool", "1", "--testbed-pool-timeout", "10ms"])
+        .args(["--out-run-id", "influx-e2e"])
+        .arg("--out-influxdb")
+        .arg(format!("http://{}/write?db=loadfleet", influx.addr))
+        .arg("--out")
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
+    let r = read_report(&out);
+    assert!(matches!(status.code(), Some(0 | 1 | 3)), "{output}");
+    assert!(
+        !output.contains("OUTPUT_LOST"),
+        "an output lost seconds:\n{output}"
+    );
+    let q = |s: &str| {
+        by_scenario(&influxql(
+            &influx.addr,
+            &format!("{s} FROM loadfleet WHERE run_id = 'influx-e2e' GROUP BY scenario"),
+        ))
+    };
+    let sums = q("SELECT sum(intended) AS intended, sum(sent) AS sent, sum(unsent) AS unsent, sum(completed) AS completed, sum(status_200) AS ok");
+    let lasts = q("SELECT last(intended_total) AS intended, last(sent_total) AS sent, last(unsent_total) AS unsent, last(completed_total) AS completed, last(p99_ms_total) AS p99, last(count_total) AS count");
+    let scenarios = r["scenarios"].as_array().expect("scenarios");
+    assert_eq!(sums.len(), scenarios.len(), "one series per scenario: {sums:?}");
+    for s in scenarios {
+        let name = s["name"].as_str().expect("name");
+        let (sum, last) = (&sums[name], &lasts[name]);
+        for key in ["intended", "sent", "completed"] {
+            assert_eq!(u(&sum[key]), u(&s[key]), "{name} sum({key})");
+            assert_eq!(u(&last[key]), u(&s[key]), "{name} last({key}_total)");
+        }
+        assert_eq!(u(&sum["unsent"]), u(&s["unsent"]["total"]), "{name} unsent");
+        assert_eq!(u(&last["unsent"]), u(&s["unsent"]["total"]), "{name} unsent_total");
+        assert_eq!(
+            sum["ok"].as_u64().unwrap_or(0),
+            s["status"]["200"].as_u64().unwrap_or(0),
+            "{name} 200s"
+        );
+        assert_eq!(u(&last["count"]), u(&s["latency_ms"]["count"]), "{name} count");
+        let p99 = f(&last["p99"]);
+        let want = f(&s["latency_ms"]["p99"]);
+        assert!((p99 - want).abs() <= want * 0.002, "{name} p99 {p99} vs {want}");
+    }
+    assert!(u(&r["totals"]["unsent"]["total"]) > 0, "nothing unsent: {output}");
+}

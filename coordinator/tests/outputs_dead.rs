@@ -16,11 +16,19 @@ use outputs_support::*;
 fn run_with(test: &str, extra: &[String]) -> (Option<i32>, serde_json::Value, String, Duration) {
     let out = temp_dir(test);
     let mut cmd = coordinator();
-    cmd.args(["run", "--local-agents", "1", "--rate", "50", "--duration", "3s"])
-        .args(["--testbed-delay", "2ms"])
-        .args(extra)
-        .arg("--out")
-        .arg(&out);
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "50",
+        "--duration",
+        "3s",
+    ])
+    .args(["--testbed-delay", "2ms"])
+    .args(extra)
+    .arg("--out")
+    .arg(&out);
     let started = Instant::now();
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
     (status.code(), read_report(&out), output, started.elapsed())
@@ -44,7 +52,10 @@ fn dead_sinks_change_no_figure() {
     );
     // What the schedule fixes is the same with and without dead outputs.
     for key in ["intended", "sent", "completed"] {
-        assert_eq!(r["totals"][key], plain["totals"][key], "{key}\n{output}\n{plain_out}");
+        assert_eq!(
+            r["totals"][key], plain["totals"][key],
+            "{key}\n{output}\n{plain_out}"
+        );
     }
     assert_eq!(r["totals"]["unsent"], plain["totals"]["unsent"]);
     assert_eq!(r["totals"]["status"], plain["totals"]["status"]);
@@ -61,11 +72,13 @@ fn dead_sinks_change_no_figure() {
         .collect();
     assert_eq!(lost.len(), 2, "{lost:?}\n{output}");
     assert!(
-        lost.iter().any(|m| m.contains(&format!("prometheus http://{}", mute.addr))),
+        lost.iter()
+            .any(|m| m.contains(&format!("prometheus http://{}", mute.addr))),
         "{lost:?}"
     );
     assert!(
-        lost.iter().any(|m| m.contains(&format!("influxdb http://127.0.0.1:{closed}/write"))),
+        lost.iter()
+            .any(|m| m.contains(&format!("influxdb http://127.0.0.1:{closed}/write"))),
         "{lost:?}"
     );
     for m in &lost {

@@ -22,7 +22,10 @@ fn by_scenario(answer: &Value) -> BTreeMap<String, BTreeMap<String, Value>> {
         .as_array()
         .unwrap_or_else(|| panic!("no series: {answer}"));
     for s in series {
-        let name = s["tags"]["scenario"].as_str().expect("scenario tag").to_string();
+        let name = s["tags"]["scenario"]
+            .as_str()
+            .expect("scenario tag")
+            .to_string();
         let cols = s["columns"].as_array().expect("columns");
         let row = s["values"][0].as_array().expect("one row");
         let map = cols
@@ -84,7 +87,11 @@ duration = "3s"
     let sums = q("SELECT sum(intended) AS intended, sum(sent) AS sent, sum(unsent) AS unsent, sum(completed) AS completed, sum(status_200) AS ok");
     let lasts = q("SELECT last(intended_total) AS intended, last(sent_total) AS sent, last(unsent_total) AS unsent, last(completed_total) AS completed, last(p99_ms_total) AS p99, last(count_total) AS count");
     let scenarios = r["scenarios"].as_array().expect("scenarios");
-    assert_eq!(sums.len(), scenarios.len(), "one series per scenario: {sums:?}");
+    assert_eq!(
+        sums.len(),
+        scenarios.len(),
+        "one series per scenario: {sums:?}"
+    );
     for s in scenarios {
         let name = s["name"].as_str().expect("name");
         let (sum, last) = (&sums[name], &lasts[name]);
@@ -93,16 +100,30 @@ duration = "3s"
             assert_eq!(u(&last[key]), u(&s[key]), "{name} last({key}_total)");
         }
         assert_eq!(u(&sum["unsent"]), u(&s["unsent"]["total"]), "{name} unsent");
-        assert_eq!(u(&last["unsent"]), u(&s["unsent"]["total"]), "{name} unsent_total");
+        assert_eq!(
+            u(&last["unsent"]),
+            u(&s["unsent"]["total"]),
+            "{name} unsent_total"
+        );
         assert_eq!(
             sum["ok"].as_u64().unwrap_or(0),
             s["status"]["200"].as_u64().unwrap_or(0),
             "{name} 200s"
         );
-        assert_eq!(u(&last["count"]), u(&s["latency_ms"]["count"]), "{name} count");
+        assert_eq!(
+            u(&last["count"]),
+            u(&s["latency_ms"]["count"]),
+            "{name} count"
+        );
         let p99 = f(&last["p99"]);
         let want = f(&s["latency_ms"]["p99"]);
-        assert!((p99 - want).abs() <= want * 0.002, "{name} p99 {p99} vs {want}");
+        assert!(
+            (p99 - want).abs() <= want * 0.002,
+            "{name} p99 {p99} vs {want}"
+        );
     }
-    assert!(u(&r["totals"]["unsent"]["total"]) > 0, "nothing unsent: {output}");
+    assert!(
+        u(&r["totals"]["unsent"]["total"]) > 0,
+        "nothing unsent: {output}"
+    );
 }

@@ -72,9 +72,15 @@ duration = "4s"
     let sel = r#"run_id="prom-e2e",plan="plan",team="web""#;
     let t = &r["totals"];
     let total = |name: &str| promql_value(&prom.addr, &format!("sum({name}{{{sel}}})"));
-    assert_eq!(total("loadfleet_requests_intended_total"), f(&t["intended"]));
+    assert_eq!(
+        total("loadfleet_requests_intended_total"),
+        f(&t["intended"])
+    );
     assert_eq!(total("loadfleet_requests_sent_total"), f(&t["sent"]));
-    assert_eq!(total("loadfleet_requests_completed_total"), f(&t["completed"]));
+    assert_eq!(
+        total("loadfleet_requests_completed_total"),
+        f(&t["completed"])
+    );
     assert_eq!(total("loadfleet_failures_total"), f(&t["failures"]));
     assert!(u(&t["unsent"]["total"]) > 0, "nothing unsent: {output}");
     for (reason, n) in t["unsent"].as_object().expect("unsent") {
@@ -108,16 +114,26 @@ duration = "4s"
         let name = s["name"].as_str().expect("name");
         let one = format!(r#"{sel},scenario="{name}""#);
         assert_eq!(
-            promql(&prom.addr, &format!("loadfleet_requests_intended_total{{{one}}}")).len(),
+            promql(
+                &prom.addr,
+                &format!("loadfleet_requests_intended_total{{{one}}}")
+            )
+            .len(),
             1
         );
         assert_eq!(
-            promql_value(&prom.addr, &format!("loadfleet_requests_intended_total{{{one}}}")),
+            promql_value(
+                &prom.addr,
+                &format!("loadfleet_requests_intended_total{{{one}}}")
+            ),
             f(&s["intended"])
         );
         let lat = &s["latency_ms"];
         assert_eq!(
-            promql_value(&prom.addr, &format!("histogram_count(loadfleet_latency_seconds{{{one}}})")),
+            promql_value(
+                &prom.addr,
+                &format!("histogram_count(loadfleet_latency_seconds{{{one}}})")
+            ),
             f(&lat["count"])
         );
         for (q, key) in [(0.5, "p50"), (0.99, "p99")] {
@@ -135,7 +151,10 @@ duration = "4s"
             &prom.addr,
             &format!("histogram_quantile(0.99, loadfleet_service_time_seconds{{{one}}})"),
         );
-        assert!(within_bucket(st, f(&s["service_time_ms"]["p99"])), "{name} service p99 {st}");
+        assert!(
+            within_bucket(st, f(&s["service_time_ms"]["p99"])),
+            "{name} service p99 {st}"
+        );
     }
     // Gauges are the fleet's, one series each.
     assert_eq!(
@@ -152,19 +171,30 @@ fn classic_buckets_for_receivers_without_native_histograms() {
     let prom = prometheus(&dir);
     let out = dir.join("out");
     let mut cmd = coordinator();
-    cmd.args(["run", "--local-agents", "1", "--rate", "100", "--duration", "2s"])
-        .args(["--out-run-id", "classic", "--out-histograms", "classic"])
-        .arg("--out-prometheus")
-        .arg(format!("http://{}/api/v1/write", prom.addr))
-        .arg("--out")
-        .arg(&out);
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "100",
+        "--duration",
+        "2s",
+    ])
+    .args(["--out-run-id", "classic", "--out-histograms", "classic"])
+    .arg("--out-prometheus")
+    .arg(format!("http://{}/api/v1/write", prom.addr))
+    .arg("--out")
+    .arg(&out);
     let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
     let r = read_report(&out);
     let count = f(&r["totals"]["latency_ms"]["count"]);
     assert!(count > 0.0, "{output}");
     let sel = r#"run_id="classic""#;
     assert_eq!(
-        promql_value(&prom.addr, &format!("loadfleet_latency_seconds_count{{{sel}}}")),
+        promql_value(
+            &prom.addr,
+            &format!("loadfleet_latency_seconds_count{{{sel}}}")
+        ),
         count
     );
     assert_eq!(

@@ -138,7 +138,7 @@ impl OutputSpec {
     }
 
     /// The headers that carry the credentials.
-    pub fn auth_headers(&self) -> anyhow::Result<Vec<(String, String)>> {
+    pub fn auth_headers(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(t) = &self.bearer {
             let scheme = match self.kind {
@@ -156,7 +156,7 @@ impl OutputSpec {
         for (k, v) in &self.headers {
             out.push((k.clone(), v.expose().to_string()));
         }
-        Ok(out)
+        out
     }
 }
 
@@ -468,7 +468,7 @@ mod tests {
         for secret in ["s3cret", "tok-123", "tenant-9", "alice"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
-        let headers = specs[0].auth_headers().unwrap();
+        let headers = specs[0].auth_headers();
         assert!(headers.contains(&("authorization".into(), "Bearer tok-123".into())));
         assert!(headers.contains(&(
             "authorization".into(),
@@ -520,7 +520,7 @@ labels = { team = "web" }
         let env = |k: &str| (k == "EXTRA").then(|| "from-env".to_string());
         let specs = resolve(&OutputArgs::default(), Some(&plan), &env).unwrap();
         assert_eq!(specs.len(), 1);
-        let h = specs[0].auth_headers().unwrap();
+        let h = specs[0].auth_headers();
         assert!(h.contains(&("authorization".into(), "Token file-token".into())));
         assert!(h.contains(&("X-Extra".into(), "from-env".into())));
         assert_eq!(specs[0].labels["team"], "web");

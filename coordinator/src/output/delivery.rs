@@ -62,7 +62,8 @@ impl Ledger {
     fn lose(&mut self, frame: &Frame, why: Option<String>) {
         self.frames_lost += 1;
         self.book(frame);
-        if why.is_some() {
+        // A receiver's own error says more than the queue's.
+        if self.last_error.is_none() {
             self.last_error = why;
         }
     }
@@ -277,7 +278,7 @@ impl Post {
             .map(|a| a.to_string())
             .ok_or_else(|| anyhow::anyhow!("{}: the URL has no host", spec.label()))?;
         let mut headers = Vec::new();
-        for (k, v) in spec.auth_headers()? {
+        for (k, v) in spec.auth_headers() {
             let name = http::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| anyhow::anyhow!("{}: header name {k:?}: {e}", spec.label()))?;
             let mut value = http::HeaderValue::from_str(&v).map_err(|_| {

@@ -239,7 +239,7 @@ pub fn verdict(name: &str, ledger: &delivery::Ledger) -> Option<Verdict> {
             ledger
                 .last_error
                 .as_ref()
-                .map(|e| format!(" ({e})"))
+                .map(|e| format!(": {e}"))
                 .unwrap_or_default(),
             if ledger.final_delivered {
                 "its final totals arrived"

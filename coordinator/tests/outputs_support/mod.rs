@@ -51,14 +51,20 @@ pub fn prometheus(dir: &Path) -> Receiver {
     let addr = format!("127.0.0.1:{}", closed_port());
     let mut cmd = Command::new("prometheus");
     cmd.arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
         .arg(format!("--web.listen-address={addr}"))
         .args([
             "--web.enable-remote-write-receiver",
             "--enable-feature=native-histograms",
         ]);
     let mut proc = Proc::spawn(cmd, "prometheus");
-    proc.wait_for_line("Server is ready to receive web requests", Duration::from_secs(60));
+    proc.wait_for_line(
+        "Server is ready to receive web requests",
+        Duration::from_secs(60),
+    );
     Receiver {
         proc: Some(proc),
         addr,
@@ -99,8 +105,13 @@ pub fn influxdb(dir: &Path) -> Receiver {
         assert!(Instant::now() < deadline, "influxd did not answer /ping");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (status, body) = http(&r.addr, "POST", "/query?q=CREATE%20DATABASE%20loadfleet", "")
-        .expect("create database");
+    let (status, body) = http(
+        &r.addr,
+        "POST",
+        "/query?q=CREATE%20DATABASE%20loadfleet",
+        "",
+    )
+    .expect("create database");
     assert_eq!(status, 200, "{body}");
     r
 }
@@ -121,7 +132,10 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     Ok((status, body))
 }
 

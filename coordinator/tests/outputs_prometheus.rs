@@ -53,7 +53,13 @@ duration = "4s"
         .arg(&plan)
         .args(["--local-agents", "2", "--testbed-delay", "5ms"])
         .args(["--testbed-pool", "1", "--testbed-pool-timeout", "10ms"])
-        .args(["--out-run-id", "prom-e2e", "--out-label", "team=web"])
+        .args([
+            "--out-run-id",
+            "prom-e2e",
+            "--out-label",
+            "team=web",
+            "--out-per-agent",
+        ])
         .arg("--out-prometheus")
         .arg(format!("http://{}/api/v1/write", prom.addr))
         .arg("--out")
@@ -156,11 +162,105 @@ duration = "4s"
             "{name} service p99 {st}"
         );
     }
+    // gRPC statuses and transport errors, so every family the dashboard
+    // reads has been pushed: a gRPC run on the testbed, and one against a
+    // closed port.
+    for (run_id, extra) in [
+        ("prom-e2e-grpc", vec!["--grpc".to_string()]),
+        (
+            "prom-e2e-errors",
+            vec![
+                "--url".to_string(),
+                format!("http://127.0.0.1:{}/", closed_port()),
+            ],
+        ),
+    ] {
+        let out = dir.join(run_id);
+        let mut cmd = coordinator();
+        cmd.args([
+            "run",
+            "--local-agents",
+            "1",
+            "--rate",
+            "20",
+            "--duration",
+            "3s",
+        ])
+        .args(&extra)
+        .args(["--out-run-id", run_id, "--out-prometheus"])
+        .arg(format!("http://{}/api/v1/write", prom.addr))
+        .arg("--out")
+        .arg(&out);
+        let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
+        assert!(out.join("report.json").is_file(), "{output}");
+    }
+    check_dashboard(&prom.addr, "prom-e2e.*");
     // Gauges are the fleet's, one series each.
     assert_eq!(
         promql_value(&prom.addr, &format!("loadfleet_agents_alive{{{sel}}}")),
         2.0
     );
+}
+
+/// Every metric a query of deploy/grafana/loadfleet-prometheus.json names,
+/// and each query with the dashboard's variables filled in, is evaluated
+/// by Prometheus against what the run pushed: none names a metric the
+/// outputs do not write, and every panel has data.
+fn check_dashboard(prom: &str, run_id: &str) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/loadfleet-prometheus.json"
+    );
+    let text = std::fs::read_to_string(path).expect("read the dashboard");
+    let dash: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut exprs: Vec<String> = Vec::new();
+    for p in dash["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            exprs.push(t["expr"].as_str().expect("expr").to_string());
+        }
+    }
+    for a in dash["annotations"]["list"].as_array().expect("annotations") {
+        exprs.extend(a["expr"].as_str().map(str::to_string));
+    }
+    for v in dash["templating"]["list"].as_array().expect("variables") {
+        if let Some(q) = v["query"]["query"].as_str() {
+            exprs.push(q.to_string());
+        }
+    }
+    let (status, body) = http(prom, "GET", "/api/v1/label/__name__/values", "").expect("names");
+    assert_eq!(status, 200, "{body}");
+    let pushed: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let pushed: Vec<&str> = pushed["data"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    for e in &exprs {
+        let mut rest = e.as_str();
+        while let Some(at) = rest.find("loadfleet_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                pushed.contains(&name.as_str()),
+                "{name} (in {e}) was never pushed; pushed: {pushed:?}"
+            );
+            rest = &rest[at + name.len()..];
+        }
+        if e.starts_with("label_values(") {
+            continue;
+        }
+        let q = e
+            .replace("$run_id", run_id)
+            .replace("$scenario", ".*")
+            .replace("$__rate_interval", "1m");
+        assert!(
+            !promql(prom, &q).is_empty(),
+            "no data for the dashboard's {q}"
+        );
+    }
 }
 
 /// With `classic` histograms the latency goes as `_bucket`/`_sum`/`_count`

@@ -163,17 +163,17 @@ impl Queue {
     }
 }
 
-impl Drop for Queue {
-    fn drop(&mut self) {
-        lock(&self.shared).closed = true;
-        self.shared.wake.notify_one();
-    }
-}
-
 impl Worker {
-    /// Waits up to `grace` for the queue to drain (the fleet's end must be
-    /// gone first), then books what is left as lost.
-    pub async fn finish(self, grace: Duration) -> Ledger {
+    /// Queues `last` (the verdicts), then waits up to `grace` for the queue
+    /// to drain, then books what is left as lost. The fleet must be done
+    /// pushing.
+    pub async fn finish(self, last: Option<Arc<Frame>>, grace: Duration) -> Ledger {
+        {
+            let mut state = lock(&self.shared);
+            state.frames.extend(last);
+            state.closed = true;
+        }
+        self.shared.wake.notify_one();
         let mut task = self.task;
         if tokio::time::timeout(grace, &mut task).await.is_err() {
             task.abort();

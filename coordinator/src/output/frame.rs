@@ -114,6 +114,9 @@ pub struct Frame {
     pub agents: Vec<AgentFrame>,
     /// The last frame of a run: its totals are final.
     pub last: bool,
+    /// Only in the frame pushed after the report is made: its verdicts as
+    /// (code, level, message); such a frame carries nothing else.
+    pub verdicts: Vec<(String, String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -226,6 +229,7 @@ impl Framer {
             agents_alive,
             agents,
             last,
+            verdicts: Vec::new(),
         })
     }
 }

@@ -66,6 +66,19 @@ impl Influx {
             .map(|(k, v)| format!(",{}={}", tag(k), tag(v)))
             .collect();
         let mut out = String::new();
+        for (code, level, message) in &frame.verdicts {
+            let message = message.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "loadfleet_verdict{base},code={},level={} message=\"{message}\" {}",
+                tag(code),
+                tag(level),
+                frame.time_ms
+            );
+        }
+        if !frame.verdicts.is_empty() {
+            return out;
+        }
         for s in &frame.scenarios {
             let mut fields = Vec::new();
             counts(&mut fields, &s.step, "");
@@ -171,6 +184,7 @@ mod tests {
             agents_alive: 2,
             agents: vec![],
             last: true,
+            verdicts: vec![],
         };
         let influx = Influx {
             tags: [("run_id".to_string(), "r 1".to_string())]

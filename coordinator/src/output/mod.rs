@@ -70,6 +70,7 @@ impl RunLabels {
 /// The running outputs: the fleet's end ([`Tee`]) and the waiting end.
 pub struct Outputs {
     workers: Vec<(delivery::Worker, Duration)>,
+    labels: RunLabels,
 }
 
 /// Wraps the fleet's sink (the live files) with the outputs' queues.
@@ -93,6 +94,7 @@ pub fn start(
             inner,
             Outputs {
                 workers: Vec::new(),
+                labels: labels.clone(),
             },
         ));
     }
@@ -128,7 +130,13 @@ pub fn start(
         scenarios: labels.scenarios.clone(),
         per_agent: specs.iter().any(|s| s.per_agent),
     };
-    Ok((Box::new(tee), Outputs { workers }))
+    Ok((
+        Box::new(tee),
+        Outputs {
+            workers,
+            labels: labels.clone(),
+        },
+    ))
 }
 
 fn millis(t: SystemTime) -> i64 {
@@ -182,15 +190,34 @@ impl Outputs {
     /// the fleet dropped its [`Tee`]), then adds an `OUTPUT_LOST` verdict
     /// for each output that lost seconds.
     pub async fn finish(self, report: &mut Report) {
+        let verdicts = Arc::new(frame::Frame {
+            run: self.labels.repeats.saturating_sub(1),
+            seconds: 0..0,
+            time_ms: millis(SystemTime::now()),
+            scenarios: Vec::new(),
+            in_flight: 0,
+            agents_alive: 0,
+            agents: Vec::new(),
+            last: false,
+            verdicts: report
+                .verdicts
+                .iter()
+                .map(|v| (v.code.to_string(), v.level.to_string(), v.message.clone()))
+                .collect(),
+        });
+        let verdicts = (!verdicts.verdicts.is_empty()).then_some(verdicts);
         // All at once: a dead sink's wait does not add to another's.
-        let ledgers = futures::future::join_all(self.workers.into_iter().map(
-            |(worker, timeout)| async move {
-                let name = worker.name.clone();
-                // Room for the retries' pauses on top of one timeout.
-                (name, worker.finish(timeout + Duration::from_secs(1)).await)
-            },
-        ))
-        .await;
+        let ledgers =
+            futures::future::join_all(self.workers.into_iter().map(|(worker, timeout)| {
+                let verdicts = verdicts.clone();
+                async move {
+                    let name = worker.name.clone();
+                    // Room for the retries' pauses on top of one timeout.
+                    let grace = timeout + Duration::from_secs(1);
+                    (name, worker.finish(verdicts, grace).await)
+                }
+            }))
+            .await;
         for (name, ledger) in ledgers {
             if let Some(v) = verdict(&name, &ledger) {
                 eprintln!("warning: {}", v.message);

@@ -95,6 +95,9 @@ pub const CLASSIC_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
 ];
 
+/// The exact percentiles pushed next to the histogram, from the merge.
+const QUANTILES: [(f64, &str); 4] = [(0.5, "0.5"), (0.9, "0.9"), (0.99, "0.99"), (0.999, "0.999")];
+
 pub struct Prometheus {
     pub histograms: Histograms,
     pub per_agent: bool,
@@ -134,6 +137,16 @@ impl Prometheus {
             out.base
                 .insert("repeat".into(), (frame.run + 1).to_string());
         }
+        if !frame.verdicts.is_empty() {
+            // One series per verdict, for the dashboard's annotations.
+            for (code, level, _) in &frame.verdicts {
+                let l = [("code", code.as_str()), ("level", level.as_str())];
+                out.gauge("loadfleet_verdict", &l, 1.0);
+            }
+            return prompb::WriteRequest {
+                timeseries: out.all,
+            };
+        }
         out.gauge("loadfleet_in_flight", &[], frame.in_flight as f64);
         out.gauge("loadfleet_agents_alive", &[], frame.agents_alive as f64);
         for s in &frame.scenarios {
@@ -170,6 +183,13 @@ impl Prometheus {
             for (status, n) in &t.grpc_status {
                 let l = [sc[0], ("grpc_status", status.as_str())];
                 out.gauge("loadfleet_grpc_responses_total", &l, *n as f64);
+            }
+            for (q, text) in QUANTILES {
+                if !s.latency.is_empty() {
+                    let l = [sc[0], ("quantile", text)];
+                    let v = s.latency.value_at_quantile(q) as f64 / 1e6;
+                    out.gauge("loadfleet_latency_exact_seconds", &l, v);
+                }
             }
             for (name, h) in [
                 ("loadfleet_latency_seconds", &s.latency),
@@ -393,6 +413,7 @@ mod tests {
             agents_alive: 2,
             agents: vec![],
             last: false,
+            verdicts: vec![],
         };
         let wr = req.write_request(&frame);
         assert_eq!(wr.timeseries.len(), 2);

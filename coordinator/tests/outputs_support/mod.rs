@@ -1,6 +1,7 @@
 //! Real receivers for the live-output tests, started on loopback from
 //! Debian's packages (.ci/run installs them): Prometheus 2.42 with its
-//! remote-write receiver and native histograms, InfluxDB 1.6; and sinks
+//! remote-write receiver and native histograms, VictoriaMetrics, InfluxDB
+//! 1.6; and sinks
 //! that misbehave (a port that accepts and never answers).
 //!
 //! Each receiver keeps its data in the test's own temp folder and is
@@ -65,6 +66,23 @@ pub fn prometheus(dir: &Path) -> Receiver {
         "Server is ready to receive web requests",
         Duration::from_secs(60),
     );
+    Receiver {
+        proc: Some(proc),
+        addr,
+    }
+}
+
+/// VictoriaMetrics on 127.0.0.1, storing under `dir`, answering queries
+/// with what was just written (no latency offset, no cache).
+pub fn victoria_metrics(dir: &Path) -> Receiver {
+    require("victoria-metrics", "victoria-metrics");
+    let addr = format!("127.0.0.1:{}", closed_port());
+    let mut cmd = Command::new("victoria-metrics");
+    cmd.arg(format!("-storageDataPath={}", dir.join("vm").display()))
+        .arg(format!("-httpListenAddr={addr}"))
+        .args(["-search.latencyOffset=0s", "-search.disableCache"]);
+    let mut proc = Proc::spawn(cmd, "victoria-metrics");
+    proc.wait_for_line("started VictoriaMetrics", Duration::from_secs(60));
     Receiver {
         proc: Some(proc),
         addr,

@@ -9,7 +9,7 @@ mod common;
 #[path = "outputs_support/mod.rs"]
 mod outputs_support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use outputs_support::*;
@@ -309,4 +309,75 @@ fn classic_buckets_for_receivers_without_native_histograms() {
         &format!("histogram_quantile(0.99, loadfleet_latency_seconds_bucket{{{sel}}})"),
     );
     assert!(p99 > 0.0 && p99 <= 0.05, "classic p99 {p99}");
+}
+
+/// A coordinator killed with SIGKILL mid-run has already pushed every
+/// second it settled: what Prometheus holds covers at least the seconds
+/// the live intervals.csv holds, but one (the push in flight at the kill).
+#[test]
+fn a_killed_coordinator_has_pushed_its_settled_seconds() {
+    let dir = temp_dir("outputs-prometheus-kill");
+    let prom = prometheus(&dir);
+    let (_testbed, addr) = start_testbed(&[]);
+    let out = dir.join("out");
+    let token = "outputs-kill";
+    let mut cmd = coordinator();
+    cmd.args(["run", "--listen", "127.0.0.1:0", "--token", token])
+        .args(["--expect-agents", "1", "--agent-timeout", "20s"])
+        .args(["--url", &format!("http://{addr}/")])
+        .args([
+            "--rate",
+            "50",
+            "--duration",
+            "20s",
+            "--out-run-id",
+            "killed",
+        ])
+        .arg("--out-prometheus")
+        .arg(format!("http://{}/api/v1/write", prom.addr))
+        .arg("--out")
+        .arg(&out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let url = control_url(&mut c);
+    let mut agent = agent();
+    agent.args(["--coordinator", &url, "--token", token]);
+    let agent = Proc::spawn(agent, "agent");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let line = c.wait_for_line("s/20s]", Duration::from_secs(30));
+        let elapsed: f64 = line
+            .trim_start_matches('[')
+            .split("s/")
+            .next()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        if elapsed >= 6.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run did not get to 6 s");
+    }
+    signal(c.pid(), libc::SIGKILL);
+    let (_, output) = c.wait(Duration::from_secs(10));
+    let _ = agent.wait(Duration::from_secs(10));
+    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
+    let rows: Vec<u64> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            l.split(',')
+                .nth(1)
+                .and_then(|v| v.parse().ok())
+                .expect("intended")
+        })
+        .collect();
+    assert!(rows.len() >= 3, "few settled seconds: {csv}\n{output}");
+    let settled_but_one: u64 = rows[..rows.len() - 1].iter().sum();
+    let pushed = promql_value(
+        &prom.addr,
+        r#"max_over_time(loadfleet_requests_intended_total{run_id="killed"}[10m])"#,
+    );
+    assert!(
+        pushed >= settled_but_one as f64,
+        "pushed {pushed}, settled {rows:?}\n{output}"
+    );
 }

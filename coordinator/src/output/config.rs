@@ -25,6 +25,10 @@ pub struct OutputArgs {
     /// (http://HOST:8086/api/v2/write?org=ORG&bucket=BUCKET).
     #[arg(long, value_name = "URL")]
     pub out_influxdb: Vec<String>,
+    /// Push each settled second as OpenTelemetry metrics over OTLP/HTTP
+    /// (protobuf), e.g. http://127.0.0.1:4318/v1/metrics.
+    #[arg(long, value_name = "URL")]
+    pub out_otlp: Vec<String>,
     /// How long one push may take before it is retried (three tries in
     /// all), and how long the coordinator waits at its end for the last
     /// pushes.
@@ -83,6 +87,7 @@ impl Secret {
 pub enum Kind {
     Prometheus,
     Influx,
+    Otlp,
 }
 
 impl Kind {
@@ -90,6 +95,7 @@ impl Kind {
         match self {
             Kind::Prometheus => "prometheus",
             Kind::Influx => "influxdb",
+            Kind::Otlp => "otlp",
         }
     }
 }
@@ -131,7 +137,7 @@ impl OutputSpec {
     /// Where to post: InfluxDB is told the stamps are milliseconds.
     pub fn push_url(&self) -> String {
         match self.kind {
-            Kind::Prometheus => self.url.clone(),
+            Kind::Prometheus | Kind::Otlp => self.url.clone(),
             Kind::Influx if self.url.contains('?') => format!("{}&precision=ms", self.url),
             Kind::Influx => format!("{}?precision=ms", self.url),
         }
@@ -142,7 +148,7 @@ impl OutputSpec {
         let mut out = Vec::new();
         if let Some(t) = &self.bearer {
             let scheme = match self.kind {
-                Kind::Prometheus => "Bearer",
+                Kind::Prometheus | Kind::Otlp => "Bearer",
                 Kind::Influx => "Token",
             };
             out.push(("authorization".into(), format!("{scheme} {}", t.expose())));
@@ -269,7 +275,8 @@ pub fn resolve(
         .out_prometheus
         .iter()
         .map(|u| (Kind::Prometheus, u))
-        .chain(args.out_influxdb.iter().map(|u| (Kind::Influx, u)));
+        .chain(args.out_influxdb.iter().map(|u| (Kind::Influx, u)))
+        .chain(args.out_otlp.iter().map(|u| (Kind::Otlp, u)));
     for (kind, url) in flagged {
         let flag = format!("--out-{}", kind.name());
         let (url, userinfo) = split_userinfo(url);
@@ -301,11 +308,10 @@ fn from_plan(
     let kind = match o.kind.as_str() {
         "prometheus" => Kind::Prometheus,
         "influxdb" => Kind::Influx,
-        other => {
-            return Err(error::flags(format!(
-                "{at}: kind {other:?} is not an output; use \"prometheus\" or \"influxdb\""
-            )))
-        }
+        "otlp" => Kind::Otlp,
+        other => return Err(error::flags(format!(
+            "{at}: kind {other:?} is not an output; use \"prometheus\", \"influxdb\" or \"otlp\""
+        ))),
     };
     let (url, userinfo) = split_userinfo(&o.url);
     check_url(&url, kind, &format!("{at}: url"))?;
@@ -400,7 +406,7 @@ fn check_url(url: &str, kind: Kind, what: &str) -> Result<(), Error> {
     }
     let path = uri.path();
     let fine = match kind {
-        Kind::Prometheus => path.len() > 1,
+        Kind::Prometheus | Kind::Otlp => path.len() > 1,
         Kind::Influx => {
             (path == "/write" && uri.query().is_some_and(|q| q.contains("db=")))
                 || (path == "/api/v2/write" && uri.query().is_some_and(|q| q.contains("bucket=")))
@@ -412,6 +418,9 @@ fn check_url(url: &str, kind: Kind, what: &str) -> Result<(), Error> {
     Err(error::flags(match kind {
         Kind::Prometheus => format!(
             "{what} {url:?}: give the receiver's write path, e.g. http://127.0.0.1:9090/api/v1/write"
+        ),
+        Kind::Otlp => format!(
+            "{what} {url:?}: give the collector's metrics path, e.g. http://127.0.0.1:4318/v1/metrics"
         ),
         Kind::Influx => format!(
             "{what} {url:?}: give http://HOST:8086/write?db=NAME (InfluxDB 1.x) or http://HOST:8086/api/v2/write?org=ORG&bucket=BUCKET (2.x)"

@@ -106,6 +106,8 @@ pub struct Frame {
     /// Milliseconds since the Unix epoch the figures are stamped with:
     /// strictly increasing within a run, so receivers keep every sample.
     pub time_ms: i64,
+    /// The run's common start, ms since the Unix epoch.
+    pub started_ms: i64,
     pub scenarios: Vec<ScenarioFrame>,
     /// Requests in flight at the end of the last settled second.
     pub in_flight: u64,
@@ -224,6 +226,7 @@ impl Framer {
             run,
             seconds,
             time_ms,
+            started_ms,
             scenarios,
             in_flight,
             agents_alive,

@@ -172,6 +172,7 @@ mod tests {
             run: 0,
             seconds: 0..1,
             time_ms: 1_700_000_000_000,
+            started_ms: 0,
             scenarios: vec![ScenarioFrame {
                 name: "checkout, eu=1".into(),
                 totals: totals.clone(),

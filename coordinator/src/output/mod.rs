@@ -1,6 +1,6 @@
 //! Live outputs: the fleet-merged figures pushed once per settled second
-//! to Prometheus (remote write) and InfluxDB (line protocol), next to the
-//! files of `report::live` (docs/outputs.md).
+//! to Prometheus (remote write), InfluxDB (line protocol) and OpenTelemetry
+//! (OTLP/HTTP), next to the files of `report::live` (docs/outputs.md).
 //!
 //! [`Tee`] stands in the fleet's [`Sink`] slot: on each call it makes a
 //! [`frame::Frame`] from the merged state (before the live files fold the
@@ -13,6 +13,7 @@ pub mod config;
 pub mod delivery;
 pub mod frame;
 pub mod influx;
+pub mod otlp;
 pub mod prometheus;
 
 use std::collections::BTreeMap;
@@ -117,6 +118,10 @@ pub fn start(
                 per_agent: spec.per_agent,
                 repeats,
             }),
+            config::Kind::Otlp => Box::new(otlp::Otlp {
+                resource: base,
+                repeats,
+            }),
         };
         let (queue, worker) = delivery::start(spec, encoder)?;
         eprintln!("pushing live results to {}", spec.label());
@@ -194,6 +199,7 @@ impl Outputs {
             run: self.labels.repeats.saturating_sub(1),
             seconds: 0..0,
             time_ms: millis(SystemTime::now()),
+            started_ms: 0,
             scenarios: Vec::new(),
             in_flight: 0,
             agents_alive: 0,

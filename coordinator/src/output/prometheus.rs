@@ -408,6 +408,7 @@ mod tests {
             run: 0,
             seconds: 0..1,
             time_ms: 5,
+            started_ms: 0,
             scenarios: vec![],
             in_flight: 0,
             agents_alive: 2,

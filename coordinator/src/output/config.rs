@@ -309,9 +309,11 @@ fn from_plan(
         "prometheus" => Kind::Prometheus,
         "influxdb" => Kind::Influx,
         "otlp" => Kind::Otlp,
-        other => return Err(error::flags(format!(
+        other => {
+            return Err(error::flags(format!(
             "{at}: kind {other:?} is not an output; use \"prometheus\", \"influxdb\" or \"otlp\""
-        ))),
+        )))
+        }
     };
     let (url, userinfo) = split_userinfo(&o.url);
     check_url(&url, kind, &format!("{at}: url"))?;

@@ -412,7 +412,13 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     // settles, so it outlives a coordinator that is killed.
     let (live, live_writer) =
         report::live::LiveOutputs::start(&out_dir, spec.repeats.max(1), info.clone())?;
-    let output_labels = crate::output::RunLabels::new(&args, &out_dir, &info, spec.repeats);
+    let output_labels = crate::output::RunLabels::new(
+        args.outputs.out_run_id.as_deref(),
+        args.plan.as_deref(),
+        &out_dir,
+        &info,
+        spec.repeats,
+    );
     let (sink, outputs) = crate::output::start(&output_specs, &output_labels, Box::new(live))?;
     let results = fleet::run(
         spec.clone(),

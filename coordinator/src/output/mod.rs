@@ -39,24 +39,26 @@ pub struct RunLabels {
 }
 
 impl RunLabels {
-    /// `run_id` from --out-run-id or the output folder's name, `plan` from
-    /// the plan file's name.
+    /// `run_id` from --out-run-id or else the output folder's name, `plan`
+    /// from the plan file's name.
     pub fn new(
-        args: &crate::cli::RunArgs,
+        run_id: Option<&str>,
+        plan: Option<&std::path::Path>,
         out_dir: &std::path::Path,
         info: &crate::report::PlanInfo,
         repeats: usize,
     ) -> Self {
-        let run_id = args.outputs.out_run_id.clone().unwrap_or_else(|| {
-            out_dir
-                .canonicalize()
-                .unwrap_or_else(|_| out_dir.to_path_buf())
-                .file_name()
-                .map_or_else(|| "loadfleet".into(), |n| n.to_string_lossy().into_owned())
-        });
-        let plan = args
-            .plan
-            .as_deref()
+        let run_id = run_id.map_or_else(
+            || {
+                out_dir
+                    .canonicalize()
+                    .unwrap_or_else(|_| out_dir.to_path_buf())
+                    .file_name()
+                    .map_or_else(|| "loadfleet".into(), |n| n.to_string_lossy().into_owned())
+            },
+            str::to_string,
+        );
+        let plan = plan
             .and_then(|p| p.file_stem())
             .map_or_else(|| "flags".into(), |n| n.to_string_lossy().into_owned());
         Self {

@@ -28,9 +28,25 @@ fn run_with(test: &str, extra: &[String]) -> (Option<i32>, serde_json::Value, St
     .args(["--testbed-delay", "2ms"])
     .args(extra)
     .arg("--out")
-    .arg(&out);
+    .arg(&out)
+    // Credentials: none may reach the output, the report or the files.
+    .env("LOADFLEET_OUT_TOKEN", "tok-hunter2");
     let started = Instant::now();
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
+    for entry in std::fs::read_dir(&out).expect("the out folder") {
+        let path = entry.expect("an entry").path();
+        let bytes = std::fs::read(&path).expect("read");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains("hunter2"),
+            "a credential in {}",
+            path.display()
+        );
+    }
+    assert!(
+        !output.contains("hunter2"),
+        "a credential in the output:\n{output}"
+    );
     (status.code(), read_report(&out), output, started.elapsed())
 }
 
@@ -46,6 +62,10 @@ fn dead_sinks_change_no_figure() {
             "1s".into(),
             "--out-prometheus".into(),
             format!("http://{}/api/v1/write", mute.addr),
+            "--out-header".into(),
+            "X-Api-Key: key-hunter2".into(),
+            "--out-prometheus".into(),
+            "http://user:pw-hunter2@127.0.0.1:1/api/v1/write".into(),
             "--out-influxdb".into(),
             format!("http://127.0.0.1:{closed}/write?db=x"),
         ],
@@ -70,7 +90,7 @@ fn dead_sinks_change_no_figure() {
             v["message"].as_str().expect("message")
         })
         .collect();
-    assert_eq!(lost.len(), 2, "{lost:?}\n{output}");
+    assert_eq!(lost.len(), 3, "{lost:?}\n{output}");
     assert!(
         lost.iter()
             .any(|m| m.contains(&format!("prometheus http://{}", mute.addr))),

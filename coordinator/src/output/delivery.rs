@@ -364,3 +364,57 @@ impl Post {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(s: std::ops::Range<u64>) -> Arc<Frame> {
+        Arc::new(Frame {
+            run: 0,
+            seconds: s,
+            time_ms: 0,
+            started_ms: 0,
+            scenarios: Vec::new(),
+            in_flight: 0,
+            agents_alive: 0,
+            agents: Vec::new(),
+            last: false,
+            verdicts: Vec::new(),
+        })
+    }
+
+    /// A full queue drops its oldest frame and books its seconds; a frame
+    /// taken on and then delivered is taken back out of the ledger, even
+    /// when later frames were lost meanwhile.
+    #[test]
+    fn the_ledger_counts_exactly_the_seconds_never_delivered() {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(State {
+                frames: VecDeque::new(),
+                closed: false,
+                ledger: Ledger::default(),
+            }),
+            wake: Notify::new(),
+        });
+        let q = Queue {
+            shared: shared.clone(),
+            capacity: 2,
+        };
+        let in_flight = frame(0..1);
+        lock(&shared).ledger.book(&in_flight);
+        for s in 1..5 {
+            q.push(frame(s..s + 1));
+        }
+        let mut state = lock(&shared);
+        assert_eq!(state.frames.len(), 2);
+        unbook(&mut state.ledger, &in_flight);
+        assert_eq!(state.ledger.lost_ranges(), vec![1..3]);
+        assert_eq!(state.ledger.seconds_lost(), 2);
+        assert_eq!(state.ledger.frames_lost, 2);
+        assert_eq!(
+            state.ledger.last_error.as_deref(),
+            Some("the queue was full")
+        );
+    }
+}

@@ -143,6 +143,12 @@ pub struct Framer {
 }
 
 impl Framer {
+    /// Whether [`Framer::frame`] would make a frame now: a new second
+    /// settled, a new run began, or the run is over.
+    pub fn due(&self, run: usize, below: u64) -> bool {
+        self.run != Some(run) || below == u64::MAX || below > self.below
+    }
+
     /// The frame for the seconds settled since the last call, or `None`
     /// when no new second settled and the run is not over. `below` is the
     /// fleet's settled bound (`u64::MAX` at the end); `started_ms` the
@@ -283,6 +289,7 @@ mod tests {
         assert_eq!(one.scenarios[0].totals.intended, 16);
         assert_eq!(one.scenarios[0].step_latency.len(), 6);
         assert!(f.frame(0, 0, 2, &agg, &names, vec![], 1, 0).is_none());
+        assert!(!f.due(0, 2) && f.due(0, 3) && f.due(0, u64::MAX) && f.due(1, 0));
         agg.add(0, &snapshot(4, 0, 5)).unwrap();
         let end = f
             .frame(0, 0, u64::MAX, &agg, &names, vec![], 1, 10)

@@ -153,6 +153,11 @@ fn millis(t: SystemTime) -> i64 {
 
 impl Sink for Tee {
     fn settled(&mut self, s: Settled<'_>) {
+        // Called on every tick: the work below only when a second settled.
+        if !self.framer.due(s.run, s.below) {
+            self.inner.settled(s);
+            return;
+        }
         // Agents from a result around an empty aggregate: cheap, and the
         // merged state stays where it is.
         let views = (s.so_far)(Aggregate::default()).agents;

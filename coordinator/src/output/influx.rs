@@ -58,7 +58,8 @@ fn key(s: &str) -> String {
 impl Influx {
     pub fn lines(&self, frame: &Frame) -> String {
         let mut tags = self.tags.clone();
-        if self.repeats {
+        // The verdicts are the whole report's, not one repeat's.
+        if self.repeats && frame.verdicts.is_empty() {
             tags.insert("repeat".into(), (frame.run + 1).to_string());
         }
         let base: String = tags

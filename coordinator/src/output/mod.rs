@@ -73,7 +73,6 @@ impl RunLabels {
 /// The running outputs: the fleet's end ([`Tee`]) and the waiting end.
 pub struct Outputs {
     workers: Vec<(delivery::Worker, Duration)>,
-    labels: RunLabels,
 }
 
 /// Wraps the fleet's sink (the live files) with the outputs' queues.
@@ -97,7 +96,6 @@ pub fn start(
             inner,
             Outputs {
                 workers: Vec::new(),
-                labels: labels.clone(),
             },
         ));
     }
@@ -137,13 +135,7 @@ pub fn start(
         scenarios: labels.scenarios.clone(),
         per_agent: specs.iter().any(|s| s.per_agent),
     };
-    Ok((
-        Box::new(tee),
-        Outputs {
-            workers,
-            labels: labels.clone(),
-        },
-    ))
+    Ok((Box::new(tee), Outputs { workers }))
 }
 
 fn millis(t: SystemTime) -> i64 {
@@ -203,7 +195,7 @@ impl Outputs {
     /// for each output that lost seconds.
     pub async fn finish(self, report: &mut Report) {
         let verdicts = Arc::new(frame::Frame {
-            run: self.labels.repeats.saturating_sub(1),
+            run: 0,
             seconds: 0..0,
             time_ms: millis(SystemTime::now()),
             started_ms: 0,

@@ -333,7 +333,8 @@ impl Otlp {
             };
             resource.push(kv(&key, v));
         }
-        if self.repeats {
+        // The verdicts are the whole report's, not one repeat's.
+        if self.repeats && frame.verdicts.is_empty() {
             resource.push(kv("loadfleet.repeat", &(frame.run + 1).to_string()));
         }
         pb::ExportMetricsServiceRequest {

@@ -133,7 +133,8 @@ impl Prometheus {
             base: self.labels.clone(),
             all: Vec::new(),
         };
-        if self.repeats {
+        // The verdicts are the whole report's, not one repeat's.
+        if self.repeats && frame.verdicts.is_empty() {
             out.base
                 .insert("repeat".into(), (frame.run + 1).to_string());
         }

@@ -66,7 +66,7 @@ duration = "3s"
         .arg(&plan)
         .args(["--local-agents", "2", "--testbed-delay", "5ms"])
         .args(["--testbed-pool", "1", "--testbed-pool-timeout", "10ms"])
-        .args(["--out-run-id", "influx-e2e"])
+        .args(["--out-run-id", "influx-e2e", "--out-per-agent"])
         .arg("--out-influxdb")
         .arg(format!("http://{}/write?db=loadfleet", influx.addr))
         .arg("--out")
@@ -126,4 +126,58 @@ duration = "3s"
         u(&r["totals"]["unsent"]["total"]) > 0,
         "nothing unsent: {output}"
     );
+    check_dashboard(&influx.addr, "influx-e2e");
+}
+
+/// Every query of deploy/grafana/loadfleet-influxdb.json, with the
+/// dashboard's variables filled in, has data in what the run pushed: no
+/// query names a measurement, field or tag the output does not write.
+fn check_dashboard(addr: &str, run_id: &str) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/loadfleet-influxdb.json"
+    );
+    let text = std::fs::read_to_string(path).expect("read the dashboard");
+    let dash: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut queries: Vec<String> = Vec::new();
+    for p in dash["panels"].as_array().expect("panels") {
+        for t in p["targets"].as_array().expect("targets") {
+            queries.push(t["query"].as_str().expect("query").to_string());
+        }
+    }
+    for a in dash["annotations"]["list"].as_array().expect("annotations") {
+        queries.extend(a["query"].as_str().map(str::to_string));
+    }
+    for v in dash["templating"]["list"].as_array().expect("variables") {
+        if v["type"] == "query" {
+            queries.push(v["query"].as_str().expect("query").to_string());
+        }
+    }
+    assert!(queries.len() >= 8, "{queries:?}");
+    for q in &queries {
+        let q = q
+            .replace("$run_id", run_id)
+            .replace("$scenario", ".*")
+            .replace("$timeFilter", "time > now() - 1h")
+            .replace("$__interval", "1s");
+        let answer = influxql(addr, &q);
+        let result = &answer["results"][0];
+        assert!(result.get("error").is_none(), "{q}: {answer}");
+        let series = result["series"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !series.is_empty(),
+            "no data for the dashboard's {q}: {answer}"
+        );
+        // Every column has a value somewhere: a misspelt field reads null.
+        for s in &series {
+            let columns = s["columns"].as_array().expect("columns");
+            let values = s["values"].as_array().expect("values");
+            for (c, name) in columns.iter().enumerate().skip(1) {
+                assert!(
+                    values.iter().any(|row| !row[c].is_null()),
+                    "column {name} of the dashboard's {q} has no value: {answer}"
+                );
+            }
+        }
+    }
 }

@@ -381,3 +381,49 @@ fn a_killed_coordinator_has_pushed_its_settled_seconds() {
         "pushed {pushed}, settled {rows:?}\n{output}"
     );
 }
+
+/// An https receiver is pushed to with its certificate checked: signed by
+/// the CA of `--out-ca-file`, every push arrives; without it, none does,
+/// and the verdict says why.
+#[test]
+fn https_receivers_have_their_certificates_checked() {
+    let dir = temp_dir("outputs-prometheus-tls");
+    let (cert, key) = localhost_certificate(&dir);
+    let prom = prometheus_tls(&dir, &cert, &key);
+    let port = prom.addr.rsplit(':').next().expect("a port").to_string();
+    let url = format!("https://localhost:{port}/api/v1/write");
+    let push = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut cmd = coordinator();
+        cmd.args([
+            "run",
+            "--local-agents",
+            "1",
+            "--rate",
+            "20",
+            "--duration",
+            "2s",
+        ])
+        .args(["--out-timeout", "2s", "--out-prometheus", &url])
+        .args(extra)
+        .arg("--out")
+        .arg(&out);
+        let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
+        (read_report(&out), output)
+    };
+    let lost = |r: &serde_json::Value| -> Vec<String> {
+        r["verdicts"]
+            .as_array()
+            .expect("verdicts")
+            .iter()
+            .filter(|v| v["code"] == "OUTPUT_LOST")
+            .map(|v| v["message"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let (trusted, output) = push("trusted", &["--out-ca-file", &cert]);
+    assert!(lost(&trusted).is_empty(), "{:?}\n{output}", lost(&trusted));
+    let (untrusted, output) = push("untrusted", &[]);
+    let messages = lost(&untrusted);
+    assert_eq!(messages.len(), 1, "{output}");
+    assert!(messages[0].contains("certificate"), "{}", messages[0]);
+}

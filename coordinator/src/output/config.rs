@@ -65,6 +65,10 @@ pub struct OutputArgs {
     /// `NAME: @PATH` reads the value from a file.
     #[arg(long, value_name = "HEADER")]
     pub out_header: Vec<String>,
+    /// A CA certificate (PEM) that https:// receivers of the flag-given
+    /// outputs may be signed by, besides the system's trust store.
+    #[arg(long, value_name = "PATH")]
+    pub out_ca_file: Option<PathBuf>,
 }
 
 /// A credential: shown as `<hidden>` by `Debug`, never printed.
@@ -120,6 +124,8 @@ pub struct OutputSpec {
     pub bearer: Option<Secret>,
     pub basic: Option<Secret>,
     pub headers: Vec<(String, Secret)>,
+    /// Extra trust anchors for an https:// receiver.
+    pub ca_file: Option<PathBuf>,
 }
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -209,6 +215,8 @@ struct RawOutput {
     /// Header values read from environment variables (header → variable).
     #[serde(default)]
     headers_env: BTreeMap<String, String>,
+    /// A CA certificate (PEM) for an https:// receiver.
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -292,6 +300,7 @@ pub fn resolve(
             bearer: flag_bearer.clone(),
             basic: userinfo.or_else(|| flag_basic.clone()),
             headers: flag_headers.clone(),
+            ca_file: args.out_ca_file.clone(),
         });
     }
     Ok(out)
@@ -368,6 +377,7 @@ fn from_plan(
         bearer,
         basic,
         headers,
+        ca_file: o.ca_file.map(|p| base.join(p)),
     })
 }
 
@@ -401,9 +411,9 @@ fn check_url(url: &str, kind: Kind, what: &str) -> Result<(), Error> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| error::flags(format!("{what} {url:?}: not a URL ({e})")))?;
-    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
         return Err(error::flags(format!(
-            "{what} {url:?}: give an http:// URL with a host (for an https receiver, put a TLS-terminating proxy on this host in front of it)"
+            "{what} {url:?}: give an http:// or https:// URL with a host"
         )));
     }
     let path = uri.path();
@@ -497,7 +507,7 @@ mod tests {
         })
         .contains("write?db=NAME"));
         assert!(bad(OutputArgs {
-            out_prometheus: vec!["https://h/api/v1/write".into()],
+            out_prometheus: vec!["ftp://h/api/v1/write".into()],
             ..Default::default()
         })
         .contains("http://"));

@@ -256,7 +256,11 @@ fn unbook(ledger: &mut Ledger, frame: &Frame) {
 /// One output's HTTP target: where to post, with which headers.
 struct Post {
     uri: http::Uri,
+    /// `host:port`, what the connection dials.
+    dial: String,
     authority: String,
+    host: String,
+    tls: Option<tokio_rustls::TlsConnector>,
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
     timeout: Duration,
 }
@@ -267,16 +271,24 @@ impl Post {
             .push_url()
             .parse()
             .map_err(|e| anyhow::anyhow!("{}: not a URL ({e})", spec.label()))?;
-        if uri.scheme_str() != Some("http") {
-            anyhow::bail!(
-                "{}: only http:// URLs are supported; put a TLS-terminating proxy in front of an https receiver",
-                spec.label()
-            );
-        }
-        let authority = uri
-            .authority()
-            .map(|a| a.to_string())
-            .ok_or_else(|| anyhow::anyhow!("{}: the URL has no host", spec.label()))?;
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => anyhow::bail!("{}: give an http:// or https:// URL", spec.label()),
+        };
+        let (authority, host) = match (uri.authority(), uri.host()) {
+            (Some(a), Some(h)) => (a.to_string(), h.to_string()),
+            _ => anyhow::bail!("{}: the URL has no host", spec.label()),
+        };
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tls = if https {
+            Some(
+                super::tls::connector(spec.ca_file.as_deref())
+                    .map_err(|e| anyhow::anyhow!("{}: {e:#}", spec.label()))?,
+            )
+        } else {
+            None
+        };
         let mut headers = Vec::new();
         for (k, v) in spec.auth_headers() {
             let name = http::HeaderName::from_bytes(k.as_bytes())
@@ -291,8 +303,11 @@ impl Post {
             headers.push((name, value));
         }
         Ok(Self {
+            dial: format!("{}:{port}", host),
             uri,
             authority,
+            host,
+            tls,
             headers,
             timeout: spec.timeout,
         })
@@ -312,15 +327,31 @@ impl Post {
     }
 
     async fn exchange(&mut self, encoded: &Encoded) -> Result<(), String> {
-        let stream = tokio::net::TcpStream::connect(&self.authority)
+        let stream = tokio::net::TcpStream::connect(&self.dial)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", self.authority))?;
         let _ = stream.set_nodelay(true);
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| format!("{}: {e}", self.authority))?;
-        let conn = tokio::spawn(conn);
+        let req = self.request(encoded)?;
+        let (status, body) = match &self.tls {
+            Some(tls) => {
+                let stream = super::tls::handshake(tls, &self.host, stream).await?;
+                exchange_on(stream, req, &self.authority).await?
+            }
+            None => exchange_on(stream, req, &self.authority).await?,
+        };
+        if status.is_success() {
+            return Ok(());
+        }
+        let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
+        let text = text.trim();
+        if status.is_client_error() && status.as_u16() != 429 {
+            Err(format!("refused with {status}: {text}"))
+        } else {
+            Err(format!("answered {status}: {text}"))
+        }
+    }
+
+    fn request(&self, encoded: &Encoded) -> Result<http::Request<Full<Bytes>>, String> {
         let path = self
             .uri
             .path_and_query()
@@ -333,36 +364,42 @@ impl Post {
         for (k, v) in &self.headers {
             req = req.header(k, v);
         }
-        let req = req
-            .header(
-                "user-agent",
-                concat!("loadfleet/", env!("CARGO_PKG_VERSION")),
-            )
-            .body(Full::new(encoded.body.clone()))
-            .map_err(|e| format!("cannot make the request: {e}"))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| format!("{}: {e}", self.authority))?;
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        conn.abort();
-        if status.is_success() {
-            return Ok(());
-        }
-        let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
-        let text = text.trim();
-        if status.is_client_error() && status.as_u16() != 429 {
-            Err(format!("refused with {status}: {text}"))
-        } else {
-            Err(format!("answered {status}: {text}"))
-        }
+        req.header(
+            "user-agent",
+            concat!("loadfleet/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(Full::new(encoded.body.clone()))
+        .map_err(|e| format!("cannot make the request: {e}"))
     }
+}
+
+/// One HTTP/1.1 exchange on a connection: the status and the body.
+async fn exchange_on<S>(
+    io: S,
+    req: http::Request<Full<Bytes>>,
+    authority: &str,
+) -> Result<(http::StatusCode, Bytes), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+            .await
+            .map_err(|e| format!("{authority}: {e}"))?;
+    let conn = tokio::spawn(conn);
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| format!("{authority}: {e}"))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    conn.abort();
+    Ok((status, body))
 }
 
 #[cfg(test)]

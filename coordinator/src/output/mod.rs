@@ -15,6 +15,7 @@ pub mod frame;
 pub mod influx;
 pub mod otlp;
 pub mod prometheus;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

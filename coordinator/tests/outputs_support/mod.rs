@@ -46,6 +46,21 @@ impl Drop for Receiver {
 
 /// Prometheus on 127.0.0.1, storing under `dir`.
 pub fn prometheus(dir: &Path) -> Receiver {
+    prometheus_with(dir, None)
+}
+
+/// Prometheus serving https with this certificate and key (PEM files).
+pub fn prometheus_tls(dir: &Path, cert: &str, key: &str) -> Receiver {
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"),
+    )
+    .expect("write web.yml");
+    prometheus_with(dir, Some(&web))
+}
+
+fn prometheus_with(dir: &Path, web: Option<&Path>) -> Receiver {
     require("prometheus", "prometheus");
     let config = dir.join("prometheus.yml");
     std::fs::write(&config, "global: {}\n").expect("write prometheus.yml");
@@ -61,6 +76,9 @@ pub fn prometheus(dir: &Path) -> Receiver {
             "--web.enable-remote-write-receiver",
             "--enable-feature=native-histograms",
         ]);
+    if let Some(web) = web {
+        cmd.arg(format!("--web.config.file={}", web.display()));
+    }
     let mut proc = Proc::spawn(cmd, "prometheus");
     proc.wait_for_line(
         "Server is ready to receive web requests",

@@ -241,10 +241,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local).await?,
     };
-    let out_dir = prepare_out_dir(args.out.as_deref())?;
     let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
         std::env::var(k).ok()
     })?;
+    let out_dir = prepare_out_dir(args.out.as_deref())?;
 
     let split = if local {
         local::split_cpus(&local::allowed_cpus())

@@ -306,6 +306,13 @@ pub fn resolve(
     Ok(out)
 }
 
+/// The plan's `[[output]]` tables checked for `plan check`: kinds, URLs,
+/// labels, settings and credential files; environment variables are taken
+/// as set, since the check may run where the run's secrets are not.
+pub fn check_plan(plan: &Path) -> Result<Vec<OutputSpec>, Error> {
+    resolve(&OutputArgs::default(), Some(plan), &|_| Some(String::new()))
+}
+
 fn from_plan(
     o: RawOutput,
     at: &str,

@@ -77,7 +77,22 @@ duration = "4s"
 
     let sel = r#"run_id="prom-e2e",plan="plan",team="web""#;
     let t = &r["totals"];
-    let total = |name: &str| promql_value(&prom.addr, &format!("sum({name}{{{sel}}})"));
+    // Counters over the whole run: `increase` up to the last push (every
+    // counter series starts with a zero at the run's start, so nothing is
+    // extrapolated) equals the last value, and both equal the report.
+    let end = promql_value(
+        &prom.addr,
+        &format!("max(timestamp(loadfleet_requests_intended_total{{{sel}}}))"),
+    );
+    let total = |name: &str| {
+        let last = promql_value(&prom.addr, &format!("sum({name}{{{sel}}})"));
+        let increase = promql_value(
+            &prom.addr,
+            &format!("sum(increase({name}{{{sel}}}[1h] @ {end}))"),
+        );
+        assert_eq!(increase, last, "{name}: increase and last value");
+        last
+    };
     assert_eq!(
         total("loadfleet_requests_intended_total"),
         f(&t["intended"])
@@ -95,7 +110,9 @@ duration = "4s"
         }
         let got = promql(
             &prom.addr,
-            &format!(r#"sum(loadfleet_requests_unsent_total{{{sel},reason="{reason}"}})"#),
+            &format!(
+                r#"sum(increase(loadfleet_requests_unsent_total{{{sel},reason="{reason}"}}[1h] @ {end}))"#
+            ),
         );
         let got = got
             .first()
@@ -108,7 +125,9 @@ duration = "4s"
     for (code, n) in statuses {
         let got = promql_value(
             &prom.addr,
-            &format!(r#"sum(loadfleet_responses_total{{{sel},code="{code}"}})"#),
+            &format!(
+                r#"sum(increase(loadfleet_responses_total{{{sel},code="{code}"}}[1h] @ {end}))"#
+            ),
         );
         assert_eq!(got, f(n), "status {code}");
     }

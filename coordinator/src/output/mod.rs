@@ -113,6 +113,7 @@ pub fn start(
                 per_agent: spec.per_agent,
                 labels: base,
                 repeats,
+                seen: Default::default(),
             }),
             config::Kind::Influx => Box::new(influx::Influx {
                 tags: base,

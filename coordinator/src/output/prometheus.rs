@@ -8,11 +8,13 @@
 //! [`SCHEMA`], read from the exact merged HDR histogram), or as classic
 //! `_bucket` series when asked.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use prost::Message;
+
+use loadfleet_proto::histogram::new_histogram;
 
 use super::config::Histograms;
 use super::delivery::{Encoded, Encoder};
@@ -37,7 +39,7 @@ pub mod prompb {
         pub histograms: Vec<Histogram>,
     }
 
-    #[derive(Clone, PartialEq, prost::Message)]
+    #[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
     pub struct Label {
         #[prost(string, tag = "1")]
         pub name: String,
@@ -105,6 +107,9 @@ pub struct Prometheus {
     pub labels: BTreeMap<String, String>,
     /// Whether the run is one of several (--repeat): adds `repeat`.
     pub repeats: bool,
+    /// Counter series written so far: a new one first gets a zero at the
+    /// run's start, so `increase()` over the run is its whole count.
+    pub seen: HashSet<Vec<prompb::Label>>,
 }
 
 impl Encoder for Prometheus {
@@ -127,11 +132,13 @@ impl Encoder for Prometheus {
 }
 
 impl Prometheus {
-    pub fn write_request(&self, frame: &Frame) -> prompb::WriteRequest {
+    pub fn write_request(&mut self, frame: &Frame) -> prompb::WriteRequest {
         let mut out = Series {
             ts: frame.time_ms,
+            start: frame.started_ms,
             base: self.labels.clone(),
             all: Vec::new(),
+            seen: &mut self.seen,
         };
         // The verdicts are the whole report's, not one repeat's.
         if self.repeats && frame.verdicts.is_empty() {
@@ -166,8 +173,8 @@ impl Prometheus {
                 &sc,
                 t.pool_saturated_ns as f64 / 1e9,
             );
-            // A reason or code first seen mid-run starts its series then;
-            // its last value is its count (docs/outputs.md).
+            // A reason or code first seen mid-run gets its zero at the
+            // run's start too (`Series::zero_first`).
             for (reason, n) in &t.unsent {
                 let l = [sc[0], ("reason", reason.as_str())];
                 out.gauge("loadfleet_requests_unsent_total", &l, *n as f64);
@@ -225,13 +232,23 @@ impl Prometheus {
     }
 }
 
-struct Series {
+struct Series<'a> {
     ts: i64,
+    /// The run's start, where a new counter series gets its zero.
+    start: i64,
     base: BTreeMap<String, String>,
     all: Vec<prompb::TimeSeries>,
+    seen: &'a mut HashSet<Vec<prompb::Label>>,
 }
 
-impl Series {
+impl Series<'_> {
+    /// Whether this is the series' first sample of the run and it is a
+    /// counter (`_total`, and a classic histogram's parts): then a zero
+    /// goes first.
+    fn zero_first(&mut self, counter: bool, labels: &[prompb::Label]) -> bool {
+        counter && self.start < self.ts && self.seen.insert(labels.to_vec())
+    }
+
     fn labels(&self, name: &str, extra: &[(&str, &str)]) -> Vec<prompb::Label> {
         let mut l: BTreeMap<&str, &str> = self
             .base
@@ -251,22 +268,39 @@ impl Series {
 
     /// A counter or gauge sample (remote write 1.0 has no types).
     fn gauge(&mut self, name: &str, extra: &[(&str, &str)], value: f64) {
+        let labels = self.labels(name, extra);
+        let counter = ["_total", "_bucket", "_count", "_sum"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        let mut samples = Vec::new();
+        if self.zero_first(counter, &labels) {
+            samples.push(prompb::Sample {
+                value: 0.0,
+                timestamp: self.start,
+            });
+        }
+        samples.push(prompb::Sample {
+            value,
+            timestamp: self.ts,
+        });
         self.all.push(prompb::TimeSeries {
-            labels: self.labels(name, extra),
-            samples: vec![prompb::Sample {
-                value,
-                timestamp: self.ts,
-            }],
+            labels,
+            samples,
             histograms: Vec::new(),
         });
     }
 
     fn native(&mut self, name: &str, extra: &[(&str, &str)], h: &Histogram<u64>) {
-        let histogram = native(h, self.ts);
+        let labels = self.labels(name, extra);
+        let mut histograms = Vec::new();
+        if self.zero_first(true, &labels) {
+            histograms.push(native(&new_histogram(), self.start));
+        }
+        histograms.push(native(h, self.ts));
         self.all.push(prompb::TimeSeries {
-            labels: self.labels(name, extra),
+            labels,
             samples: Vec::new(),
-            histograms: vec![histogram],
+            histograms,
         });
     }
 
@@ -357,7 +391,6 @@ pub fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loadfleet_proto::histogram::new_histogram;
 
     #[test]
     fn bucket_bounds_hold_at_the_edges() {
@@ -399,11 +432,12 @@ mod tests {
             seen.last().unwrap().0,
             bucket_index(h.highest_equivalent(2_000_000) as f64 / 1e6)
         );
-        let req = Prometheus {
+        let mut req = Prometheus {
             histograms: Histograms::Native,
             per_agent: false,
             labels: BTreeMap::new(),
             repeats: false,
+            seen: HashSet::new(),
         };
         let frame = super::super::frame::Frame {
             run: 0,
@@ -432,6 +466,7 @@ mod tests {
                 per_agent: self.per_agent,
                 labels: self.labels.clone(),
                 repeats: self.repeats,
+                seen: HashSet::new(),
             };
             me.encode(frame).body.to_vec()
         }

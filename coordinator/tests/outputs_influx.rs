@@ -181,3 +181,83 @@ fn check_dashboard(addr: &str, run_id: &str) {
         }
     }
 }
+
+/// The v2 API (no Debian package to run it here): a stand-in that answers
+/// 204 like InfluxDB 2 and keeps what it got shows the write path, the
+/// millisecond precision and the token header, and no token in the output.
+#[test]
+fn influxdb_v2_writes_carry_the_token() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel::<(String, String)>();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().map_while(Result::ok) {
+            let mut reader = BufReader::new(stream);
+            let mut head = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n");
+            let _ = tx.send((head, String::from_utf8_lossy(&body).into_owned()));
+        }
+    });
+    let dir = temp_dir("outputs-influx-v2");
+    let token = dir.join("token");
+    std::fs::write(&token, "v2-secret-token\n").expect("write the token");
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--local-agents",
+        "1",
+        "--rate",
+        "20",
+        "--duration",
+        "2s",
+    ])
+    .arg("--out-influxdb")
+    .arg(format!("http://{addr}/api/v2/write?org=lf&bucket=runs"))
+    .arg("--out-token-file")
+    .arg(&token)
+    .arg("--out")
+    .arg(&out);
+    let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    assert!(!output.contains("v2-secret-token"), "{output}");
+    assert!(!output.contains("OUTPUT_LOST"), "{output}");
+    let got: Vec<(String, String)> = rx.try_iter().collect();
+    assert!(!got.is_empty(), "nothing was written:\n{output}");
+    for (head, body) in &got {
+        assert!(
+            head.starts_with("POST /api/v2/write?org=lf&bucket=runs&precision=ms HTTP/1.1\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("authorization: token v2-secret-token\r\n"),
+            "{head}"
+        );
+        assert!(body.starts_with("loadfleet") || body.is_empty(), "{body}");
+    }
+    let r = read_report(&out);
+    let last = got
+        .iter()
+        .rev()
+        .find(|(_, b)| b.starts_with("loadfleet,"))
+        .map(|(_, b)| b.clone())
+        .expect("a point");
+    let want = format!("intended_total={}i", u(&r["totals"]["intended"]));
+    assert!(last.contains(&want), "{want} in {last}");
+}

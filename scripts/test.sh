@@ -45,6 +45,14 @@ need ip iproute2
 need unshare util-linux
 need taskset util-linux
 need python3 python3
+# outputs_*.rs push live results to Prometheus (remote-write receiver,
+# native histograms), VictoriaMetrics and InfluxDB 1.6 and read them back;
+# outputs_hlog.rs reads latency.hlog with Java HdrHistogram's
+# HistogramLogProcessor.
+need prometheus prometheus
+need victoria-metrics victoria-metrics
+need influxd influxdb
+[[ -f /usr/share/java/hdrhistogram.jar ]] || missing+=(libhdrhistogram-java)
 if ((${#missing[@]})); then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -54,13 +62,14 @@ fi
 # independent reader (hdrh); deploy.rs reads the Kubernetes manifests
 # (yaml) and validates them against the bundled schemas, offline
 # (kubernetes_validate); grpc.rs serves gRPC with grpcio and its
-# reflection (tests/support/grpc_server.py). They go into the python3 the
-# tests will find on this PATH; Debian's is marked externally managed,
+# reflection (tests/support/grpc_server.py); outputs_otlp.rs decodes OTLP
+# exports with opentelemetry-proto (tests/support/otlp_receiver.py). They
+# go into the python3 the tests will find on this PATH; Debian's is marked externally managed,
 # which PIP_BREAK_SYSTEM_PACKAGES lets pip install into (pip versions
 # without that option ignore the variable).
 python=$(command -v python3)
 pip_missing=()
-for module in hdrh:hdrhistogram yaml:pyyaml kubernetes_validate:kubernetes-validate grpc:grpcio grpc_reflection:grpcio-reflection; do
+for module in hdrh:hdrhistogram yaml:pyyaml kubernetes_validate:kubernetes-validate grpc:grpcio grpc_reflection:grpcio-reflection opentelemetry.proto.metrics.v1.metrics_pb2:opentelemetry-proto; do
     "$python" -c "import ${module%%:*}" >/dev/null 2>&1 || pip_missing+=("${module##*:}")
 done
 if ((${#pip_missing[@]})); then

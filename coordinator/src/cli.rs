@@ -109,6 +109,9 @@ pub struct RunArgs {
     /// the run goes, e.g. 127.0.0.1:9464.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Live outputs: Prometheus remote write, InfluxDB, OTLP (crate::output).
+    #[command(flatten)]
+    pub outputs: crate::output::OutputArgs,
     /// Folder for report.json, report.html and the interval log (default: a
     /// fresh loadfleet-out-<time> folder).
     #[arg(long)]

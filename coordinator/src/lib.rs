@@ -17,6 +17,7 @@ pub mod fleet;
 pub mod grpc;
 pub mod local;
 pub mod metrics;
+pub mod output;
 pub mod plan;
 pub mod plan_cmd;
 pub mod report;

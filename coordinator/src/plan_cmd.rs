@@ -9,6 +9,7 @@ use crate::plan::{self, Model, Overlay};
 /// Validates the plan and summarises it.
 pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
     let plan = plan::load(file)?;
+    let outputs = crate::output::config::check_plan(file)?;
     writeln!(
         out,
         "{}: ok — {} scenario(s), {:.1}s, target {}",
@@ -38,6 +39,9 @@ pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
                 .as_ref()
                 .map_or(String::new(), |d| format!(", {} data rows", d.rows.len()))
         )?;
+    }
+    for o in outputs {
+        writeln!(out, "  output {}", o.label())?;
     }
     Ok(())
 }

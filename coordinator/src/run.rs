@@ -164,6 +164,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local, &console).await?,
     };
+    let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
+        std::env::var(k).ok()
+    })?;
     let out_dir = prepare_out_dir(args.out.as_deref())?;
 
     let split = if local {
@@ -341,14 +344,22 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         info.clone(),
         console.clone(),
     )?;
+    let output_labels = crate::output::RunLabels::new(
+        args.outputs.out_run_id.as_deref(),
+        args.plan.as_deref(),
+        &out_dir,
+        &info,
+        spec.repeats,
+    );
+    let (sink, outputs) = crate::output::start(&output_specs, &output_labels, Box::new(live))?;
     let shown = console.clone();
-    let outputs = fleet::Outputs {
+    let fleet_outputs = fleet::Outputs {
         progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
-        sink: Some(Box::new(live)),
+        sink: Some(sink),
         console: console.clone(),
     };
-    let results = fleet::run_with(spec.clone(), events_rx, interrupt, outputs).await;
+    let results = fleet::run_with(spec.clone(), events_rx, interrupt, fleet_outputs).await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
     if console.is_terminal() {
@@ -372,11 +383,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
 
     let mut reports: Vec<report::Report> =
         results.iter().map(|r| report::build(r, &info)).collect();
-    let (report, shown) = if reports.len() > 1 {
+    let (mut report, shown) = if reports.len() > 1 {
         report::repeats::combine(reports, &plan.thresholds)
     } else {
         (reports.remove(0), 0)
     };
+    outputs.finish(&mut report).await;
     write_outputs(&out_dir, &report, shown, spec.repeats.max(1))?;
     let summary = (|| {
         let mut stdout = std::io::stdout().lock();

@@ -368,6 +368,10 @@ vocabulary! {
         /// The target's TLS certificates were not checked (`--insecure`):
         /// nothing proves the answers came from the intended server.
         InsecureTls => "INSECURE_TLS",
+        /// A live output (`--out-prometheus`, `--out-influxdb`, `--out-otlp`,
+        /// `[[output]]`) could not deliver some seconds: its dashboards have
+        /// gaps there. The report's figures are whole.
+        OutputLost => "OUTPUT_LOST",
     }
 }
 

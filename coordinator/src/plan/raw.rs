@@ -19,6 +19,9 @@ pub(super) struct RawPlan {
     pub scenario: Vec<Spanned<RawScenario>>,
     #[serde(default)]
     pub thresholds: Vec<Spanned<String>>,
+    /// `[[output]]` tables: read and checked by `crate::output::config`.
+    #[serde(default, rename = "output")]
+    pub _output: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]

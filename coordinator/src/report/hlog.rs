@@ -1,5 +1,6 @@
-//! `latency.hlog`: the HdrHistogram interval log, tagged
-//! `<scenario>.<outcome class>`, for the standard HdrHistogram tools.
+//! `latency.hlog`: the HdrHistogram interval log, for the standard
+//! HdrHistogram tools: per second an untagged entry of all outcomes, then
+//! one tagged `<scenario>.<outcome class>` per outcome class.
 //! Written as the run goes (by `report::live`): the header once, then each
 //! second's entries as that second settles.
 
@@ -62,6 +63,24 @@ pub fn write_entries(
     let mut batch = Vec::new();
     {
         let mut writer = builder.begin_log_with(&mut batch, &mut serializer)?;
+        // First an untagged entry of every outcome and scenario together:
+        // the reference tools (HistogramLogProcessor, plotters) read only
+        // untagged entries unless given a tag.
+        let mut all = loadfleet_proto::histogram::new_histogram();
+        for h in latency_by_class.values() {
+            all.add(h)
+                .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        }
+        if !all.is_empty() {
+            writer
+                .write_histogram(
+                    &all,
+                    Duration::from_secs(second),
+                    Duration::from_secs(1),
+                    None,
+                )
+                .map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        }
         for ((scenario, class), h) in latency_by_class {
             if h.is_empty() {
                 continue;
@@ -107,6 +126,12 @@ mod tests {
         assert_eq!(text.matches("MaxValueDivisor").count(), 1, "{text}");
         let entries: Vec<&str> = text.lines().filter(|l| l.starts_with("Tag=")).collect();
         assert_eq!(entries.len(), 2, "{text}");
+        let untagged: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        assert_eq!(untagged.len(), 2, "{text}");
+        assert!(untagged[0].starts_with("0.000,1.000,1.500,"), "{text}");
         assert!(
             entries[0].starts_with("Tag=a_b.2xx,0.000,1.000,1.500,"),
             "{text}"

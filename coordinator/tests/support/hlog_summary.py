@@ -4,7 +4,8 @@
 
     RESULT {"count": ..., "max": ..., "percentiles": {...}, ...}
 
-Every interval of every tag is added into one histogram; `seconds` lists
+Every interval of every tag is added into one histogram (`untagged` is the
+count of the untagged all-outcomes series, kept apart); `seconds` lists
 the distinct interval starts, in seconds from the log's StartTime. Values are in the
 log's unit (microseconds for loadfleet). For each percentile it gives the
 value under both common rank conventions (hdrh's rounded rank and the ceiling
@@ -33,6 +34,7 @@ def main(path):
     total = HdrHistogram(1, 24 * 3600 * 1_000_000, 3)
     reader = HistogramLogReader(path, HdrHistogram(1, 24 * 3600 * 1_000_000, 3))
     tags = {}
+    untagged = 0
     intervals = 0
     seconds = set()
     while True:
@@ -41,8 +43,13 @@ def main(path):
             break
         intervals += 1
         seconds.add(round(h.get_start_time_stamp() / 1000.0 - reader.get_start_time_sec(), 3))
-        total.add(h)
         tag = h.get_tag() or ""
+        if not tag:
+            # The untagged all-outcomes series repeats the tagged entries'
+            # values: counted apart, so nothing is counted twice.
+            untagged += h.get_total_count()
+            continue
+        total.add(h)
         tags[tag] = tags.get(tag, 0) + h.get_total_count()
     reader.close()
 
@@ -89,6 +96,7 @@ def main(path):
         "seconds": sorted(seconds),
         "interval_lines": len(lines),
         "tags": tags,
+        "untagged": untagged,
         "max": bucket(total.get_max_value()),
         "min": total.get_min_value(),
         "mean": total.get_mean_value(),

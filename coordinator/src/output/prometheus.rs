@@ -1,0 +1,474 @@
+//! Prometheus remote write 1.0: a `WriteRequest` (protobuf, snappy block
+//! format) per frame.
+//!
+//! Series are named as the scrape endpoint (`crate::metrics`) names them,
+//! with `run_id`, `plan` and `scenario` labels; counters are the run's
+//! totals so far, so a lost push loses resolution, never a count. Latency
+//! and service time go as native histograms (exponential buckets of
+//! [`SCHEMA`], read from the exact merged HDR histogram), or as classic
+//! `_bucket` series when asked.
+
+use std::collections::{BTreeMap, HashSet};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use prost::Message;
+
+use loadfleet_proto::histogram::new_histogram;
+
+use super::config::Histograms;
+use super::delivery::{Encoded, Encoder};
+use super::frame::Frame;
+
+/// The messages of remote write 1.0 (prometheus/prompb types.proto and
+/// remote.proto), with only the fields loadfleet sends.
+pub mod prompb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct WriteRequest {
+        #[prost(message, repeated, tag = "1")]
+        pub timeseries: Vec<TimeSeries>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TimeSeries {
+        #[prost(message, repeated, tag = "1")]
+        pub labels: Vec<Label>,
+        #[prost(message, repeated, tag = "2")]
+        pub samples: Vec<Sample>,
+        #[prost(message, repeated, tag = "4")]
+        pub histograms: Vec<Histogram>,
+    }
+
+    #[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
+    pub struct Label {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub value: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(double, tag = "1")]
+        pub value: f64,
+        #[prost(int64, tag = "2")]
+        pub timestamp: i64,
+    }
+
+    /// A native histogram with integer counts.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Histogram {
+        #[prost(uint64, tag = "1")]
+        pub count_int: u64,
+        #[prost(double, tag = "3")]
+        pub sum: f64,
+        #[prost(sint32, tag = "4")]
+        pub schema: i32,
+        #[prost(double, tag = "5")]
+        pub zero_threshold: f64,
+        #[prost(uint64, tag = "6")]
+        pub zero_count_int: u64,
+        #[prost(message, repeated, tag = "11")]
+        pub positive_spans: Vec<BucketSpan>,
+        /// Each bucket's count minus the previous bucket's.
+        #[prost(sint64, repeated, tag = "12")]
+        pub positive_deltas: Vec<i64>,
+        #[prost(int64, tag = "15")]
+        pub timestamp: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct BucketSpan {
+        /// Gap to the previous span (or the first bucket's index).
+        #[prost(sint32, tag = "1")]
+        pub offset: i32,
+        #[prost(uint32, tag = "2")]
+        pub length: u32,
+    }
+}
+
+/// Native-histogram schema: 2^SCHEMA buckets per doubling, so a bucket is
+/// 2^(1/32) ≈ 2.2% wide and a quantile read from it is that close to the
+/// exact one.
+pub const SCHEMA: i32 = 5;
+
+/// Classic bucket bounds (seconds), for `histograms = "classic"`.
+pub const CLASSIC_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The exact percentiles pushed next to the histogram, from the merge.
+const QUANTILES: [(f64, &str); 4] = [(0.5, "0.5"), (0.9, "0.9"), (0.99, "0.99"), (0.999, "0.999")];
+
+pub struct Prometheus {
+    pub histograms: Histograms,
+    pub per_agent: bool,
+    /// Labels on every series: run_id, plan, the user's.
+    pub labels: BTreeMap<String, String>,
+    /// Whether the run is one of several (--repeat): adds `repeat`.
+    pub repeats: bool,
+    /// Counter series written so far: a new one first gets a zero at the
+    /// run's start, so `increase()` over the run is its whole count.
+    pub seen: HashSet<Vec<prompb::Label>>,
+}
+
+impl Encoder for Prometheus {
+    fn encode(&mut self, frame: &Frame) -> Encoded {
+        let req = self.write_request(frame);
+        let raw = req.encode_to_vec();
+        let body = snap::raw::Encoder::new()
+            .compress_vec(&raw)
+            // Snappy only fails on inputs over 4 GiB.
+            .unwrap_or_default();
+        Encoded {
+            body: Bytes::from(body),
+            headers: vec![
+                ("content-type", "application/x-protobuf"),
+                ("content-encoding", "snappy"),
+                ("x-prometheus-remote-write-version", "0.1.0"),
+            ],
+        }
+    }
+}
+
+impl Prometheus {
+    pub fn write_request(&mut self, frame: &Frame) -> prompb::WriteRequest {
+        let mut out = Series {
+            ts: frame.time_ms,
+            start: frame.started_ms,
+            base: self.labels.clone(),
+            all: Vec::new(),
+            seen: &mut self.seen,
+        };
+        // The verdicts are the whole report's, not one repeat's.
+        if self.repeats && frame.verdicts.is_empty() {
+            out.base
+                .insert("repeat".into(), (frame.run + 1).to_string());
+        }
+        if !frame.verdicts.is_empty() {
+            // One series per verdict, for the dashboard's annotations.
+            for (code, level, _) in &frame.verdicts {
+                let l = [("code", code.as_str()), ("level", level.as_str())];
+                out.gauge("loadfleet_verdict", &l, 1.0);
+            }
+            return prompb::WriteRequest {
+                timeseries: out.all,
+            };
+        }
+        out.gauge("loadfleet_in_flight", &[], frame.in_flight as f64);
+        out.gauge("loadfleet_agents_alive", &[], frame.agents_alive as f64);
+        for s in &frame.scenarios {
+            let sc = [("scenario", s.name.as_str())];
+            let t = &s.totals;
+            out.gauge("loadfleet_requests_intended_total", &sc, t.intended as f64);
+            out.gauge("loadfleet_requests_sent_total", &sc, t.sent as f64);
+            out.gauge(
+                "loadfleet_requests_completed_total",
+                &sc,
+                t.completed as f64,
+            );
+            out.gauge("loadfleet_failures_total", &sc, t.failures as f64);
+            out.gauge(
+                "loadfleet_pool_saturated_seconds_total",
+                &sc,
+                t.pool_saturated_ns as f64 / 1e9,
+            );
+            // A reason or code first seen mid-run gets its zero at the
+            // run's start too (`Series::zero_first`).
+            for (reason, n) in &t.unsent {
+                let l = [sc[0], ("reason", reason.as_str())];
+                out.gauge("loadfleet_requests_unsent_total", &l, *n as f64);
+            }
+            for (code, n) in &t.status {
+                let code = code.to_string();
+                let l = [sc[0], ("code", code.as_str())];
+                out.gauge("loadfleet_responses_total", &l, *n as f64);
+            }
+            for (kind, n) in &t.errors {
+                let l = [sc[0], ("kind", kind.as_str())];
+                out.gauge("loadfleet_errors_total", &l, *n as f64);
+            }
+            for (status, n) in &t.grpc_status {
+                let l = [sc[0], ("grpc_status", status.as_str())];
+                out.gauge("loadfleet_grpc_responses_total", &l, *n as f64);
+            }
+            for (q, text) in QUANTILES {
+                if !s.latency.is_empty() {
+                    let l = [sc[0], ("quantile", text)];
+                    let v = s.latency.value_at_quantile(q) as f64 / 1e6;
+                    out.gauge("loadfleet_latency_exact_seconds", &l, v);
+                }
+            }
+            for (name, h) in [
+                ("loadfleet_latency_seconds", &s.latency),
+                ("loadfleet_service_time_seconds", &s.service_time),
+            ] {
+                match self.histograms {
+                    Histograms::Native => out.native(name, &sc, h),
+                    Histograms::Classic => out.classic(name, &sc, h),
+                }
+            }
+        }
+        if self.per_agent {
+            for a in &frame.agents {
+                let l = [("agent", a.name.as_str())];
+                out.gauge("loadfleet_agent_requests_sent_total", &l, a.sent as f64);
+                out.gauge(
+                    "loadfleet_agent_requests_completed_total",
+                    &l,
+                    a.completed as f64,
+                );
+                out.gauge("loadfleet_agent_cpu_seconds_total", &l, a.cpu_seconds);
+                out.gauge(
+                    "loadfleet_agent_max_lag_seconds",
+                    &l,
+                    a.max_lag_us as f64 / 1e6,
+                );
+            }
+        }
+        prompb::WriteRequest {
+            timeseries: out.all,
+        }
+    }
+}
+
+struct Series<'a> {
+    ts: i64,
+    /// The run's start, where a new counter series gets its zero.
+    start: i64,
+    base: BTreeMap<String, String>,
+    all: Vec<prompb::TimeSeries>,
+    seen: &'a mut HashSet<Vec<prompb::Label>>,
+}
+
+impl Series<'_> {
+    /// Whether this is the series' first sample of the run and it is a
+    /// counter (`_total`, and a classic histogram's parts): then a zero
+    /// goes first.
+    fn zero_first(&mut self, counter: bool, labels: &[prompb::Label]) -> bool {
+        counter && self.start < self.ts && self.seen.insert(labels.to_vec())
+    }
+
+    fn labels(&self, name: &str, extra: &[(&str, &str)]) -> Vec<prompb::Label> {
+        let mut l: BTreeMap<&str, &str> = self
+            .base
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        l.extend(extra.iter().copied());
+        l.insert("__name__", name);
+        // Sorted by name, as receivers expect.
+        l.into_iter()
+            .map(|(k, v)| prompb::Label {
+                name: k.into(),
+                value: v.into(),
+            })
+            .collect()
+    }
+
+    /// A counter or gauge sample (remote write 1.0 has no types).
+    fn gauge(&mut self, name: &str, extra: &[(&str, &str)], value: f64) {
+        let labels = self.labels(name, extra);
+        let counter = ["_total", "_bucket", "_count", "_sum"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        let mut samples = Vec::new();
+        if self.zero_first(counter, &labels) {
+            samples.push(prompb::Sample {
+                value: 0.0,
+                timestamp: self.start,
+            });
+        }
+        samples.push(prompb::Sample {
+            value,
+            timestamp: self.ts,
+        });
+        self.all.push(prompb::TimeSeries {
+            labels,
+            samples,
+            histograms: Vec::new(),
+        });
+    }
+
+    fn native(&mut self, name: &str, extra: &[(&str, &str)], h: &Histogram<u64>) {
+        let labels = self.labels(name, extra);
+        let mut histograms = Vec::new();
+        if self.zero_first(true, &labels) {
+            histograms.push(native(&new_histogram(), self.start));
+        }
+        histograms.push(native(h, self.ts));
+        self.all.push(prompb::TimeSeries {
+            labels,
+            samples: Vec::new(),
+            histograms,
+        });
+    }
+
+    fn classic(&mut self, name: &str, extra: &[(&str, &str)], h: &Histogram<u64>) {
+        let bucket = format!("{name}_bucket");
+        for &le in CLASSIC_BOUNDS {
+            let n = h.count_between(0, (le * 1e6) as u64);
+            let le = le.to_string();
+            let l: Vec<(&str, &str)> = extra.iter().copied().chain([("le", le.as_str())]).collect();
+            self.gauge(&bucket, &l, n as f64);
+        }
+        let l: Vec<(&str, &str)> = extra.iter().copied().chain([("le", "+Inf")]).collect();
+        self.gauge(&bucket, &l, h.len() as f64);
+        self.gauge(&format!("{name}_sum"), extra, sum_seconds(h));
+        self.gauge(&format!("{name}_count"), extra, h.len() as f64);
+    }
+}
+
+/// Σ value × count in seconds, each value at the top of its HDR bucket
+/// (the value the report's percentiles read).
+fn sum_seconds(h: &Histogram<u64>) -> f64 {
+    h.iter_recorded()
+        .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
+        .sum::<f64>()
+        / 1e6
+}
+
+/// The native bucket of a value in seconds: bucket `i` holds
+/// (2^((i-1)/2^SCHEMA), 2^(i/2^SCHEMA)].
+pub fn bucket_index(seconds: f64) -> i32 {
+    let scale = f64::from(1u32 << SCHEMA);
+    let mut i = (seconds.log2() * scale).ceil() as i32;
+    // Guard the float edges: the value must be above the lower bound and
+    // at most the upper one.
+    let upper = |i: i32| (f64::from(i) / scale).exp2();
+    if seconds > upper(i) {
+        i += 1;
+    } else if seconds <= upper(i - 1) {
+        i -= 1;
+    }
+    i
+}
+
+/// An HDR histogram (µs) as a native histogram (seconds), cumulative.
+pub fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
+    let mut buckets: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut zero = 0;
+    for v in h.iter_recorded() {
+        let us = v.value_iterated_to();
+        if us == 0 {
+            zero += v.count_at_value();
+        } else {
+            *buckets.entry(bucket_index(us as f64 / 1e6)).or_default() += v.count_at_value();
+        }
+    }
+    let mut spans: Vec<prompb::BucketSpan> = Vec::new();
+    let mut deltas = Vec::new();
+    let (mut prev_index, mut prev_count) = (None::<i32>, 0i64);
+    for (&i, &n) in &buckets {
+        match (prev_index, spans.last_mut()) {
+            (Some(p), Some(span)) if i == p + 1 => span.length += 1,
+            (Some(p), _) => spans.push(prompb::BucketSpan {
+                offset: i - p - 1,
+                length: 1,
+            }),
+            (None, _) => spans.push(prompb::BucketSpan {
+                offset: i,
+                length: 1,
+            }),
+        }
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        deltas.push(n - prev_count);
+        prev_count = n;
+        prev_index = Some(i);
+    }
+    prompb::Histogram {
+        count_int: h.len(),
+        sum: sum_seconds(h),
+        schema: SCHEMA,
+        zero_threshold: 0.0,
+        zero_count_int: zero,
+        positive_spans: spans,
+        positive_deltas: deltas,
+        timestamp: ts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_bounds_hold_at_the_edges() {
+        let scale = f64::from(1u32 << SCHEMA);
+        for i in -400..200 {
+            let upper = (f64::from(i) / scale).exp2();
+            assert_eq!(bucket_index(upper), i, "upper bound of {i}");
+            assert_eq!(bucket_index(upper * 1.0001), i + 1);
+        }
+        assert_eq!(bucket_index(1.0), 0);
+    }
+
+    /// Spans and deltas give back every bucket's count, and the quantile a
+    /// receiver reads from them is within one bucket of the exact one.
+    #[test]
+    fn native_histograms_keep_the_distribution() {
+        let mut h = new_histogram();
+        for v in [1_000u64, 1_000, 1_020, 5_000, 80_000, 80_100, 2_000_000] {
+            h.record(v).unwrap();
+        }
+        let n = native(&h, 7);
+        assert_eq!(n.count_int, 7);
+        let mut index = 0;
+        let mut count = 0i64;
+        let mut seen = Vec::new();
+        let mut d = n.positive_deltas.iter();
+        for (k, span) in n.positive_spans.iter().enumerate() {
+            index += span.offset + if k == 0 { 0 } else { 1 };
+            for j in 0..span.length {
+                if j > 0 {
+                    index += 1;
+                }
+                count += d.next().unwrap();
+                seen.push((index, count));
+            }
+        }
+        assert_eq!(seen.iter().map(|(_, c)| *c as u64).sum::<u64>(), 7);
+        assert_eq!(
+            seen.last().unwrap().0,
+            bucket_index(h.highest_equivalent(2_000_000) as f64 / 1e6)
+        );
+        let mut req = Prometheus {
+            histograms: Histograms::Native,
+            per_agent: false,
+            labels: BTreeMap::new(),
+            repeats: false,
+            seen: HashSet::new(),
+        };
+        let frame = super::super::frame::Frame {
+            run: 0,
+            seconds: 0..1,
+            time_ms: 5,
+            started_ms: 0,
+            scenarios: vec![],
+            in_flight: 0,
+            agents_alive: 2,
+            agents: vec![],
+            last: false,
+            verdicts: vec![],
+        };
+        let wr = req.write_request(&frame);
+        assert_eq!(wr.timeseries.len(), 2);
+        assert_eq!(wr.timeseries[1].labels[0].name, "__name__");
+        let body = req.clone_encode(&frame);
+        let raw = snap::raw::Decoder::new().decompress_vec(&body).unwrap();
+        assert_eq!(prompb::WriteRequest::decode(raw.as_slice()).unwrap(), wr);
+    }
+
+    impl Prometheus {
+        fn clone_encode(&self, frame: &Frame) -> Vec<u8> {
+            let mut me = Prometheus {
+                histograms: self.histograms,
+                per_agent: self.per_agent,
+                labels: self.labels.clone(),
+                repeats: self.repeats,
+                seen: HashSet::new(),
+            };
+            me.encode(frame).body.to_vec()
+        }
+    }
+}

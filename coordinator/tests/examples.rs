@@ -158,7 +158,7 @@ fn grpc() {
 }
 
 /// HTTP/2 with prior knowledge on http:// (h2c), against the testbed:
-/// every request answered over the plan's 4 connections per agent.
+/// every request answered over at most the plan's 4 connections per agent.
 #[test]
 fn http2() {
     let (_testbed, addr) = start_testbed(&[]);
@@ -178,7 +178,13 @@ fn http2() {
     all_answered(scenario(&r, "h2"), &output);
     let spoken = &r["run"]["protocol"]["connections"];
     let agents = r["agents"].as_array().expect("agents").len() as u64;
-    assert_eq!(u(&spoken["h2c"]), 4 * agents, "{spoken}: {output}");
+    // HTTP/2 connections open on demand up to the plan's 4 per agent, so
+    // how many a short run needs depends on how the streams overlapped.
+    let h2c = u(&spoken["h2c"]);
+    assert!(
+        (agents..=4 * agents).contains(&h2c),
+        "{agents} agents with at most 4 connections each spoke h2c on {h2c}: {output}"
+    );
     assert_eq!(spoken.as_object().map(|o| o.len()), Some(1), "{spoken}");
 }
 

@@ -24,6 +24,9 @@ use crate::client::http1::read::READ_MAX;
 use crate::client::http1::wire::{render, MAX_HEAD_BYTES};
 use crate::client::{ClientConfig, Exchanged, Outcome, Transport};
 
+mod pool;
+mod tls;
+
 /// What the test server does with one request: write these pieces, a
 /// few milliseconds apart (so an answer arrives cut in several reads),
 /// then close the connection at once, or not.
@@ -308,18 +311,6 @@ async fn answers_of_every_framing_are_read_in_pieces() {
     .await;
 }
 
-/// The same over TLS, where the pool reads the socket and rustls only
-/// decrypts: records cut across reads, and a body that runs to the
-/// close ended by the server's `close_notify`.
-#[tokio::test]
-async fn answers_over_tls_are_read_in_pieces() {
-    local(async {
-        let (uri, accepted, pool) = tls_server(every_framing(), 1).await;
-        reads_every_framing(&uri, &accepted, &pool).await;
-    })
-    .await;
-}
-
 fn every_framing() -> Vec<Reply> {
     vec![
         reply(&[
@@ -375,91 +366,6 @@ async fn reads_every_framing(uri: &Uri, accepted: &AtomicUsize, pool: &Rc<Direct
     );
     assert_eq!(accepted.load(Ordering::SeqCst), 2, "one close, one reopen");
     assert_eq!(pool.take_connections(), vec![(HttpProtocol::Http1, 2)]);
-}
-
-/// A TLS 1.3 server sends its session tickets after the handshake,
-/// which reach a connection opened ahead while it is idle: they are
-/// the session's, not bytes nobody asked for, and the connection stays
-/// for the requests. Bytes that are not TLS at all are a `tls` error.
-#[tokio::test]
-async fn a_tls_connection_outlives_its_tickets_and_fails_on_garbage() {
-    local(async {
-        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-        let (uri, accepted, pool) = tls_server(vec![reply(&[ok]); 3], 1).await;
-        pool.open_ahead(1).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut done = Vec::new();
-        pool.drive(Instant::now(), &mut done);
-        assert!(done.is_empty());
-        for n in 0..3 {
-            pool.submit(get(&uri), Instant::now(), n, &mut done);
-            let got = outcomes(&pool, 1).await;
-            assert_eq!(got.len(), 1, "answer {n}");
-            assert_eq!(got[0].1.outcome, Outcome::Status(200), "{n}");
-            assert_eq!(got[0].1.phases.new_connection, n == 0, "{n}");
-        }
-        assert_eq!(
-            accepted.load(Ordering::SeqCst),
-            1,
-            "the tickets closed nothing"
-        );
-
-        // A server that answers in plain text under the session.
-        let outcome = one_tls_exchange(move |mut tls| async move {
-            let _ = tls.get_mut().0.write_all(ok).await;
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        })
-        .await;
-        assert_eq!(outcome, Outcome::Error(ErrorKind::Tls));
-    })
-    .await;
-}
-
-/// A body that runs to the close, over TLS, ends with the server's
-/// `close_notify` (see [`answers_over_tls_are_read_in_pieces`]); a bare
-/// FIN instead may be a cut, and is a `reset` as through the tasks.
-#[tokio::test]
-async fn a_tls_body_cut_by_a_bare_fin_is_a_reset() {
-    local(async {
-        let outcome = one_tls_exchange(|mut tls| async move {
-            let _ = tls.write_all(b"HTTP/1.1 200 OK\r\n\r\nuntil").await;
-            let _ = tls.flush().await;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            // The TCP side alone: no close_notify.
-            let _ = tls.get_mut().0.shutdown().await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        })
-        .await;
-        assert_eq!(outcome, Outcome::Error(ErrorKind::Reset));
-    })
-    .await;
-}
-
-/// A server that keeps sending session messages to an idle connection
-/// (here 200 tickets, over 10 KiB) would hold the worker in its reads:
-/// the connection is closed after a few full ones, and the next request
-/// opens another. (rustls itself refuses a flight of over 64 KiB.)
-#[tokio::test]
-async fn an_idle_tls_connection_flooded_by_the_server_is_closed() {
-    local(async {
-        let (acceptor, trust) = tls_pair_sending(200);
-        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-        let (port, accepted) = serve(vec![reply(&[ok])], Some(acceptor)).await;
-        let uri: Uri = format!("https://localhost:{port}/").parse().unwrap();
-        let pool = pool_with(&uri, 1, Duration::from_secs(5), trust);
-        pool.open_ahead(1).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let mut done = Vec::new();
-        pool.drive(Instant::now(), &mut done);
-        assert!(!pool.full(), "the flooded connection gave its slot back");
-        pool.submit(get(&uri), Instant::now(), 1, &mut done);
-        let got = outcomes(&pool, 1).await;
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].1.outcome, Outcome::Status(200));
-        assert!(got[0].1.phases.new_connection);
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
-    })
-    .await;
 }
 
 /// Answers are read as they come while the pool has yet to see
@@ -654,64 +560,6 @@ async fn a_head_that_never_ends_is_cut_at_the_bound() {
     .await;
 }
 
-/// With one connection, requests beyond it wait, oldest first, and
-/// keep that wait as their pool wait; all go over the one connection.
-#[tokio::test]
-async fn requests_beyond_the_pool_wait_their_turn() {
-    local(async {
-        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-        let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
-        let pool = pool(&uri, 1, Duration::from_secs(5));
-        let mut done = Vec::new();
-        for n in 0..4 {
-            pool.submit(get(&uri), Instant::now(), n, &mut done);
-        }
-        assert!(pool.full());
-        let got = outcomes(&pool, 4).await;
-        assert_eq!(
-            got.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            [0, 1, 2, 3]
-        );
-        assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
-        assert!(got[0].1.pool_wait.is_none());
-        assert!(got[1..].iter().all(|(_, ex)| ex.pool_wait.is_some()));
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
-        assert!(pool.take_saturated(Instant::now()) > Duration::ZERO);
-        assert!(!pool.full(), "the connection is idle again");
-    })
-    .await;
-}
-
-/// A server that never answers: the request on the wire times out at
-/// its deadline, the one waiting behind it is a `pool_timeout`, never
-/// sent; the stuck connection is closed and its slot serves again.
-#[tokio::test]
-async fn requests_out_of_time_end_at_their_deadlines() {
-    local(async {
-        let (uri, accepted) = server(Vec::new()).await;
-        let timeout = Duration::from_millis(150);
-        let pool = pool(&uri, 1, timeout);
-        let sent = Instant::now();
-        pool.submit(get(&uri), sent, 0, &mut Vec::new());
-        pool.submit(get(&uri), sent, 1, &mut Vec::new());
-        let got = outcomes(&pool, 2).await;
-        assert_eq!(got.len(), 2);
-        for (n, ex) in &got {
-            assert_eq!(ex.answered, Some(sent + timeout), "request {n}");
-        }
-        let wire = got.iter().find(|(n, _)| *n == 0).unwrap().1;
-        assert_eq!(wire.outcome, Outcome::Error(ErrorKind::Timeout));
-        assert!(wire.on_wire.is_some());
-        let queued = got.iter().find(|(n, _)| *n == 1).unwrap().1;
-        assert_eq!(queued.outcome, Outcome::Error(ErrorKind::PoolTimeout));
-        assert!(queued.on_wire.is_none());
-        assert_eq!(queued.pool_wait, Some(timeout));
-        assert!(!pool.full(), "the stuck connection gave its slot back");
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
-    })
-    .await;
-}
-
 /// A look takes a bounded part of what a socket holds, and the next
 /// drive reads on without waiting for an edge (none comes for bytes
 /// already there): a server streaming an endless body as fast as
@@ -769,150 +617,6 @@ async fn a_look_reads_a_bounded_part_and_the_next_goes_on() {
             looks >= (2 << 20) / (LOOK_BUDGET + READ_MAX),
             "{looks} looks"
         );
-    })
-    .await;
-}
-
-/// An answer that ends after its request's deadline is a timeout, even
-/// when the pool is driven only later (a worker asleep until its next
-/// arrival) and reads it whole before it looks at the deadlines.
-#[tokio::test]
-async fn an_answer_read_after_its_deadline_is_a_timeout() {
-    local(async {
-        let (uri, _) = server(vec![reply(&[
-            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n",
-            b"ok",
-        ])])
-        .await;
-        let timeout = Duration::from_millis(1);
-        let pool = pool(&uri, 1, timeout);
-        pool.open_ahead(1).await;
-        let sent = Instant::now();
-        pool.submit(get(&uri), sent, 0, &mut Vec::new());
-        // The body comes 3 ms after the head: well after the deadline,
-        // and all of it before this look.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let mut done = Vec::new();
-        pool.drive(Instant::now(), &mut done);
-        assert_eq!(done.len(), 1);
-        let ex = &done[0].1;
-        assert_eq!(ex.outcome, Outcome::Error(ErrorKind::Timeout));
-        assert_eq!(ex.answered, Some(sent + timeout));
-        assert!(
-            !pool.full(),
-            "the connection, its answer whole, serves again"
-        );
-    })
-    .await;
-}
-
-/// A keep-alive connection the server closes right after its answer
-/// (its end comes with the answer's bytes, in the same edge) is not
-/// kept for the next request, which opens a new one instead of failing
-/// on it.
-#[tokio::test]
-async fn a_connection_closed_while_idle_is_not_reused() {
-    local(async {
-        let (uri, accepted) = server(vec![Reply {
-            pieces: vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
-            close: true,
-        }])
-        .await;
-        let pool = pool(&uri, 1, Duration::from_secs(5));
-        pool.submit(get(&uri), Instant::now(), 0, &mut Vec::new());
-        let got = outcomes(&pool, 1).await;
-        assert_eq!(got[0].1.outcome, Outcome::Status(200));
-        // The answer said nothing of closing, so the connection is idle
-        // until its close is read.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        pool.drive(Instant::now(), &mut Vec::new());
-        assert!(!pool.full());
-        assert_eq!(
-            pool.state.borrow().ledger.open(),
-            0,
-            "the closed one is gone"
-        );
-        pool.submit(get(&uri), Instant::now(), 1, &mut Vec::new());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
-    })
-    .await;
-}
-
-/// A port nobody listens on: the request that dialled fails as
-/// refused, with no connection and its slot given back.
-#[tokio::test]
-async fn a_refused_dial_fails_its_request_and_frees_the_slot() {
-    local(async {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        drop(listener);
-        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
-        let pool = pool(&uri, 1, Duration::from_secs(2));
-        pool.submit(get(&uri), Instant::now(), 7, &mut Vec::new());
-        let got = outcomes(&pool, 1).await;
-        assert_eq!(got[0].0, 7);
-        assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Refused));
-        assert!(got[0].1.on_wire.is_none());
-        assert_eq!(pool.state.borrow().ledger.open(), 0);
-    })
-    .await;
-}
-
-/// Connections opened ahead wait idle; the first request on each
-/// reports its connect time as its own, and nothing more is opened.
-#[tokio::test]
-async fn connections_opened_ahead_serve_the_first_requests() {
-    local(async {
-        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-        let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
-        let pool = pool(&uri, 2, Duration::from_secs(5));
-        pool.open_ahead(5).await;
-        assert_eq!(
-            pool.state.borrow().ledger.idle(),
-            2,
-            "no more than the pool"
-        );
-        for n in 0..4 {
-            pool.submit(get(&uri), Instant::now(), n, &mut Vec::new());
-        }
-        let got = outcomes(&pool, 4).await;
-        assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
-        let opened = got
-            .iter()
-            .filter(|(_, ex)| ex.phases.new_connection)
-            .count();
-        assert_eq!(opened, 2);
-        assert!(got
-            .iter()
-            .all(|(_, ex)| ex.phases.new_connection == ex.phases.connect.is_some()));
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
-    })
-    .await;
-}
-
-/// Opening ahead is cut short when the run starts first: the dials
-/// still under way take no slot, so the pool can open all of its own.
-#[tokio::test]
-async fn dials_ahead_cut_short_take_no_slot() {
-    local(async {
-        // A server that never accepts, its queue of one full: the
-        // kernel drops further handshakes, so a dial to it hangs.
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let listener = socket.listen(1).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut queued = Vec::new();
-        while let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            queued.push(s);
-            assert!(queued.len() < 16, "the queue never filled");
-        }
-        let uri: Uri = format!("http://{addr}/").parse().unwrap();
-        let pool = pool(&uri, 2, Duration::from_secs(5));
-        let cut = tokio::time::timeout(Duration::from_millis(50), pool.open_ahead(2)).await;
-        assert!(cut.is_err(), "the dials were still under way");
-        assert_eq!(pool.state.borrow().ledger.open(), 0);
-        assert!(!pool.full(), "both slots free");
     })
     .await;
 }

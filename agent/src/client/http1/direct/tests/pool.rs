@@ -1,0 +1,205 @@
+//! The pool's ledger: waiting for a slot, deadlines, idle closes and dials.
+
+use super::*;
+
+/// With one connection, requests beyond it wait, oldest first, and
+/// keep that wait as their pool wait; all go over the one connection.
+#[tokio::test]
+async fn requests_beyond_the_pool_wait_their_turn() {
+    local(async {
+        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
+        let pool = pool(&uri, 1, Duration::from_secs(5));
+        let mut done = Vec::new();
+        for n in 0..4 {
+            pool.submit(get(&uri), Instant::now(), n, &mut done);
+        }
+        assert!(pool.full());
+        let got = outcomes(&pool, 4).await;
+        assert_eq!(
+            got.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
+        assert!(got[0].1.pool_wait.is_none());
+        assert!(got[1..].iter().all(|(_, ex)| ex.pool_wait.is_some()));
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert!(pool.take_saturated(Instant::now()) > Duration::ZERO);
+        assert!(!pool.full(), "the connection is idle again");
+    })
+    .await;
+}
+
+/// A server that never answers: the request on the wire times out at
+/// its deadline, the one waiting behind it is a `pool_timeout`, never
+/// sent; the stuck connection is closed and its slot serves again.
+#[tokio::test]
+async fn requests_out_of_time_end_at_their_deadlines() {
+    local(async {
+        let (uri, accepted) = server(Vec::new()).await;
+        let timeout = Duration::from_millis(150);
+        let pool = pool(&uri, 1, timeout);
+        let sent = Instant::now();
+        pool.submit(get(&uri), sent, 0, &mut Vec::new());
+        pool.submit(get(&uri), sent, 1, &mut Vec::new());
+        let got = outcomes(&pool, 2).await;
+        assert_eq!(got.len(), 2);
+        for (n, ex) in &got {
+            assert_eq!(ex.answered, Some(sent + timeout), "request {n}");
+        }
+        let wire = got.iter().find(|(n, _)| *n == 0).unwrap().1;
+        assert_eq!(wire.outcome, Outcome::Error(ErrorKind::Timeout));
+        assert!(wire.on_wire.is_some());
+        let queued = got.iter().find(|(n, _)| *n == 1).unwrap().1;
+        assert_eq!(queued.outcome, Outcome::Error(ErrorKind::PoolTimeout));
+        assert!(queued.on_wire.is_none());
+        assert_eq!(queued.pool_wait, Some(timeout));
+        assert!(!pool.full(), "the stuck connection gave its slot back");
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    })
+    .await;
+}
+
+/// An answer that ends after its request's deadline is a timeout, even
+/// when the pool is driven only later (a worker asleep until its next
+/// arrival) and reads it whole before it looks at the deadlines.
+#[tokio::test]
+async fn an_answer_read_after_its_deadline_is_a_timeout() {
+    local(async {
+        let (uri, _) = server(vec![reply(&[
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n",
+            b"ok",
+        ])])
+        .await;
+        let timeout = Duration::from_millis(1);
+        let pool = pool(&uri, 1, timeout);
+        pool.open_ahead(1).await;
+        let sent = Instant::now();
+        pool.submit(get(&uri), sent, 0, &mut Vec::new());
+        // The body comes 3 ms after the head: well after the deadline,
+        // and all of it before this look.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut done = Vec::new();
+        pool.drive(Instant::now(), &mut done);
+        assert_eq!(done.len(), 1);
+        let ex = &done[0].1;
+        assert_eq!(ex.outcome, Outcome::Error(ErrorKind::Timeout));
+        assert_eq!(ex.answered, Some(sent + timeout));
+        assert!(
+            !pool.full(),
+            "the connection, its answer whole, serves again"
+        );
+    })
+    .await;
+}
+
+/// A keep-alive connection the server closes right after its answer
+/// (its end comes with the answer's bytes, in the same edge) is not
+/// kept for the next request, which opens a new one instead of failing
+/// on it.
+#[tokio::test]
+async fn a_connection_closed_while_idle_is_not_reused() {
+    local(async {
+        let (uri, accepted) = server(vec![Reply {
+            pieces: vec![b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"],
+            close: true,
+        }])
+        .await;
+        let pool = pool(&uri, 1, Duration::from_secs(5));
+        pool.submit(get(&uri), Instant::now(), 0, &mut Vec::new());
+        let got = outcomes(&pool, 1).await;
+        assert_eq!(got[0].1.outcome, Outcome::Status(200));
+        // The answer said nothing of closing, so the connection is idle
+        // until its close is read.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        pool.drive(Instant::now(), &mut Vec::new());
+        assert!(!pool.full());
+        assert_eq!(
+            pool.state.borrow().ledger.open(),
+            0,
+            "the closed one is gone"
+        );
+        pool.submit(get(&uri), Instant::now(), 1, &mut Vec::new());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
+    })
+    .await;
+}
+
+/// A port nobody listens on: the request that dialled fails as
+/// refused, with no connection and its slot given back.
+#[tokio::test]
+async fn a_refused_dial_fails_its_request_and_frees_the_slot() {
+    local(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let uri: Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let pool = pool(&uri, 1, Duration::from_secs(2));
+        pool.submit(get(&uri), Instant::now(), 7, &mut Vec::new());
+        let got = outcomes(&pool, 1).await;
+        assert_eq!(got[0].0, 7);
+        assert_eq!(got[0].1.outcome, Outcome::Error(ErrorKind::Refused));
+        assert!(got[0].1.on_wire.is_none());
+        assert_eq!(pool.state.borrow().ledger.open(), 0);
+    })
+    .await;
+}
+
+/// Connections opened ahead wait idle; the first request on each
+/// reports its connect time as its own, and nothing more is opened.
+#[tokio::test]
+async fn connections_opened_ahead_serve_the_first_requests() {
+    local(async {
+        let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+        let (uri, accepted) = server(vec![reply(&[ok]); 4]).await;
+        let pool = pool(&uri, 2, Duration::from_secs(5));
+        pool.open_ahead(5).await;
+        assert_eq!(
+            pool.state.borrow().ledger.idle(),
+            2,
+            "no more than the pool"
+        );
+        for n in 0..4 {
+            pool.submit(get(&uri), Instant::now(), n, &mut Vec::new());
+        }
+        let got = outcomes(&pool, 4).await;
+        assert!(got.iter().all(|(_, ex)| ex.outcome == Outcome::Status(200)));
+        let opened = got
+            .iter()
+            .filter(|(_, ex)| ex.phases.new_connection)
+            .count();
+        assert_eq!(opened, 2);
+        assert!(got
+            .iter()
+            .all(|(_, ex)| ex.phases.new_connection == ex.phases.connect.is_some()));
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    })
+    .await;
+}
+
+/// Opening ahead is cut short when the run starts first: the dials
+/// still under way take no slot, so the pool can open all of its own.
+#[tokio::test]
+async fn dials_ahead_cut_short_take_no_slot() {
+    local(async {
+        // A server that never accepts, its queue of one full: the
+        // kernel drops further handshakes, so a dial to it hangs.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        while let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            queued.push(s);
+            assert!(queued.len() < 16, "the queue never filled");
+        }
+        let uri: Uri = format!("http://{addr}/").parse().unwrap();
+        let pool = pool(&uri, 2, Duration::from_secs(5));
+        let cut = tokio::time::timeout(Duration::from_millis(50), pool.open_ahead(2)).await;
+        assert!(cut.is_err(), "the dials were still under way");
+        assert_eq!(pool.state.borrow().ledger.open(), 0);
+        assert!(!pool.full(), "both slots free");
+    })
+    .await;
+}

@@ -124,6 +124,16 @@ pub const MAX_HISTOGRAM_BYTES: usize = 1024 * 1024;
 /// requests in one interval (at most a minute) is no real agent. With the
 /// coordinator's checked sums, no total can wrap.
 pub const MAX_SNAPSHOT_COUNT: u64 = 1 << 40;
+/// Most live outputs in one run (`--out-*` flags and `[[output]]` tables
+/// together): each holds a queue and a thread of deliveries.
+pub const MAX_OUTPUTS: usize = 16;
+/// Most seconds one output may hold while its receiver is slow: a queue
+/// longer than an hour only delays the verdict that the sink is gone.
+pub const MAX_OUTPUT_QUEUE: usize = 3600;
+/// Most labels an output adds to every series (cardinality stays bounded).
+pub const MAX_OUTPUT_LABELS: usize = 32;
+/// Largest credential file (token, basic auth, header value) an output reads.
+pub const MAX_SECRET_BYTES: u64 = 64 * 1024;
 /// Longest agent id, host name, label or version in a hello.
 pub const MAX_HELLO_STRING_BYTES: usize = 256;
 /// Most host addresses in a hello.

@@ -10,6 +10,8 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
+use loadfleet_proto::bounds;
+
 use crate::error::{self, Error};
 
 /// The `run` flags of the live outputs (docs/outputs.md).
@@ -303,7 +305,67 @@ pub fn resolve(
             ca_file: args.out_ca_file.clone(),
         });
     }
+    check_bounds(&out)?;
     Ok(out)
+}
+
+/// The outputs against proto's bounds, before anything is allocated for
+/// them: the plan and the flags are the user's input.
+fn check_bounds(outputs: &[OutputSpec]) -> Result<(), Error> {
+    if outputs.len() > bounds::MAX_OUTPUTS {
+        return Err(error::flags(format!(
+            "{} live outputs asked; at most {} can run at once",
+            outputs.len(),
+            bounds::MAX_OUTPUTS
+        )));
+    }
+    for o in outputs {
+        let what = o.label();
+        if o.queue == 0 || o.queue > bounds::MAX_OUTPUT_QUEUE {
+            return Err(error::flags(format!(
+                "{what}: queue {} is out of range; give 1 to {} seconds (--out-queue or queue)",
+                o.queue,
+                bounds::MAX_OUTPUT_QUEUE
+            )));
+        }
+        if o.timeout.is_zero() || o.timeout > bounds::MAX_TIMEOUT {
+            return Err(error::flags(format!(
+                "{what}: timeout {} is out of range; give more than 0 and at most {} (--out-timeout or timeout)",
+                humantime::format_duration(o.timeout),
+                humantime::format_duration(bounds::MAX_TIMEOUT)
+            )));
+        }
+        if o.url.len() > bounds::MAX_URL_BYTES {
+            return Err(error::flags(format!(
+                "{what}: the URL is {} bytes; at most {}",
+                o.url.len(),
+                bounds::MAX_URL_BYTES
+            )));
+        }
+        if o.labels.len() > bounds::MAX_OUTPUT_LABELS
+            || o.labels
+                .iter()
+                .any(|(k, v)| k.len() + v.len() > bounds::MAX_NAME_BYTES)
+        {
+            return Err(error::flags(format!(
+                "{what}: give at most {} labels (--out-label or labels), each name and value together at most {} bytes",
+                bounds::MAX_OUTPUT_LABELS,
+                bounds::MAX_NAME_BYTES
+            )));
+        }
+        if o.headers.len() > bounds::MAX_HEADERS
+            || o.headers
+                .iter()
+                .any(|(k, v)| k.len() + v.0.len() > bounds::MAX_HEADER_BYTES)
+        {
+            return Err(error::flags(format!(
+                "{what}: give at most {} headers (--out-header or headers), each at most {} bytes",
+                bounds::MAX_HEADERS,
+                bounds::MAX_HEADER_BYTES
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The plan's `[[output]]` tables checked for `plan check`: kinds, URLs,
@@ -463,6 +525,16 @@ fn split_userinfo(url: &str) -> (String, Option<Secret>) {
 }
 
 fn read_secret(path: &Path, what: &str) -> Result<Secret, Error> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))?
+        .len();
+    if len > bounds::MAX_SECRET_BYTES {
+        return Err(error::flags(format!(
+            "{what} {}: {len} bytes is no credential; at most {}",
+            path.display(),
+            bounds::MAX_SECRET_BYTES
+        )));
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))?;
     Ok(Secret(text.trim_end_matches(['\r', '\n']).to_string()))
@@ -523,6 +595,69 @@ mod tests {
             ..Default::default()
         })
         .contains("cannot be a label"));
+    }
+
+    #[test]
+    fn outputs_beyond_the_bounds_are_refused_by_name() {
+        let bad = |args: OutputArgs| resolve(&args, None, &no_env).unwrap_err().to_string();
+        let url = || vec!["http://127.0.0.1:9090/api/v1/write".to_string()];
+        let many = OutputArgs {
+            out_prometheus: (0..=bounds::MAX_OUTPUTS)
+                .map(|_| url()[0].clone())
+                .collect(),
+            ..Default::default()
+        };
+        assert!(bad(many).contains("at most 16 can run at once"));
+        for queue in [0, bounds::MAX_OUTPUT_QUEUE + 1, usize::MAX] {
+            let e = bad(OutputArgs {
+                out_prometheus: url(),
+                out_queue: Some(queue),
+                ..Default::default()
+            });
+            assert!(e.contains("queue") && e.contains("--out-queue"), "{e}");
+        }
+        let e = bad(OutputArgs {
+            out_prometheus: url(),
+            out_timeout: Some(Duration::ZERO),
+            ..Default::default()
+        });
+        assert!(e.contains("--out-timeout"), "{e}");
+        let e = bad(OutputArgs {
+            out_prometheus: url(),
+            out_label: (0..=bounds::MAX_OUTPUT_LABELS)
+                .map(|i| format!("l{i}=v"))
+                .collect(),
+            ..Default::default()
+        });
+        assert!(e.contains("--out-label"), "{e}");
+        let e = bad(OutputArgs {
+            out_prometheus: url(),
+            out_header: vec![format!("X-Big: {}", "x".repeat(bounds::MAX_HEADER_BYTES))],
+            ..Default::default()
+        });
+        assert!(e.contains("--out-header"), "{e}");
+        let e = bad(OutputArgs {
+            out_prometheus: vec![format!(
+                "http://127.0.0.1:9090/api/v1/write?{}",
+                "a".repeat(bounds::MAX_URL_BYTES)
+            )],
+            ..Default::default()
+        });
+        assert!(e.contains("the URL is"), "{e}");
+        let dir = std::env::temp_dir().join(format!("loadfleet-outbig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("token");
+        std::fs::write(&big, vec![b'x'; bounds::MAX_SECRET_BYTES as usize + 1]).unwrap();
+        let e = bad(OutputArgs {
+            out_prometheus: url(),
+            out_token_file: Some(big),
+            ..Default::default()
+        });
+        assert!(
+            e.contains("--out-token-file") && e.contains("no credential"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

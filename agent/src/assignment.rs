@@ -185,6 +185,7 @@ pub fn plan_workers(
         .max(1);
     let cap = u64::from(a.max_in_flight.max(1));
     let conns = u64::from(a.connections.max(1));
+    let max_conns = u64::from(a.max_connections.max(a.connections).max(1));
     Ok((0..workers)
         .map(|w| {
             // Split the agent's cap and pool across workers, remainder first.
@@ -204,6 +205,7 @@ pub fn plan_workers(
                 client: ClientConfig {
                     timeout: Duration::from_nanos(a.timeout_ns.max(1)),
                     connections: share(conns).max(1) as usize,
+                    max_connections: share(max_conns).max(1) as usize,
                     source: config.source,
                     more_sources: config.more_sources.clone(),
                     tls: tls.clone(),
@@ -258,6 +260,7 @@ mod tests {
             max_in_flight: 10,
             timeout_ns: 1_000_000_000,
             connections: 1,
+            max_connections: 1,
             interval_ns: 1_000_000_000,
             scenarios: vec![v1::ScenarioAssignment {
                 duration_ns: 1_000_000_000,

@@ -81,9 +81,9 @@ pub fn outcome(status: u16, headers: &HeaderMap, trailers: Option<&HeaderMap>) -
     }
 }
 
-/// A call whose time ran out in the agent has, for gRPC, exceeded its
+/// A call whose time ran out on the wire has, for gRPC, exceeded its
 /// deadline, as any gRPC client reports it; one that ran out waiting for
-/// the agent's own connections keeps saying so.
+/// the agent's own connections stays unsent.
 pub fn on_timeout(outcome: Outcome) -> Outcome {
     match outcome {
         Outcome::Error(ErrorKind::Timeout) => Outcome::Grpc(GrpcStatus::DeadlineExceeded),
@@ -94,6 +94,7 @@ pub fn on_timeout(outcome: Outcome) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadfleet_proto::vocab::UnsentReason;
 
     fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
@@ -143,8 +144,8 @@ mod tests {
             Outcome::Grpc(GrpcStatus::DeadlineExceeded)
         );
         assert_eq!(
-            on_timeout(Outcome::Error(ErrorKind::PoolTimeout)),
-            Outcome::Error(ErrorKind::PoolTimeout)
+            on_timeout(Outcome::Unsent(UnsentReason::PoolTimeout)),
+            Outcome::Unsent(UnsentReason::PoolTimeout)
         );
     }
 }

@@ -107,9 +107,13 @@ impl PhaseHistograms {
 /// Adds one to the count for `key` in a short list (a handful of distinct
 /// keys per interval, so a linear scan beats hashing).
 fn bump<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K) {
+    add(list, key, 1);
+}
+
+fn add<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K, by: u64) {
     match list.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, n)) => *n += 1,
-        None => list.push((key, 1)),
+        Some((_, n)) => *n += by,
+        None => list.push((key, by)),
     }
 }
 
@@ -294,13 +298,22 @@ impl Recorder {
         &mut self.open[offset]
     }
 
-    /// An arrival that went out; `in_flight` counts it.
-    pub fn arrival_sent(&mut self, interval: u64, lag_micros: u64, in_flight: u64) {
+    /// An arrival handed to the transport: intended now, sent once it
+    /// leaves the agent's queue ([`Self::went_out`]); `in_flight` counts it.
+    pub fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64) {
         let i = self.at(interval);
         i.intended += 1;
-        i.sent += 1;
         i.max_in_flight = i.max_in_flight.max(in_flight);
         record(&mut i.lag, lag_micros);
+    }
+
+    /// An arrival of `interval` left the agent's queue: it is on the wire,
+    /// or opening the connection it goes on. Lands in its own interval
+    /// while that is open, so an interval's `sent` and `unsent` add up to
+    /// its `intended` unless a request waited for a connection past the
+    /// interval's end.
+    pub fn went_out(&mut self, interval: u64) {
+        self.at(interval).sent += 1;
     }
 
     /// An arrival that was never sent, with the reason.
@@ -310,7 +323,17 @@ impl Recorder {
         bump(&mut i.unsent, reason);
     }
 
-    /// A finished request: a response with a status, or a transport error.
+    /// `n` arrivals, already intended, still waiting for a connection when
+    /// the drain ended: never sent.
+    pub fn held_unsent(&mut self, interval: u64, reason: UnsentReason, n: u64) {
+        if n > 0 {
+            add(&mut self.at(interval).unsent, reason, n);
+        }
+    }
+
+    /// A finished request: a response with a status, or a transport error;
+    /// or one that ended unsent in the agent's queue, whose `interval` is
+    /// then its arrival's.
     pub fn completed(&mut self, interval: u64, c: Completion) {
         let Completion {
             outcome,
@@ -322,12 +345,16 @@ impl Recorder {
             phases,
         } = c;
         let i = self.at(interval);
+        if let Some(wait) = pool_wait_micros {
+            record(&mut i.pool_wait, wait);
+        }
+        if let Outcome::Unsent(reason) = outcome {
+            bump(&mut i.unsent, reason);
+            return;
+        }
         i.completed += 1;
         if in_window {
             i.completed_in_window += 1;
-        }
-        if let Some(wait) = pool_wait_micros {
-            record(&mut i.pool_wait, wait);
         }
         i.phases.add(&phases, !warmup);
         let class = match outcome {
@@ -343,6 +370,7 @@ impl Recorder {
                 bump(&mut i.grpc, status);
                 status.class()
             }
+            Outcome::Unsent(_) => return,
         };
         if in_window && class.is_ok() {
             i.completed_ok_in_window += 1;
@@ -422,7 +450,8 @@ mod tests {
     #[test]
     fn events_land_in_their_intervals_and_flush_in_order() {
         let mut r = Recorder::new(2);
-        r.arrival_sent(0, 10, 4);
+        r.arrival(0, 10, 4);
+        r.went_out(0);
         r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
         r.completed(1, done(Outcome::Status(200), 1500, 900, None, true));
         r.completed(1, done(Outcome::Status(503), 2500, 2000, Some(700), true));
@@ -484,7 +513,8 @@ mod tests {
     #[test]
     fn peak_in_flight_is_never_below_the_gauges() {
         let mut r = Recorder::new(0);
-        r.arrival_sent(0, 10, 5);
+        r.arrival(0, 10, 5);
+        r.went_out(0);
         let first = r.flush(1, Gauge::new(912, Duration::ZERO));
         assert_eq!((first[0].in_flight, first[0].max_in_flight), (912, 912));
         r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);

@@ -216,6 +216,10 @@ pub struct Aggregate {
     /// (`[agent][scenario][interval]`), to set against the plan when an
     /// agent is lost.
     pub reported: Vec<Vec<Vec<u64>>>,
+    /// Arrivals each agent reported intended and not yet sent or unsent,
+    /// per scenario (`[agent][scenario]`): those waiting for one of its
+    /// connections. A lost agent's are booked unsent `agent_lost`.
+    held: Vec<Vec<u64>>,
     /// Subscription figures per scenario (`None` for request scenarios).
     pub sse: Vec<Option<crate::sse::SseMerged>>,
 }
@@ -296,6 +300,7 @@ impl Aggregate {
             folded_below: 0,
             straggled: Default::default(),
             reported: vec![vec![Vec::new(); scenarios]; agents],
+            held: vec![vec![0; scenarios]; agents],
             sse: vec![None; scenarios],
         }
     }
@@ -306,6 +311,16 @@ impl Aggregate {
             .get(agent)
             .and_then(|a| a.get(scenario))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// Arrivals `agent` reported intended in `scenario` and never reported
+    /// sent or unsent.
+    pub fn held(&self, agent: usize, scenario: usize) -> u64 {
+        self.held
+            .get(agent)
+            .and_then(|a| a.get(scenario))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Books `n` arrivals the plan intended and nobody sent as unsent for
@@ -322,8 +337,42 @@ impl Aggregate {
         if n == 0 {
             return;
         }
+        self.book(agent, scenario, interval, n, n, reason);
+    }
+
+    /// Books `n` arrivals `agent` reported intended but never sent or
+    /// unsent (it was lost while they waited for its connections) as unsent
+    /// for `reason`.
+    pub fn book_held_unsent(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        n: u64,
+        reason: UnsentReason,
+    ) {
+        let held = self.held(agent, scenario).min(n);
+        if held == 0 {
+            return;
+        }
+        if let Some(h) = self.held.get_mut(agent).and_then(|a| a.get_mut(scenario)) {
+            *h -= held;
+        }
+        self.book(agent, scenario, interval, 0, held, reason);
+    }
+
+    /// Adds `intended` arrivals and `n` unsent for `reason` everywhere.
+    fn book(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        intended: u64,
+        n: u64,
+        reason: UnsentReason,
+    ) {
         let mut one = Merged {
-            intended: n,
+            intended,
             ..Merged::default()
         };
         one.unsent.insert(reason.as_str().to_string(), n);
@@ -335,7 +384,7 @@ impl Aggregate {
             merge(sc, &one);
         }
         let iv = self.intervals.entry(interval).or_default();
-        iv.intended += n;
+        iv.intended += intended;
         iv.unsent += n;
         *iv.unsent_by_reason
             .entry(reason.as_str().to_string())
@@ -358,6 +407,15 @@ impl Aggregate {
         }
         if let Some(sc) = self.scenarios.get_mut(s.scenario as usize) {
             merge(sc, &one);
+        }
+        if let Some(h) = self
+            .held
+            .get_mut(agent)
+            .and_then(|a| a.get_mut(s.scenario as usize))
+        {
+            // The agent's snapshots were checked to resolve no more than
+            // they intended, so this never saturates for a sound agent.
+            *h = (*h + one.intended).saturating_sub(one.sent + one.unsent_total());
         }
         if one.intended > 0 {
             if let Some(row) = self

@@ -257,6 +257,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         max_lag: plan.target.max_lag,
         timeout: plan.target.timeout,
         connections: plan.target.connections,
+        max_connections: plan.target.max_connections,
         interval: Duration::from_secs(1),
         expect_agents: expect,
         repeats: args.repeat as usize,

@@ -62,11 +62,13 @@ pub const MAX_CONNECTIONS: u32 = 100_000;
 const FILES_BESIDES_LOAD: u64 = 64;
 
 /// The open-file limit an agent needs for an assignment: every request in
-/// flight (a held stream is one) and every pooled connection holds a
-/// descriptor. One figure for the agent's warning and the coordinator's
-/// verdict, so they cannot disagree about what "enough" means.
-pub fn files_needed(max_in_flight: u32, connections: u32) -> u64 {
-    u64::from(max_in_flight) + u64::from(connections) + FILES_BESIDES_LOAD
+/// flight (a held stream is one) holds a descriptor, and so does every
+/// pooled connection, which never outnumber the requests in flight by more
+/// than the connections opened ahead. One figure for the agent's warning
+/// and the coordinator's verdict, so they cannot disagree about what
+/// "enough" means.
+pub fn files_needed(max_in_flight: u32, max_connections: u32) -> u64 {
+    u64::from(max_in_flight) + u64::from(max_connections) + FILES_BESIDES_LOAD
 }
 /// Most agents in a fleet.
 pub const MAX_AGENTS: usize = 10_000;
@@ -284,6 +286,14 @@ pub fn check_assignment(a: &v1::Assignment, agent_now_ns: u64) -> Result<(), Bou
         1,
         u64::from(MAX_CONNECTIONS),
     )?;
+    if a.max_connections != 0 {
+        within(
+            "max_connections",
+            u64::from(a.max_connections),
+            u64::from(a.connections),
+            u64::from(MAX_CONNECTIONS),
+        )?;
+    }
     duration("max_lag_ns", a.max_lag_ns, Duration::ZERO, MAX_LAG)?;
     duration(
         "timeout_ns",
@@ -558,6 +568,7 @@ mod tests {
             timeout_ns: 10_000_000_000,
             drain_ns: 5_000_000_000,
             connections: 64,
+            max_connections: 1000,
             interval_ns: 1_000_000_000,
             scenarios: vec![v1::ScenarioAssignment {
                 name: "s".into(),

@@ -261,6 +261,16 @@ vocabulary! {
         /// sending it (booked by the coordinator from the plan), or the run
         /// was aborted because an agent was lost.
         AgentLost => "agent_lost",
+        /// It waited for one of the agent's own connections (or HTTP/2
+        /// streams) until its time ran out, and was never written: the
+        /// generator was the limit, not the target.
+        PoolTimeout => "pool_timeout",
+        /// It was still waiting for one of the agent's own connections when
+        /// the drain ended: never written.
+        QueuedAtEnd => "queued_at_end",
+        /// No agent joined the run, so nobody could send it (booked by the
+        /// coordinator from the plan).
+        NoAgents => "no_agents",
     }
 }
 
@@ -273,10 +283,6 @@ vocabulary! {
         Reset => "reset",
         /// The request ran past its timeout.
         Timeout => "timeout",
-        /// The request ran out of time and spent at least half of it
-        /// waiting for one of the agent's own connections: the generator
-        /// was the limit, not the target.
-        PoolTimeout => "pool_timeout",
         /// The TLS handshake failed.
         Tls => "tls",
         /// The target's name did not resolve.

@@ -5,8 +5,6 @@
 //! h2, the HTTP/1.1 codec and running out of time — so the transports agree
 //! on what each kind means.
 
-use std::time::Duration;
-
 use loadfleet_proto::vocab::ErrorKind;
 
 use super::http1::wire::WireError;
@@ -98,32 +96,5 @@ fn h2_kind(e: &h2::Error) -> ErrorKind {
     } else {
         // E.g. a header h2 forbids.
         ErrorKind::InvalidRequest
-    }
-}
-
-/// Where a request was when its time ran out, to name the error.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// Waiting for a free connection slot in the agent's own pool.
-    Queued,
-    /// Resolving, connecting, handshaking.
-    Connecting,
-    /// On a connection: sent, or being answered.
-    OnWire,
-}
-
-/// The error kind of a request whose time ran out. One that spent at least
-/// half its time waiting for the agent's own connections is `pool_timeout`,
-/// even when the rest ran out on the wire: under overload a freed
-/// connection goes to the oldest waiter, which then has almost no time
-/// left, so it would otherwise be blamed on the target.
-pub(super) fn timeout_kind(
-    phase: Phase,
-    pool_wait: Option<Duration>,
-    timeout: Duration,
-) -> ErrorKind {
-    match pool_wait {
-        Some(wait) if phase == Phase::Queued || wait * 2 >= timeout => ErrorKind::PoolTimeout,
-        _ => ErrorKind::Timeout,
     }
 }

@@ -34,7 +34,6 @@ use tokio::time::Instant;
 
 use super::dial::{Dialed, Dialer};
 use super::failure::ClientFailure;
-use super::failure::Phase;
 use super::progress::Progress;
 use super::saturation::{Queued, Saturation};
 
@@ -193,7 +192,7 @@ impl Http2Client {
         &self,
         request: Request<Full<Bytes>>,
         keep_body: bool,
-        progress: &Progress,
+        progress: &Progress<'_>,
     ) -> Result<Answer, ClientFailure> {
         let (mut parts, body) = request.into_parts();
         // Full never fails; its one frame is the whole body.
@@ -263,7 +262,7 @@ impl Http2Client {
         &self,
         origin: &str,
         uri: &Uri,
-        progress: &Progress,
+        progress: &Progress<'_>,
     ) -> Result<StreamSlot, ClientFailure> {
         let grant = match self.grant(origin) {
             Some(grant) => grant,
@@ -287,7 +286,7 @@ impl Http2Client {
         match grant {
             Grant::Stream(slot) => Ok(slot),
             Grant::Open(open) => {
-                progress.phase.set(Phase::Connecting);
+                progress.connecting();
                 self.open(origin, uri, open, progress).await
             }
         }
@@ -409,7 +408,7 @@ impl Http2Client {
         origin: &str,
         uri: &Uri,
         mut open: OpenSlot,
-        progress: &Progress,
+        progress: &Progress<'_>,
     ) -> Result<StreamSlot, ClientFailure> {
         let dialed = self.inner.dialer.dial(uri).await.map_err(no_h2_alert)?;
         progress.connected(&dialed);
@@ -532,7 +531,7 @@ fn no_h2_alert(failure: ClientFailure) -> ClientFailure {
 mod tests {
     use super::*;
     use crate::client::{ClientConfig, Outcome, Transport};
-    use loadfleet_proto::vocab::ErrorKind;
+    use loadfleet_proto::vocab::{ErrorKind, UnsentReason};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -590,6 +589,7 @@ mod tests {
         Transport::new(ClientConfig {
             timeout,
             connections,
+            max_connections: connections,
             source: None,
             more_sources: Vec::new(),
             tls,
@@ -622,7 +622,7 @@ mod tests {
                 let c = client(1, Duration::from_secs(5));
                 let start = Instant::now();
                 let results = futures::future::join_all(
-                    (0..6).map(|_| c.send(get(port), Instant::now(), None)),
+                    (0..6).map(|_| c.send(get(port), Instant::now(), None, &|| ())),
                 )
                 .await;
                 let done = Instant::now();
@@ -692,7 +692,9 @@ mod tests {
             .run_until(async {
                 let (port, c) = tls_server(&[b"h2", b"http/1.1"]).await;
                 assert_eq!(
-                    c.send(get_tls(port), Instant::now(), None).await.outcome,
+                    c.send(get_tls(port), Instant::now(), None, &|| ())
+                        .await
+                        .outcome,
                     Outcome::Status(200)
                 );
                 assert_eq!(c.take_connections(), vec![(HttpProtocol::H2, 1)]);
@@ -709,7 +711,9 @@ mod tests {
             .run_until(async {
                 let (port, c) = tls_server(&[b"http/1.1"]).await;
                 assert_eq!(
-                    c.send(get_tls(port), Instant::now(), None).await.outcome,
+                    c.send(get_tls(port), Instant::now(), None, &|| ())
+                        .await
+                        .outcome,
                     Outcome::Error(ErrorKind::NoH2)
                 );
                 assert!(c.take_connections().is_empty());
@@ -726,15 +730,19 @@ mod tests {
                     h2_server(10, Duration::ZERO, Some(h2::Reason::REFUSED_STREAM)).await;
                 let c = client(1, Duration::from_secs(2));
                 assert_eq!(
-                    c.send(get(port), Instant::now(), None).await.outcome,
+                    c.send(get(port), Instant::now(), None, &|| ())
+                        .await
+                        .outcome,
                     Outcome::Error(ErrorKind::StreamReset)
                 );
             })
             .await;
     }
 
-    /// A server that answers nothing: requests run out of time, and those
-    /// that spent most of it waiting for a stream are `pool_timeout`.
+    /// A server that answers nothing, one stream at a time: the request on
+    /// the stream runs out of time on the wire; the oldest waiter is handed
+    /// the stream it frees and has its whole timeout there; the one still
+    /// waiting when its time runs out is unsent `pool_timeout`.
     #[tokio::test]
     async fn waiting_for_a_stream_until_the_timeout_is_a_pool_timeout() {
         let local = tokio::task::LocalSet::new();
@@ -742,18 +750,18 @@ mod tests {
             .run_until(async {
                 let (port, _) = h2_server(1, Duration::from_secs(60), None).await;
                 let c = client(1, Duration::from_millis(300));
-                let results = futures::future::join_all(
-                    (0..3).map(|_| c.send(get(port), Instant::now(), None)),
-                )
-                .await;
-                let count = |k: ErrorKind| {
-                    results
-                        .iter()
-                        .filter(|r| r.outcome == Outcome::Error(k))
-                        .count()
+                let later = |i: u64| {
+                    let c = c.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(if i == 0 { 0 } else { 50 }))
+                            .await;
+                        c.send(get(port), Instant::now(), None, &|| ()).await
+                    }
                 };
-                assert_eq!(count(ErrorKind::Timeout), 1);
-                assert_eq!(count(ErrorKind::PoolTimeout), 2);
+                let results = futures::future::join_all((0..3).map(later)).await;
+                let count = |o: Outcome| results.iter().filter(|r| r.outcome == o).count();
+                assert_eq!(count(Outcome::Error(ErrorKind::Timeout)), 2);
+                assert_eq!(count(Outcome::Unsent(UnsentReason::PoolTimeout)), 1);
             })
             .await;
     }

@@ -26,11 +26,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use loadfleet_proto::vocab::HttpProtocol;
+use loadfleet_proto::vocab::{ErrorKind, HttpProtocol, UnsentReason};
 use tokio::time::Instant;
 
 pub use dial::{Dialed, Dialer, Io};
-use failure::timeout_kind;
 pub use failure::{stream_io_kind, ClientFailure};
 pub use h2::{Answer, Http2Client};
 use http1::Http1Client;
@@ -44,8 +43,11 @@ pub use saturation::Queued;
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     pub timeout: Duration,
-    /// Most connections open at once.
+    /// Connections opened ahead of the start, at most.
     pub connections: usize,
+    /// Most connections open at once: the pool opens more on demand, up to
+    /// this, so that the target sees the offered load.
+    pub max_connections: usize,
     /// Local address to send from, so agents on one machine can appear as
     /// distinct hosts (127.0.0.2, 127.0.0.3, …).
     pub source: Option<IpAddr>,
@@ -74,9 +76,9 @@ impl Transport {
     pub fn new(config: ClientConfig) -> Self {
         let dialer = Dialer::new(config.source, config.tls).with_more_sources(config.more_sources);
         let kind = match config.protocol {
-            HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.connections)),
+            HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.max_connections)),
             HttpProtocol::H2 | HttpProtocol::H2c => {
-                Kind::Http2(Http2Client::new(dialer, config.connections))
+                Kind::Http2(Http2Client::new(dialer, config.max_connections))
             }
         };
         Self {
@@ -87,21 +89,29 @@ impl Transport {
 
     /// Sends one request and waits for its whole answer, within the
     /// timeout. Also says when the request went onto a connection (for the
-    /// service time), how long it waited for one, and its phases.
+    /// service time), how long it waited for one, and its phases; `out` is
+    /// told once, when it leaves the agent's queue (opens a connection or
+    /// goes onto one), the moment it counts as sent.
     ///
-    /// Its time counts from `sent_at`, when the worker sent it out. A
-    /// request the worker then held in its queue brings that wait along as
-    /// its pool wait; one whose time ran out there is not sent at all: it
-    /// is a `pool_timeout` that ended at its deadline.
+    /// Its time counts from `sent_at`, when the worker sent it out, while
+    /// it waits for a connection: a request the worker held in its queue
+    /// brings that wait along as its pool wait, and one whose time runs
+    /// out before it leaves the queue is never written: it ends as unsent
+    /// `pool_timeout` at that deadline, taking no connection down with it.
+    /// Once it has left the queue it has the whole timeout again, from
+    /// that moment: a connection freed for a waiter with almost no time
+    /// left would otherwise be closed by that waiter's deadline, and under
+    /// overload every freed connection would be.
     pub async fn send(
         &self,
         request: Request<Full<Bytes>>,
         sent_at: Instant,
         queued: Option<Queued>,
+        out: &dyn Fn(),
     ) -> Exchanged {
         let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
-        let progress = Progress::new();
-        let deadline = sent_at + self.timeout;
+        let progress = Progress::new(out);
+        let queue_deadline = sent_at + self.timeout;
         let mut expired = false;
         if queued.is_some() {
             // The wait in the worker's queue ends now: it is taken up on
@@ -113,7 +123,7 @@ impl Transport {
             progress
                 .waited
                 .set(Some(now.saturating_duration_since(sent_at)));
-            expired = now >= deadline;
+            expired = now >= queue_deadline;
         }
         drop(queued);
         let exchange = async {
@@ -141,19 +151,26 @@ impl Transport {
             }
         };
         let result = if expired {
-            progress.answered.set(Some(deadline));
             None
         } else {
             // Pinned where it is made and raced by hand, not handed to
             // `tokio::time::timeout`: that moves the exchange's future
-            // twice per request, a kilobyte-sized copy each time.
+            // twice per request, a kilobyte-sized copy each time. The
+            // timer is set once, at the queue's deadline, and moved only
+            // if it fires after the request left the queue.
             let mut exchange = std::pin::pin!(exchange);
-            let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
-            std::future::poll_fn(|cx| {
+            let mut expiry = std::pin::pin!(tokio::time::sleep_until(queue_deadline));
+            std::future::poll_fn(|cx| loop {
                 if let Poll::Ready(done) = exchange.as_mut().poll(cx) {
                     return Poll::Ready(Some(done));
                 }
-                expiry.as_mut().poll(cx).map(|()| None)
+                if expiry.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                match progress.left_queue.get().map(|at| at + self.timeout) {
+                    Some(later) if later > expiry.deadline() => expiry.as_mut().reset(later),
+                    _ => return Poll::Ready(None),
+                }
             })
             .await
         };
@@ -161,7 +178,11 @@ impl Transport {
         let outcome = match result {
             Some(Ok(outcome)) => outcome,
             Some(Err(e)) => Outcome::Error(e.kind()),
-            None => Outcome::Error(timeout_kind(progress.phase.get(), pool_wait, self.timeout)),
+            None if progress.left_queue.get().is_none() => {
+                progress.answered.set(Some(queue_deadline));
+                Outcome::Unsent(UnsentReason::PoolTimeout)
+            }
+            None => Outcome::Error(ErrorKind::Timeout),
         };
         // A gRPC call's time is its deadline.
         let outcome = if grpc {
@@ -195,7 +216,10 @@ impl Transport {
     /// A pool the open loop drives itself ([`DirectPool`]), with this
     /// transport's connections, timeout, source addresses and TLS settings:
     /// for HTTP/1.1 to `uri`'s host only, `None` otherwise.
-    pub fn direct<T: 'static>(&self, uri: &http::Uri) -> Option<std::io::Result<DirectPool<T>>> {
+    pub fn direct<T: Copy + 'static>(
+        &self,
+        uri: &http::Uri,
+    ) -> Option<std::io::Result<DirectPool<T>>> {
         let web = [http::uri::Scheme::HTTP, http::uri::Scheme::HTTPS];
         match &self.kind {
             Kind::Http1(c) if uri.scheme().is_some_and(|s| web.contains(s)) => {

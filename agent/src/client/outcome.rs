@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use loadfleet_proto::vocab::{ErrorKind, GrpcStatus};
+use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, UnsentReason};
 use tokio::time::Instant;
 
 /// How a request ended.
@@ -18,6 +18,10 @@ pub enum Outcome {
     Error(ErrorKind),
     /// A gRPC call answered with this grpc-status (over HTTP 200).
     Grpc(GrpcStatus),
+    /// Never written: it waited for one of the agent's own connections (or
+    /// streams) until its time ran out. Counted unsent, not completed, so
+    /// `sent` holds only what the target could have seen.
+    Unsent(UnsentReason),
 }
 
 /// Where one request's time went on the wire, as k6 splits it

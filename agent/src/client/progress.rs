@@ -7,13 +7,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::dial::Dialed;
-use super::failure::Phase;
 use super::outcome::Phases;
 
 /// Where a request got to, and the times it took on the way; set by the
 /// transport as it goes, read by [`super::Transport::send`] once it ends.
-pub(super) struct Progress {
-    pub(super) phase: Cell<Phase>,
+pub(super) struct Progress<'a> {
+    /// When it left the agent's queue: it began opening a connection or
+    /// went onto one. Its time on the wire runs from here.
+    pub(super) left_queue: Cell<Option<Instant>>,
+    /// Told once, as it leaves the queue: from then on it counts as sent.
+    out: Cell<Option<&'a dyn Fn()>>,
     /// When the request went onto a connection.
     pub(super) on_wire: Cell<Option<Instant>>,
     /// When it first found every connection busy and joined the queue.
@@ -33,10 +36,11 @@ pub(super) struct Progress {
     pub(super) answered: Cell<Option<Instant>>,
 }
 
-impl Progress {
-    pub(super) fn new() -> Self {
+impl<'a> Progress<'a> {
+    pub(super) fn new(out: &'a dyn Fn()) -> Self {
         Self {
-            phase: Cell::new(Phase::Queued),
+            left_queue: Cell::new(None),
+            out: Cell::new(Some(out)),
             on_wire: Cell::new(None),
             queued_at: Cell::new(None),
             waited: Cell::new(None),
@@ -58,9 +62,23 @@ impl Progress {
     /// The request goes onto its connection now; returns that instant.
     pub(super) fn went_on_wire(&self) -> Instant {
         let now = Instant::now();
-        self.phase.set(Phase::OnWire);
         self.on_wire.set(Some(now));
+        self.leave_queue(now);
         now
+    }
+
+    /// The request opens a connection of its own now.
+    pub(super) fn connecting(&self) {
+        self.leave_queue(Instant::now());
+    }
+
+    fn leave_queue(&self, now: Instant) {
+        if self.left_queue.get().is_none() {
+            self.left_queue.set(Some(now));
+            if let Some(out) = self.out.take() {
+                out();
+            }
+        }
     }
 
     /// Time spent waiting for one of the pool's connections, up to now for

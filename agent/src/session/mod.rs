@@ -36,7 +36,10 @@ pub use error::{SessionEnd, SessionError};
 /// running out shows up as `local_address` or `connect` errors that are the
 /// agent's, not the target's. The coordinator's report says it too.
 fn warn_if_few_files(a: &v1::Assignment, open_files: u64) {
-    let needed = loadfleet_proto::bounds::files_needed(a.max_in_flight, a.connections);
+    let needed = loadfleet_proto::bounds::files_needed(
+        a.max_in_flight,
+        a.max_connections.max(a.connections),
+    );
     if open_files != 0 && open_files < needed {
         tracing::warn!(
             "the open-file limit is {open_files}, below the {needed} this assignment may need (max_in_flight {} + connections {} + a margin); raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower max_in_flight",

@@ -145,9 +145,7 @@ impl Driver for Direct<'_> {
         };
         shared.mark_sent(interval, lag);
         pool.submit(request, now, (intended, now), &mut self.done);
-        for ((intended, sent_at), exchanged) in self.done.drain(..) {
-            shared.record(&exchanged, intended, sent_at);
-        }
+        take_up(pool, shared, &mut self.done);
         Submitted::Sent
     }
 
@@ -205,6 +203,13 @@ pub(super) fn drive_pool(
     done: &mut Vec<(Sent, Exchanged)>,
 ) {
     direct.drive(Instant::now(), done);
+    take_up(direct, shared, done);
+}
+
+/// Counts sent what left the pool's queue, then records the outcomes: in
+/// that order, as a request that went out and ended at once did.
+fn take_up(direct: &DirectPool<Sent>, shared: &Shared, done: &mut Vec<(Sent, Exchanged)>) {
+    direct.take_went_out(|(intended, _)| shared.went_out(intended));
     for ((intended, sent_at), exchanged) in done.drain(..) {
         shared.record(&exchanged, intended, sent_at);
     }

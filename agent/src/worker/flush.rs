@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::HttpProtocol;
+use loadfleet_proto::vocab::{HttpProtocol, UnsentReason};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
@@ -100,14 +100,21 @@ pub(super) fn flush_last(
     let figures = PoolFigures::of(states.first().and_then(|s| s.direct.as_ref()), client);
     let mut pool_saturated = figures.take_saturated(Instant::now()) / workers.max(1) as u32;
     for s in states {
-        let gauge = Gauge::new(s.in_flight.get(), std::mem::take(&mut pool_saturated));
-        let mut snaps = s.recorder.borrow_mut().flush(up_to, gauge);
+        // What still waits for a connection was never sent: booked so,
+        // and in flight only what is on the wire.
+        let queued = s.held.replace(0);
+        let on_wire = s.in_flight.get().saturating_sub(queued);
+        let mut recorder = s.recorder.borrow_mut();
+        recorder.held_unsent(up_to.saturating_sub(1), UnsentReason::QueuedAtEnd, queued);
+        let gauge = Gauge::new(on_wire, std::mem::take(&mut pool_saturated));
+        let mut snaps = recorder.flush(up_to, gauge);
+        drop(recorder);
         if let Some(sse) = &s.sse {
             sse.attach(&mut snaps, up_to);
         }
         attach_connections(&mut snaps, &figures);
         let _ = events.send(WorkerEvent::Snapshots(snaps));
-        in_flight_at_end += s.in_flight.get();
+        in_flight_at_end += on_wire;
     }
     let _ = events.send(WorkerEvent::Done { in_flight_at_end });
 }

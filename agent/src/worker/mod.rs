@@ -87,6 +87,7 @@ async fn run_scenarios(
         let shared = Shared {
             recorder: Rc::new(RefCell::new(Recorder::new(sc.index))),
             in_flight: Rc::new(Cell::new(0)),
+            held: Rc::new(Cell::new(0)),
             worker_in_flight: worker_in_flight.clone(),
             client: client.clone(),
             mix: sc.mix.clone(),

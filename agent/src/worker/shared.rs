@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::driver::Arrival;
-use crate::client::{DirectPool, Exchanged, Phases, Queued, Transport};
+use crate::client::{DirectPool, Exchanged, Outcome, Phases, Queued, Transport};
 use crate::recorder::{Completion, Recorder};
 use crate::request::RequestMix;
 use crate::sse::hook::Hook;
@@ -32,6 +32,9 @@ pub(super) struct Shared {
     pub(super) recorder: Rc<RefCell<Recorder>>,
     /// This scenario's requests in flight (the reported gauge).
     pub(super) in_flight: Rc<Cell<u64>>,
+    /// This scenario's requests handed to the transport that have not left
+    /// the agent's queue yet: at the end, the ones never sent.
+    pub(super) held: Rc<Cell<u64>>,
     /// Every scenario's requests in flight on this worker: the cap applies
     /// to the agent, however many scenarios overlap.
     pub(super) worker_in_flight: Rc<Cell<u64>>,
@@ -55,14 +58,25 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    /// An arrival goes out now: one more in flight, counted as sent.
+    /// An arrival is handed to the transport now: one more in flight,
+    /// counted intended; it counts as sent once it leaves the agent's queue
+    /// ([`Self::went_out`]).
     pub(super) fn mark_sent(&self, interval: u64, lag: Duration) {
         let in_flight = self.in_flight.get() + 1;
         self.in_flight.set(in_flight);
         self.worker_in_flight.set(self.worker_in_flight.get() + 1);
+        self.held.set(self.held.get() + 1);
         self.recorder
             .borrow_mut()
-            .arrival_sent(interval, lag.as_micros() as u64, in_flight);
+            .arrival(interval, lag.as_micros() as u64, in_flight);
+    }
+
+    /// The arrival intended at `intended` left the agent's queue: it is on
+    /// the wire, or opening its connection.
+    pub(super) fn went_out(&self, intended: Instant) {
+        let interval = self.interval_of(intended);
+        self.held.set(self.held.get().saturating_sub(1));
+        self.recorder.borrow_mut().went_out(interval);
     }
 
     /// The interval on the common clock that `at` falls in.
@@ -101,19 +115,28 @@ impl Shared {
         sent_at: Instant,
         queued: Option<Queued>,
     ) {
-        let exchanged = self.client.send(request, sent_at, queued).await;
+        let out = || self.went_out(intended);
+        let exchanged = self.client.send(request, sent_at, queued, &out).await;
         self.record(&exchanged, intended, sent_at);
     }
 
     /// Records one request's outcome and takes it out of the in-flight
-    /// counts.
+    /// counts. One that never left the queue is unsent, booked with its
+    /// arrival.
     pub(super) fn record(&self, exchanged: &Exchanged, intended: Instant, sent_at: Instant) {
         let done = exchanged.answered.unwrap_or_else(Instant::now);
         let in_scenario = done.saturating_duration_since(self.scenario_start);
         let in_window = in_scenario >= self.warmup && in_scenario < self.duration;
         let warmup = intended.saturating_duration_since(self.scenario_start) < self.warmup;
+        let interval = match exchanged.outcome {
+            Outcome::Unsent(_) => {
+                self.held.set(self.held.get().saturating_sub(1));
+                self.interval_of(intended)
+            }
+            _ => self.interval_of(done),
+        };
         self.recorder.borrow_mut().completed(
-            self.interval_of(done),
+            interval,
             Completion {
                 outcome: exchanged.outcome,
                 latency_micros: done.saturating_duration_since(intended).as_micros() as u64,
@@ -144,6 +167,7 @@ impl Shared {
         stop: &CancellationToken,
     ) {
         let sent_at = Instant::now();
+        self.went_out(intended);
         let answered = Cell::new(false);
         hook.subscribe(&request, intended, until, stop, |outcome, at, opening| {
             answered.set(true);

@@ -196,6 +196,15 @@ impl Fleet {
         };
         for (i, slot) in booked {
             let mut missing_total = 0;
+            // What it reported intended but not yet sent was waiting for
+            // its connections when it was lost: never sent either.
+            for sc in 0..self.spec.scenarios.len() {
+                let held = self.aggregate.held(i, sc);
+                let last = self.aggregate.reported(i, sc).len().saturating_sub(1);
+                self.aggregate
+                    .book_held_unsent(i, sc, last as u64, held, UnsentReason::AgentLost);
+                missing_total += held;
+            }
             for (sc, counts) in planned.iter().enumerate() {
                 let Some(row) = counts.as_ref().and_then(|c| c.get(slot)) else {
                     continue;

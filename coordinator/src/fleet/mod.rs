@@ -45,6 +45,7 @@ pub struct RunSpec {
     pub max_lag: Duration,
     pub timeout: Duration,
     pub connections: u32,
+    pub max_connections: u32,
     pub interval: Duration,
     pub expect_agents: usize,
     pub agent_timeout: Duration,

@@ -245,6 +245,7 @@ impl Fleet {
                 timeout_ns: self.spec.timeout.as_nanos() as u64,
                 drain_ns: self.spec.drain.as_nanos() as u64,
                 connections: self.spec.connections,
+                max_connections: self.spec.max_connections,
                 interval_ns: self.spec.interval.as_nanos() as u64,
                 scenarios: self.spec.scenarios.clone(),
                 protocol: self.spec.protocol.as_str().to_string(),

@@ -86,9 +86,17 @@ pub struct Overlay {
     /// Per-request timeout (default 10s).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub timeout: Option<Duration>,
-    /// Keep-alive connections per agent (default 64).
+    /// Keep-alive connections per agent opened ahead of the start, as many
+    /// as its first moments need (default 64); over HTTP/1.1 more open on
+    /// demand, up to --max-connections.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub connections: Option<u32>,
+    /// Most connections per agent (default: --max-in-flight, so the
+    /// target sees the offered load). Set it to --connections for a fixed
+    /// pool; the report's GENERATOR_POOL verdict says when it held load
+    /// back.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// Speak HTTP/2 to the target (plan: `[target] protocol = "h2"`):
     /// negotiated by ALPN on https://, with prior knowledge (h2c) on
     /// http://. Streams are multiplexed on --connections connections.
@@ -367,6 +375,10 @@ impl Overlay {
         if let Some(n) = self.connections {
             t.connections = Some(flag_value(i64::from(n)));
             laid.set("target.connections", "--connections");
+        }
+        if let Some(n) = self.max_connections {
+            t.max_connections = Some(flag_value(i64::from(n)));
+            laid.set("target.max_connections", "--max-connections");
         }
         if let Some(d) = self.max_lag {
             t.max_lag = flag_duration(d);

@@ -41,6 +41,7 @@ pub(super) struct RawTarget {
     pub timeout: Option<Spanned<String>>,
     pub max_in_flight: Option<Spanned<i64>>,
     pub connections: Option<Spanned<i64>>,
+    pub max_connections: Option<Spanned<i64>>,
     pub max_lag: Option<Spanned<String>>,
     pub latency_floor: Option<Spanned<String>>,
     /// The message types of gRPC requests: a descriptor set file

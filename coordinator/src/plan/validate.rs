@@ -229,25 +229,29 @@ fn target(c: &mut Check<'_>, t: &Spanned<RawTarget>, base: &Path) -> Target {
             u.get_ref().clone()
         }
     };
+    let max_in_flight = c
+        .positive(
+            "target.max_in_flight",
+            &t.max_in_flight,
+            i64::from(MAX_IN_FLIGHT),
+        )
+        .unwrap_or(DEFAULT_MAX_IN_FLIGHT);
+    let connections = c
+        .positive(
+            "target.connections",
+            &t.connections,
+            i64::from(MAX_CONNECTIONS),
+        )
+        .unwrap_or(DEFAULT_CONNECTIONS);
+    let max_connections = max_connections(c, t, connections, max_in_flight);
     Target {
         timeout: c
             .nonzero_duration("target.timeout", &t.timeout)
             .filter(|&d| c.at_most("target.timeout", span_of(&t.timeout), d, MAX_TIMEOUT))
             .unwrap_or(DEFAULT_TIMEOUT),
-        max_in_flight: c
-            .positive(
-                "target.max_in_flight",
-                &t.max_in_flight,
-                i64::from(MAX_IN_FLIGHT),
-            )
-            .unwrap_or(DEFAULT_MAX_IN_FLIGHT),
-        connections: c
-            .positive(
-                "target.connections",
-                &t.connections,
-                i64::from(MAX_CONNECTIONS),
-            )
-            .unwrap_or(DEFAULT_CONNECTIONS),
+        max_in_flight,
+        connections,
+        max_connections,
         max_lag: c
             .nonzero_duration("target.max_lag", &t.max_lag)
             .filter(|&d| c.at_most("target.max_lag", span_of(&t.max_lag), d, MAX_LAG))
@@ -399,4 +403,27 @@ pub(super) fn fix_for_toml_error(message: &str) -> String {
     } else {
         message.to_string()
     }
+}
+
+/// The most connections per agent: by default as many as requests may be
+/// in flight, so that over HTTP/1.1 the pool never holds back an open
+/// schedule; never fewer than are opened ahead.
+fn max_connections(c: &mut Check, t: &RawTarget, connections: u32, max_in_flight: u32) -> u32 {
+    let Some(given) = c.positive(
+        "target.max_connections",
+        &t.max_connections,
+        i64::from(MAX_CONNECTIONS),
+    ) else {
+        return max_in_flight.clamp(connections, MAX_CONNECTIONS);
+    };
+    if given < connections {
+        c.err(
+            "target.max_connections",
+            span_of(&t.max_connections),
+            format!(
+                "{given} is below target.connections ({connections}), the connections opened ahead; raise it or lower --connections"
+            ),
+        );
+    }
+    given.max(connections)
 }

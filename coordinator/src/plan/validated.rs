@@ -84,7 +84,10 @@ pub struct Target {
     pub url: String,
     pub timeout: Duration,
     pub max_in_flight: u32,
+    /// Connections per agent opened ahead of the start, at most.
     pub connections: u32,
+    /// Most connections per agent: the pool grows on demand up to this.
+    pub max_connections: u32,
     pub max_lag: Duration,
     /// The least latency the target can answer with, when known.
     pub latency_floor: Option<Duration>,

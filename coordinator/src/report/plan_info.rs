@@ -27,9 +27,11 @@ pub struct PlanInfo {
     pub duration: Duration,
     pub drain: Duration,
     pub max_in_flight: u32,
-    /// Keep-alive connections per agent: the most requests it can have on
-    /// the target at once.
+    /// Keep-alive connections per agent opened ahead of the start.
     pub connections: u32,
+    /// Most connections per agent: the most requests it can have on the
+    /// target at once over HTTP/1.1.
+    pub max_connections: u32,
     pub thresholds: Vec<Threshold>,
     /// Arrivals later than this were dropped as `late`.
     pub max_lag: Duration,
@@ -103,6 +105,7 @@ impl PlanInfo {
             drain: plan.run.drain,
             max_in_flight: plan.target.max_in_flight,
             connections: plan.target.connections,
+            max_connections: plan.target.max_connections,
             thresholds: plan.thresholds.clone(),
             max_lag: plan.target.max_lag,
             latency_floor,

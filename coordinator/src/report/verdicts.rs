@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use loadfleet_proto::vocab::{
-    AgentStatus, ErrorKind, GrpcStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
+    AgentStatus, GrpcStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
 };
 
 use super::model::{AgentReport, Report, Totals, Verdict};
@@ -512,30 +512,29 @@ fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) -> Option<V
         .map(|a| format!("{} {:.0}%", a.id, a.pool_saturated_share * 100.0))
         .collect();
     let pool_timeouts = t
-        .errors
-        .get(ErrorKind::PoolTimeout.as_str())
+        .unsent
+        .other
+        .get(UnsentReason::PoolTimeout.as_str())
         .copied()
         .unwrap_or(0);
-    let fleet = u64::from(info.connections) * agents.len() as u64;
+    let fleet = u64::from(info.max_connections) * agents.len() as u64;
     let mut message = format!(
-        "the agents' connections ({} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} of {} completed requests ({:.1}%) waited for a connection (p50 {}, p99 {})",
-        info.connections,
+        "the agents' connections (at most {} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} requests waited for a connection (p50 {}, p99 {})",
+        info.max_connections,
         worst * 100.0,
         if busy.is_empty() { "-".to_string() } else { busy.join(", ") },
         waits.count,
-        t.completed,
-        100.0 * waits.count as f64 / t.completed.max(1) as f64,
         super::format::ms(waits.p50),
         super::format::ms(waits.p99),
     );
     if pool_timeouts > 0 {
         message.push_str(&format!(
-            " and {pool_timeouts} ran out of time waiting ({})",
-            ErrorKind::PoolTimeout
+            " and {pool_timeouts} ran out of time waiting and were never sent (unsent {})",
+            UnsentReason::PoolTimeout
         ));
     }
     message.push_str(&format!(
-        ": the target saw at most {fleet} concurrent request{}, so the run was partly a closed model and its latency includes the generator's own queue — raise --connections (or lower the rate)",
+        ": the target saw at most {fleet} concurrent request{}, so the run was partly a closed model and its latency includes the generator's own queue — raise --max-connections (or lower the rate)",
         if fleet == 1 { "" } else { "s" }
     ));
     Some(Verdict {

@@ -22,7 +22,7 @@ use super::conn::Conn;
 use super::direct::DirectPool;
 use super::ledger::Ledger;
 use crate::client::dial::Dialer;
-use crate::client::failure::{ClientFailure, Phase};
+use crate::client::failure::ClientFailure;
 use crate::client::progress::Progress;
 use crate::client::saturation::Queued;
 
@@ -105,7 +105,7 @@ impl Http1Client {
     pub(in crate::client) async fn exchange(
         &self,
         request: Request<Full<Bytes>>,
-        progress: &Progress,
+        progress: &Progress<'_>,
     ) -> Result<u16, ClientFailure> {
         let (parts, mut body) = request.into_parts();
         let authority = parts.uri.authority().ok_or(ClientFailure::NoHost)?;
@@ -132,7 +132,7 @@ impl Http1Client {
 
     /// A pool of this client's kind for `uri`'s host that the open loop
     /// drives itself ([`DirectPool`]), for requests given `timeout`.
-    pub(in crate::client) fn direct<T: 'static>(
+    pub(in crate::client) fn direct<T: Copy + 'static>(
         &self,
         uri: &Uri,
         timeout: Duration,
@@ -143,8 +143,8 @@ impl Http1Client {
 
     /// A new connection for `uri`, its connect and TLS times kept in the
     /// phases of the request that opened it.
-    async fn connect(&self, uri: &Uri, progress: &Progress) -> Result<Conn, ClientFailure> {
-        progress.phase.set(Phase::Connecting);
+    async fn connect(&self, uri: &Uri, progress: &Progress<'_>) -> Result<Conn, ClientFailure> {
+        progress.connecting();
         let dialed = self.inner.dialer.dial(uri).await?;
         progress.connected(&dialed);
         self.ledger().established();
@@ -217,7 +217,7 @@ impl Http1Client {
         &self,
         key: &Authority,
         uri: &Uri,
-        progress: &Progress,
+        progress: &Progress<'_>,
     ) -> Result<Lease, ClientFailure> {
         loop {
             if let Some(s) = self.take_idle(key) {

@@ -118,7 +118,7 @@ impl Conn {
         host: &str,
         body: &Bytes,
         on_wire: Instant,
-        progress: &Progress,
+        progress: &Progress<'_>,
         saw: impl Fn(usize, bool),
     ) -> Result<u16, ClientFailure> {
         self.spent = true;
@@ -207,7 +207,7 @@ impl Conn {
 
     fn finish(
         &self,
-        progress: &Progress,
+        progress: &Progress<'_>,
         on_wire: Instant,
         head_at: Option<Instant>,
         end: Instant,

@@ -23,7 +23,7 @@ use crate::client::outcome::{Exchanged, Outcome, Phases};
 /// arrivals and from that request's deadline.
 pub(super) const LOOK_BUDGET: usize = 4 * READ_MAX;
 
-impl<T: 'static> DirectPool<T> {
+impl<T: Copy + 'static> DirectPool<T> {
     /// Writes `job` onto the connection at `token`, which must be open and
     /// not busy. A connection that cannot take it is closed and the job
     /// fails.
@@ -72,7 +72,9 @@ impl<T: 'static> DirectPool<T> {
             state.close(token);
             return;
         }
-        let deadline = job.deadline(self.timeout);
+        // Its whole time again on the wire: a waiter handed a connection
+        // with little of its wait left would otherwise close it.
+        let deadline = on_wire + self.timeout;
         *next_check = (*next_check).min(deadline);
         slot.busy = Some(Exchange {
             tag: job.tag,

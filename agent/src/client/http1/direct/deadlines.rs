@@ -1,6 +1,7 @@
-//! When requests run out of time: those on the wire end at their
-//! deadlines, by where their time went; those waiting for a connection end
-//! as `pool_timeout`, never sent.
+//! When requests run out of time: those on the wire end at their deadlines
+//! as timeouts, their connections closed; those waiting for a connection
+//! end as unsent `pool_timeout`, never written and taking no connection
+//! down.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -11,10 +12,11 @@ use super::answer::phases;
 use super::connection::Exchange;
 use super::state::State;
 use super::DirectPool;
-use crate::client::failure::{timeout_kind, Phase};
+use loadfleet_proto::vocab::{ErrorKind, UnsentReason};
+
 use crate::client::outcome::{Exchanged, Outcome, Phases};
 
-impl<T: 'static> DirectPool<T> {
+impl<T: Copy + 'static> DirectPool<T> {
     /// When the pool must be driven again at the latest, for a request
     /// whose time runs out then.
     pub fn next_deadline(&self) -> Option<Instant> {
@@ -34,7 +36,7 @@ impl<T: 'static> DirectPool<T> {
     /// at its deadline.
     pub(super) fn out_of_time(&self, ex: &Exchange<T>) -> Exchanged {
         Exchanged {
-            outcome: Outcome::Error(timeout_kind(Phase::OnWire, ex.pool_wait, self.timeout)),
+            outcome: Outcome::Error(ErrorKind::Timeout),
             on_wire: Some(ex.on_wire),
             pool_wait: ex.pool_wait,
             phases: phases(ex.opened, None),
@@ -90,11 +92,7 @@ impl<T: 'static> DirectPool<T> {
                     done.push((
                         w.job.tag,
                         Exchanged {
-                            outcome: Outcome::Error(timeout_kind(
-                                Phase::Queued,
-                                Some(waited),
-                                self.timeout,
-                            )),
+                            outcome: Outcome::Unsent(UnsentReason::PoolTimeout),
                             on_wire: None,
                             pool_wait: Some(deadline.saturating_duration_since(w.job.sent_at)),
                             phases: Phases::default(),
@@ -106,11 +104,13 @@ impl<T: 'static> DirectPool<T> {
             }
             if let Some(token) = state.ledger.take_newest_idle() {
                 if let Some(w) = state.ledger.next_waiter() {
+                    state.went_out.push(w.job.tag);
                     self.put_on_wire(state, token, w.job, now, Some(waited), done);
                 }
             } else if state.ledger.take_slot() {
                 // The dial is not a wait for the pool: the wait ends here.
                 if let Some(w) = state.ledger.next_waiter() {
+                    state.went_out.push(w.job.tag);
                     self.dial(w.job, Some(waited));
                 }
             } else {

@@ -13,7 +13,9 @@ use super::outgoing::Job;
 use super::state::State;
 use super::DirectPool;
 use crate::client::dial::Dialed;
-use crate::client::failure::{timeout_kind, ClientFailure, Phase};
+use loadfleet_proto::vocab::ErrorKind;
+
+use crate::client::failure::ClientFailure;
 use crate::client::outcome::{Exchanged, Outcome, Phases};
 
 /// A finished dial and the job that asked for it: its pool wait, and the
@@ -24,7 +26,7 @@ pub(super) type DialDone<T> = (
     Result<Result<Dialed, ClientFailure>, ()>,
 );
 
-impl<T: 'static> DirectPool<T> {
+impl<T: Copy + 'static> DirectPool<T> {
     /// Opens up to `n` connections before any request needs them, as
     /// [`crate::client::Transport::open_ahead`] does for the task-driven
     /// pool: the first request on each reports its connect time as its own.
@@ -66,7 +68,7 @@ impl<T: 'static> DirectPool<T> {
         let pool = self.clone();
         self.dialing.set(self.dialing.get() + 1);
         tokio::task::spawn_local(async move {
-            let deadline = job.deadline(pool.timeout);
+            let deadline = Instant::now() + pool.timeout;
             let result = tokio::time::timeout_at(deadline, pool.dialer.dial(&pool.uri))
                 .await
                 .map_err(|_| ());
@@ -103,7 +105,7 @@ impl<T: 'static> DirectPool<T> {
                 }
             }
             Ok(Err(failure)) => Outcome::Error(failure.kind()),
-            Err(()) => Outcome::Error(timeout_kind(Phase::Connecting, pool_wait, self.timeout)),
+            Err(()) => Outcome::Error(ErrorKind::Timeout),
         };
         state.ledger.free_slot();
         done.push((

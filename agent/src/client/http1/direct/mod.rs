@@ -76,10 +76,11 @@ pub struct DirectPool<T> {
     dialing: Cell<usize>,
 }
 
-impl<T: 'static> DirectPool<T> {
+impl<T: Copy + 'static> DirectPool<T> {
     /// A pool for `uri`'s host, `http://` or `https://`; at most `connections`
-    /// open at once, each request given `timeout` from when it was sent.
-    /// Must be made on the worker's runtime.
+    /// open at once, each request given `timeout` to wait for one (from when
+    /// it was sent) and `timeout` again on it. Must be made on the worker's
+    /// runtime.
     pub fn new(
         uri: &Uri,
         dialer: Dialer,
@@ -132,8 +133,10 @@ impl<T: 'static> DirectPool<T> {
             return;
         }
         if let Some(token) = state.ledger.take_newest_idle() {
+            state.went_out.push(job.tag);
             self.put_on_wire(&mut state, token, job, sent_at, None, done);
         } else if state.ledger.take_slot() {
+            state.went_out.push(job.tag);
             drop(state);
             self.dial(job, None);
         } else {
@@ -214,6 +217,15 @@ impl<T: 'static> DirectPool<T> {
                 self.dial_waker.set(Some(cx.waker().clone()));
                 Poll::Pending
             }
+        }
+    }
+
+    /// Hands `each` the requests that left the queue since the last call:
+    /// the ones to count as sent.
+    pub fn take_went_out(&self, mut each: impl FnMut(T)) {
+        let mut state = self.state.borrow_mut();
+        for tag in state.went_out.drain(..) {
+            each(tag);
         }
     }
 

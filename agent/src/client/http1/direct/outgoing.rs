@@ -61,7 +61,7 @@ impl Outgoing {
     }
 }
 
-impl<T: 'static> DirectPool<T> {
+impl<T: Copy + 'static> DirectPool<T> {
     /// `request` rendered as this pool puts it on the wire, to be sent as
     /// it is for every arrival of its kind.
     pub fn fix(&self, request: Request<Full<Bytes>>) -> Fixed {

@@ -41,6 +41,10 @@ pub(super) struct State<T> {
     /// what is already in their sockets, so the next drive reads them
     /// first.
     pub(super) unfinished: Vec<(usize, bool)>,
+    /// Requests that left the queue (went onto a connection, or began
+    /// opening one) since the caller last took them: from then on they
+    /// count as sent.
+    pub(super) went_out: Vec<T>,
 }
 
 impl<T> State<T> {
@@ -54,6 +58,7 @@ impl<T> State<T> {
             out: Vec::with_capacity(512),
             raw: Vec::new(),
             unfinished: Vec::new(),
+            went_out: Vec::new(),
         }
     }
 

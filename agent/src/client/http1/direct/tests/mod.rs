@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Uri};
 use http_body_util::Full;
-use loadfleet_proto::vocab::{ErrorKind, HttpProtocol};
+use loadfleet_proto::vocab::{ErrorKind, HttpProtocol, UnsentReason};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
@@ -181,6 +181,7 @@ fn pool_with(
     let transport = Transport::new(ClientConfig {
         timeout,
         connections,
+        max_connections: connections,
         source: None,
         more_sources: Vec::new(),
         tls,

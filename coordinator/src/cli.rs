@@ -77,6 +77,14 @@ pub struct RunArgs {
     /// connections; the report keeps each run and adds median, min and max.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
+    /// A FAILURES warning when more than this share of the completed
+    /// requests failed (errors, 4xx and 5xx), e.g. `5%`.
+    #[arg(long, default_value = "5%", value_parser = percent)]
+    pub failures_warn: f64,
+    /// A FAILURES error (exit 3) when more than this share failed, e.g.
+    /// `50%`; at least --failures-warn.
+    #[arg(long, default_value = "50%", value_parser = percent)]
+    pub failures_error: f64,
     /// Start N agent processes on this machine.
     #[arg(long, conflicts_with = "expect_agents")]
     pub local_agents: Option<u32>,
@@ -126,4 +134,18 @@ pub struct RunArgs {
     /// Wait timeout of the built-in testbed's pool.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub testbed_pool_timeout: Duration,
+}
+
+/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1.
+fn percent(s: &str) -> Result<f64, String> {
+    let n: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5%"))?;
+    if !(0.0..=100.0).contains(&n) {
+        return Err(format!("{s:?} is out of range; use 0% to 100%"));
+    }
+    Ok(n / 100.0)
 }

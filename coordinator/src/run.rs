@@ -44,12 +44,13 @@ fn print_progress(console: &Console, p: &Progress, drain: Duration) {
     let elapsed = p.elapsed.as_secs_f64();
     let total = p.duration.as_secs_f64().max(1e-9);
     let figures = format!(
-        "sent {}/s done {}/s · intended {} sent {} unsent {} · errors {} · in flight {} · p99 {} · agents {}",
+        "sent {}/s done {}/s · intended {} sent {} unsent {} · failures {} (errors {}) · in flight {} · p99 {} · agents {}",
         p.sent_rps,
         p.completed_rps,
         p.intended,
         p.sent,
         p.unsent,
+        p.failures,
         p.errors,
         p.in_flight,
         p.p99_ms.map_or("-".into(), |v| format!("{v:.1}ms")),
@@ -88,6 +89,13 @@ fn clock(elapsed: Duration, duration: Duration, drain: Duration) -> String {
 /// the run waits for. The plan's `[agents] expect` asks for remote agents
 /// as `--expect-agents` does; `--local-agents` overrides it.
 fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Error> {
+    if args.failures_warn > args.failures_error {
+        return Err(error::flags(format!(
+            "--failures-warn {:.0}% is above --failures-error {:.0}%; the warning must come first",
+            args.failures_warn * 100.0,
+            args.failures_error * 100.0
+        )));
+    }
     let remote = match (args.local_agents, args.expect_agents) {
         (Some(0), _) => return Err(error::flags("--local-agents must be at least 1")),
         (_, Some(0)) => return Err(error::flags("--expect-agents must be at least 1")),
@@ -247,7 +255,11 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             target_ips,
         }
     };
-    let info = report::PlanInfo::new(&plan, &target, latency_floor, placement);
+    let mut info = report::PlanInfo::new(&plan, &target, latency_floor, placement);
+    info.failure_limits = report::FailureLimits {
+        warn: args.failures_warn,
+        error: args.failures_error,
+    };
     let spec = RunSpec {
         scenarios: plan.assignments(&target),
         shares: plan.shares.clone(),

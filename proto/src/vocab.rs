@@ -365,6 +365,9 @@ vocabulary! {
         /// for one: the target saw at most that many concurrent requests,
         /// and the run was partly a closed model.
         GeneratorPool => "GENERATOR_POOL",
+        /// Failures (errors, 4xx, 5xx) above the warning share of the
+        /// completions (an error above the error share).
+        Failures => "FAILURES",
         /// Requests were still in flight when the drain ended: they have no
         /// outcome, and the latency figures leave them out.
         Incomplete => "INCOMPLETE",

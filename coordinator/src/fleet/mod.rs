@@ -190,6 +190,9 @@ pub struct Progress {
     pub unsent: u64,
     pub completed: u64,
     pub errors: u64,
+    /// Errors, 4xx and 5xx (and gRPC statuses other than OK): a target
+    /// that answers 503 has no transport errors.
+    pub failures: u64,
     pub in_flight: u64,
     /// p99 (ms) of the last complete interval.
     pub p99_ms: Option<f64>,

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use loadfleet_proto::v1::{self, coordinator_message};
+use loadfleet_proto::vocab::UnsentReason;
 use tokio::time::Instant;
 
 use super::actor::{Fleet, Phase, PumpEnd, Stop};
@@ -49,6 +50,9 @@ impl Fleet {
             },
         };
         if failure.is_some() {
+            if matches!(self.phase, Phase::Gathering | Phase::Probing) {
+                self.book_unstarted().await;
+            }
             self.close_run(failure);
         }
         // Ending every agent's stream tells it the fleet is done.
@@ -257,6 +261,37 @@ impl Fleet {
         }
         self.declare_lost(deaf);
         Ok(start_ns)
+    }
+
+    /// A run that never started still intended the plan's arrivals: every
+    /// one is booked unsent `no_agents`, so `intended` follows the plan
+    /// whatever happened to the fleet (closed-model scenarios, whose
+    /// requests follow responses, intended none).
+    async fn book_unstarted(&mut self) {
+        let (scenarios, interval) = (
+            self.spec.scenarios.clone(),
+            self.spec.interval.as_nanos() as u64,
+        );
+        let planned = tokio::task::spawn_blocking(move || {
+            super::intended::planned(&scenarios, &[1], &[], interval)
+        })
+        .await;
+        let planned = match planned {
+            Ok(Ok(planned)) => planned,
+            Ok(Err(e)) => return tracing::error!("cannot count the plan's arrivals: {e}"),
+            Err(e) => return tracing::error!("counting the plan's arrivals failed: {e}"),
+        };
+        self.aggregate = Aggregate::new(self.agents.len(), self.spec.scenarios.len());
+        for (sc, counts) in planned.iter().enumerate() {
+            let Some(row) = counts.as_ref().and_then(|c| c.first()) else {
+                continue;
+            };
+            // Booked to no agent: none had a share.
+            for (i, &n) in row.iter().enumerate() {
+                self.aggregate
+                    .book_unsent(usize::MAX, sc, i as u64, n, UnsentReason::NoAgents);
+            }
+        }
     }
 
     /// Files the current run's result and resets for the next.

@@ -124,6 +124,7 @@ impl Fleet {
             unsent: t.unsent_total(),
             completed: t.completed,
             errors: t.errors_total(),
+            failures: t.failures(),
             in_flight: last.map_or(0, |iv| iv.in_flight),
             p99_ms,
             sent_rps: last.map_or(0, |iv| iv.sent),

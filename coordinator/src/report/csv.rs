@@ -1,5 +1,5 @@
 //! `intervals.csv`: the per-second series for spreadsheets and plotting
-//! tools, one column per outcome class and the two named unsent reasons.
+//! tools, one column per outcome class and one per unsent reason, always.
 //! The header and each row are written apart, so the live output
 //! (`report::live`) can append a row as each second settles.
 
@@ -20,12 +20,11 @@ pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
 
 /// The header line, naming every column [`write_row`] writes.
 pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
-    write!(
-        out,
-        "t,intended,sent,unsent,unsent_{},unsent_{},completed,errors",
-        UnsentReason::ConcurrencyLimit,
-        UnsentReason::Late
-    )?;
+    write!(out, "t,intended,sent,unsent")?;
+    for reason in UnsentReason::ALL {
+        write!(out, ",unsent_{reason}")?;
+    }
+    write!(out, ",completed,errors")?;
     for c in OutcomeClass::ALL {
         write!(out, ",completed_{c}")?;
     }
@@ -36,18 +35,11 @@ pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
 pub fn write_row(out: &mut impl Write, iv: &IntervalReport) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     let reason = |k: &str| iv.unsent_by_reason.get(k).copied().unwrap_or(0);
-    write!(
-        out,
-        "{},{},{},{},{},{},{},{}",
-        iv.t,
-        iv.intended,
-        iv.sent,
-        iv.unsent,
-        reason(UnsentReason::ConcurrencyLimit.as_str()),
-        reason(UnsentReason::Late.as_str()),
-        iv.completed,
-        iv.errors
-    )?;
+    write!(out, "{},{},{},{}", iv.t, iv.intended, iv.sent, iv.unsent)?;
+    for r in UnsentReason::ALL {
+        write!(out, ",{}", reason(r.as_str()))?;
+    }
+    write!(out, ",{},{}", iv.completed, iv.errors)?;
     for c in OutcomeClass::ALL {
         write!(
             out,

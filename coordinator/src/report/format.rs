@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
+use loadfleet_proto::vocab::UnsentReason;
+
 /// Milliseconds with a unit and precision that fit their size: 0.42ms,
 /// 12.3ms, 1.25s; a dash when the value is not a number.
 pub fn ms(v: f64) -> String {
@@ -125,4 +127,23 @@ pub fn protocol_line(r: &super::model::Report) -> Option<String> {
         line.push_str("; client certificate shown");
     }
     Some(line)
+}
+
+/// The unsent count with every reason that is not zero, as the headline
+/// reads it: `1444 (pool_timeout 1444)`, or `0`.
+pub fn unsent(u: &super::model::Unsent) -> String {
+    let reasons: Vec<String> = [
+        (UnsentReason::ConcurrencyLimit.as_str(), u.concurrency_limit),
+        (UnsentReason::Late.as_str(), u.late),
+    ]
+    .into_iter()
+    .chain(u.other.iter().map(|(k, &n)| (k.as_str(), n)))
+    .filter(|&(_, n)| n > 0)
+    .map(|(k, n)| format!("{k} {n}"))
+    .collect();
+    if reasons.is_empty() {
+        u.total.to_string()
+    } else {
+        format!("{} ({})", u.total, reasons.join(", "))
+    }
 }

@@ -24,4 +24,4 @@ pub mod verdicts;
 pub use build::build;
 pub use model::*;
 pub use plan_info::{Placement, PlanInfo, ScenarioInfo};
-pub use verdicts::exit_status;
+pub use verdicts::{exit_status, FailureLimits};

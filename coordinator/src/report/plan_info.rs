@@ -44,6 +44,8 @@ pub struct PlanInfo {
     pub protocol: HttpProtocol,
     /// TLS towards the target, as the report states it.
     pub tls: TlsInfo,
+    /// When failures raise the FAILURES verdict.
+    pub failure_limits: super::verdicts::FailureLimits,
 }
 
 /// Where the agents ran relative to the target: shared hardware makes
@@ -116,6 +118,7 @@ impl PlanInfo {
                 ca_cert: plan.tls.ca_cert.is_some(),
                 client_cert: plan.tls.client.is_some(),
             },
+            failure_limits: Default::default(),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::io::Write;
 
-use loadfleet_proto::vocab::{GrpcStatus, UnsentReason, VerdictLevel};
+use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
 use super::model::Repeats;
@@ -105,14 +105,10 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     writeln!(out)?;
     writeln!(
         out,
-        "  intended {}   sent {}   unsent {} ({} {}, {} {})",
+        "  intended {}   sent {}   unsent {}",
         t.intended,
         t.sent,
-        t.unsent.total,
-        UnsentReason::ConcurrencyLimit,
-        t.unsent.concurrency_limit,
-        UnsentReason::Late,
-        t.unsent.late
+        super::format::unsent(&t.unsent)
     )?;
     writeln!(
         out,
@@ -289,14 +285,10 @@ fn write_sse(
     writeln!(out, "  subscriptions of {name}:")?;
     writeln!(
         out,
-        "  subscribers intended {}   opened {}   unsent {} ({} {}, {} {})   not opened {}",
+        "  subscribers intended {}   opened {}   unsent {}   not opened {}",
         t.intended,
         s.opened,
-        t.unsent.total,
-        UnsentReason::ConcurrencyLimit,
-        t.unsent.concurrency_limit,
-        UnsentReason::Late,
-        t.unsent.late,
+        super::format::unsent(&t.unsent),
         t.sent.saturating_sub(s.opened)
     )?;
     percentile_row(out, "to subscribe", &t.latency_ms)?;

@@ -11,6 +11,10 @@ use loadfleet_proto::vocab::{
 
 use super::model::{AgentReport, Report, Totals, Verdict};
 use super::plan_info::{Placement, PlanInfo};
+pub use offered::FailureLimits;
+use offered::{completeness_verdicts, failures_verdict, pool_verdict};
+
+mod offered;
 use crate::fleet::RunResult;
 use crate::plan::OnAgentLoss;
 
@@ -22,8 +26,12 @@ pub fn all(
     info: &PlanInfo,
 ) -> Vec<Verdict> {
     let mut v = run_verdicts(result, t, agents);
-    v.extend(completeness_verdicts(t, agents));
+    // Unsent because nothing started: the run's own verdict says why.
+    if result.started {
+        v.extend(completeness_verdicts(t, agents));
+    }
     v.extend(pool_verdict(t, agents, info));
+    v.extend(failures_verdict(t, info.failure_limits));
     v.extend(health_verdicts(result, t, agents, info));
     v.extend(localhost_verdicts(result, info));
     v.extend(delivery_clock_verdicts(result, info));
@@ -49,7 +57,7 @@ fn tls_verdict(info: &PlanInfo) -> Option<Verdict> {
 /// with errors that are the agent's, not the target's, so an error rate or
 /// a count of open streams would be read against the wrong side.
 fn file_limit_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
-    let needed = loadfleet_proto::bounds::files_needed(info.max_in_flight, info.connections);
+    let needed = loadfleet_proto::bounds::files_needed(info.max_in_flight, info.max_connections);
     result
         .agents
         .iter()
@@ -58,8 +66,8 @@ fn file_limit_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
             level: VerdictLevel::Warn,
             code: VerdictCode::GeneratorSaturated,
             message: format!(
-                "agent {}'s open-file limit is {}, below the {needed} descriptors this plan lets it hold (max_in_flight {} + connections {} + a margin): past it, its connections and streams fail with errors of its own, not the target's; raise its hard limit (ulimit -Hn, LimitNOFILE=) or lower --max-in-flight",
-                a.hello.agent_id, a.hello.open_files, info.max_in_flight, info.connections
+                "agent {}'s open-file limit is {}, below the {needed} descriptors this plan lets it hold (max_in_flight {} + max_connections {} + a margin): past it, its connections and streams fail with errors of its own, not the target's; raise its hard limit (ulimit -Hn, LimitNOFILE=) or lower --max-in-flight",
+                a.hello.agent_id, a.hello.open_files, info.max_in_flight, info.max_connections
             ),
         })
         .collect()
@@ -114,6 +122,10 @@ fn delivery_clock_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> 
 /// Agents sharing hardware with each other or with the target: the
 /// generator and the server fight for the same CPUs, caches and kernel.
 fn localhost_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
+    // A run that never started measured nothing to be indicative of.
+    if !result.started {
+        return Vec::new();
+    }
     let target = &info.target;
     let warn = |message: String| Verdict {
         level: VerdictLevel::Warn,
@@ -187,6 +199,16 @@ fn health_verdicts(
             .get(i)
             .and_then(|m| m.unsent.get(UnsentReason::Late.as_str()).copied())
             .unwrap_or(0);
+        let capped = result
+            .aggregate
+            .agents
+            .get(i)
+            .and_then(|m| {
+                m.unsent
+                    .get(UnsentReason::ConcurrencyLimit.as_str())
+                    .copied()
+            })
+            .unwrap_or(0);
         let lag_p99 = a.lag_ms.as_ref().map_or(0.0, |l| l.p99);
         let lag_bad = lag_p99 > SATURATED_LAG_MS || (late > 0 && late_means_behind);
         let cpu_bad = a.cpu >= SATURATED_CPU;
@@ -208,9 +230,19 @@ fn health_verdicts(
                 },
                 code: VerdictCode::GeneratorSaturated,
                 message: format!(
-                    "agent {} set the pace, not the target: {}; add agents or cores, or lower the rate",
+                    "agent {} set the pace, not the target: {}; {}",
                     a.id,
-                    figures.join(", ")
+                    figures.join(", "),
+                    saturation_fix(
+                        a,
+                        result
+                            .agents
+                            .get(i)
+                            .map_or(0, |v| u64::from(v.hello.open_files)),
+                        capped,
+                        ctx,
+                        cpu_bad
+                    ),
                 ),
             });
         }
@@ -246,6 +278,46 @@ fn health_verdicts(
         }
     }
     v
+}
+
+/// What held a lagging agent back, and its fix: the CPU only when it was
+/// busy; otherwise the limit it met (its connections, its in-flight cap,
+/// its open files), or, with none met, the machine it shares.
+fn saturation_fix(
+    a: &AgentReport,
+    open_files: u64,
+    capped: u64,
+    ctx: &PlanInfo,
+    cpu_bad: bool,
+) -> String {
+    if cpu_bad {
+        return "add agents or cores, or lower the rate".to_string();
+    }
+    let mut limits = Vec::new();
+    if a.pool_saturated_share > 0.0 {
+        limits.push(format!(
+            "its connections were all busy for {:.0}% of the run (at most {}; raise --max-connections)",
+            a.pool_saturated_share * 100.0,
+            ctx.max_connections
+        ));
+    }
+    if capped > 0 {
+        limits.push(format!(
+            "{capped} arrivals met its in-flight cap (--max-in-flight {})",
+            ctx.max_in_flight
+        ));
+    }
+    let needed = loadfleet_proto::bounds::files_needed(ctx.max_in_flight, ctx.max_connections);
+    if open_files > 0 && open_files < needed {
+        limits.push(format!(
+            "its open-file limit {open_files} is below the {needed} this plan needs (raise ulimit -n)"
+        ));
+    }
+    if limits.is_empty() {
+        "its CPU was not busy, so something else on its machine held its loop up (another process, or the kernel): run agents where nothing else competes, or lower the rate".to_string()
+    } else {
+        format!("not its CPU: {}", limits.join("; "))
+    }
 }
 
 /// Whether the run happened as planned at all.
@@ -426,126 +498,6 @@ fn agent_lost_message(
         ));
     }
     text
-}
-
-/// Unsent arrivals above this share of the intended ones make the run
-/// degraded: the load offered was not the load planned.
-pub const UNSENT_ERROR_SHARE: f64 = 0.05;
-/// Requests without an outcome above this share of those sent make the run
-/// degraded: the latency figures leave out the slowest of them.
-pub const INCOMPLETE_ERROR_SHARE: f64 = 0.01;
-/// An agent whose connections were all busy, with requests waiting, for
-/// at least this share of the run held the load back: the run was partly
-/// a closed model.
-pub const POOL_ERROR_SHARE: f64 = 0.05;
-
-fn level_above(share: f64, limit: f64) -> VerdictLevel {
-    if share > limit {
-        VerdictLevel::Error
-    } else {
-        VerdictLevel::Warn
-    }
-}
-
-/// Whether the load planned went out (UNSENT) and every request sent has
-/// an outcome (INCOMPLETE).
-fn completeness_verdicts(t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
-    let mut v = Vec::new();
-    if t.unsent.total > 0 {
-        let share = t.unsent.total as f64 / t.intended.max(1) as f64;
-        v.push(Verdict {
-            level: level_above(share, UNSENT_ERROR_SHARE),
-            code: VerdictCode::Unsent,
-            message: format!(
-                "{} of {} intended requests ({:.1}%, limit {:.0}%) were never sent ({} {}, {} {}{}); the load offered was not the load planned, and latency figures describe only what was sent",
-                t.unsent.total,
-                t.intended,
-                share * 100.0,
-                UNSENT_ERROR_SHARE * 100.0,
-                t.unsent.concurrency_limit,
-                UnsentReason::ConcurrencyLimit,
-                t.unsent.late,
-                UnsentReason::Late,
-                t.unsent
-                    .other
-                    .iter()
-                    .map(|(reason, n)| format!(", {n} {reason}"))
-                    .collect::<String>()
-            ),
-        });
-    }
-    if t.in_flight_at_end > 0 {
-        let share = t.in_flight_at_end as f64 / t.sent.max(1) as f64;
-        let lost = agents.iter().any(|a| a.status == AgentStatus::Lost);
-        v.push(Verdict {
-            level: level_above(share, INCOMPLETE_ERROR_SHARE),
-            code: VerdictCode::Incomplete,
-            message: format!(
-                "{} of {} requests sent ({:.1}%, limit {:.0}%) were still in flight when the drain ended{} and have no outcome; each took at least as long as the drain, so every latency figure, which leaves them out, is a lower bound — lengthen --drain or lower the load",
-                t.in_flight_at_end,
-                t.sent,
-                share * 100.0,
-                INCOMPLETE_ERROR_SHARE * 100.0,
-                if lost {
-                    " (or were on a lost agent, whose outcomes never arrived)"
-                } else {
-                    ""
-                },
-            ),
-        });
-    }
-    v
-}
-
-/// The agents' own connection pools held load back: requests waited for a
-/// connection, so the target never saw more than the pools' size in
-/// concurrent requests, whatever the schedule asked for.
-fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) -> Option<Verdict> {
-    let waits = t.pool_wait_ms.as_ref()?;
-    let worst = agents
-        .iter()
-        .map(|a| a.pool_saturated_share)
-        .fold(0.0, f64::max);
-    let busy: Vec<String> = agents
-        .iter()
-        .filter(|a| a.pool_saturated_share > 0.0)
-        .map(|a| format!("{} {:.0}%", a.id, a.pool_saturated_share * 100.0))
-        .collect();
-    let pool_timeouts = t
-        .unsent
-        .other
-        .get(UnsentReason::PoolTimeout.as_str())
-        .copied()
-        .unwrap_or(0);
-    let fleet = u64::from(info.max_connections) * agents.len() as u64;
-    let mut message = format!(
-        "the agents' connections (at most {} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} requests waited for a connection (p50 {}, p99 {})",
-        info.max_connections,
-        worst * 100.0,
-        if busy.is_empty() { "-".to_string() } else { busy.join(", ") },
-        waits.count,
-        super::format::ms(waits.p50),
-        super::format::ms(waits.p99),
-    );
-    if pool_timeouts > 0 {
-        message.push_str(&format!(
-            " and {pool_timeouts} ran out of time waiting and were never sent (unsent {})",
-            UnsentReason::PoolTimeout
-        ));
-    }
-    message.push_str(&format!(
-        ": the target saw at most {fleet} concurrent request{}, so the run was partly a closed model and its latency includes the generator's own queue — raise --max-connections (or lower the rate)",
-        if fleet == 1 { "" } else { "s" }
-    ));
-    Some(Verdict {
-        level: if worst >= POOL_ERROR_SHARE || pool_timeouts > 0 {
-            VerdictLevel::Error
-        } else {
-            VerdictLevel::Warn
-        },
-        code: VerdictCode::GeneratorPool,
-        message,
-    })
 }
 
 /// Exit status of `run` (the table is in docs/report.md): 3 the run was not

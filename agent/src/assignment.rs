@@ -303,6 +303,7 @@ mod tests {
             client_identity: None,
             protocol_version: 0,
             open_files: 1024,
+            quiet: true,
         };
         let plain = config(Arc::new(crate::tls::TargetRoots::new(None).unwrap()));
         let mut both = assignment("http://127.0.0.1:9/a");

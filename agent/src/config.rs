@@ -39,4 +39,7 @@ pub struct AgentConfig {
     /// The open-file limit after raising it at start: every connection and
     /// held stream takes one.
     pub open_files: u64,
+    /// No join, assignment or finish lines on stderr: a coordinator that
+    /// starts local agents prints them itself.
+    pub quiet: bool,
 }

@@ -56,6 +56,10 @@ struct Cli {
     /// precision").
     #[arg(long, env = "LOADFLEET_WAKE_QUANTUM", default_value = DEFAULT_WAKE_QUANTUM, value_parser = humantime::parse_duration)]
     wake_quantum: Duration,
+    /// Print no line when joining, taking an assignment or finishing
+    /// (warnings and errors still go to stderr).
+    #[arg(long)]
+    quiet: bool,
     /// Only send to these targets (`host` or `host:port`, repeatable or
     /// comma-separated): an assignment aimed anywhere else is refused, so a
     /// coordinator — or whoever impersonates one — cannot turn this agent on
@@ -191,6 +195,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         client_identity,
         protocol_version: cli.protocol_version,
         open_files,
+        quiet: cli.quiet,
     })
 }
 

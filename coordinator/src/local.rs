@@ -121,6 +121,8 @@ pub fn start_agents(
                 .arg(format!("local-{i}"))
                 .arg("--connect-timeout")
                 .arg("15s")
+                // The coordinator prints their join, share and finish.
+                .arg("--quiet")
                 .env("LOADFLEET_TOKEN", token);
             if i < 250 {
                 cmd.arg("--bind").arg(format!("127.0.0.{}", i + 2));

@@ -193,7 +193,10 @@ impl Session<'_> {
                 if matches!(self.phase, Phase::Joining) {
                     self.phase = Phase::Ready { last_run: None };
                 }
-                tracing::info!("joined the fleet as agent {}", w.agent_index);
+                // Plain lines on stderr, as the coordinator prints its side:
+                // whoever watches an agent's log sees it join, take its
+                // share and finish.
+                self.say(&format!("joined the fleet as agent #{}", w.agent_index));
                 Ok(ControlFlow::Continue(()))
             }
             Some(coordinator_message::Kind::Ping(p)) => self.on_ping(p).await,
@@ -312,11 +315,23 @@ impl Session<'_> {
                 run.threads.push(thread);
             }
         }
-        tracing::info!(
-            "assignment taken: {workers} workers, start in {:?}",
-            start.saturating_duration_since(Instant::now())
-        );
+        let total: u64 = a.weights.iter().map(|&w| u64::from(w)).sum();
+        let mine = a.weights.get(a.agent_index as usize).copied().unwrap_or(0);
+        self.say(&format!(
+            "assigned {:.1}% of the schedule, {workers} worker(s), starting in {:.1}s",
+            100.0 * f64::from(mine) / total.max(1) as f64,
+            start
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+        ));
         Ok(ControlFlow::Continue(()))
+    }
+
+    /// One line of what the agent does, for whoever watches its log.
+    fn say(&self, what: &str) {
+        if !self.config.quiet {
+            eprintln!("loadfleet-agent {}: {what}", self.config.id);
+        }
     }
 
     /// Tells the coordinator why this agent will not go on; its report
@@ -392,6 +407,15 @@ impl Session<'_> {
             ..run.cpu.snapshot(index)
         }));
         let _ = self.outbound.send(cpu).await;
+        self.say(&format!(
+            "finished{}, {} request(s) still in flight",
+            if run.cut_short {
+                " (stopped early)"
+            } else {
+                ""
+            },
+            run.in_flight_at_end
+        ));
         let fin = message(agent_message::Kind::Finished(v1::Finished {
             in_flight_at_end: run.in_flight_at_end,
             cut_short: run.cut_short,

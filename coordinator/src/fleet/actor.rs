@@ -233,7 +233,15 @@ impl Fleet {
                 }
             }
             Some(agent_message::Kind::Finished(f)) => match self.checks.finished(agent, &f) {
-                Ok(()) => a.finished = Some(f),
+                Ok(()) => {
+                    self.out.console.line(&format!(
+                        "agent {} finished{}: {} still in flight",
+                        a.hello.agent_id,
+                        if f.cut_short { " (stopped early)" } else { "" },
+                        f.in_flight_at_end
+                    ));
+                    a.finished = Some(f);
+                }
                 Err(r) => self.violation(agent, r),
             },
             Some(agent_message::Kind::Refusal(r)) => {

@@ -87,8 +87,15 @@ impl fmt::Display for Loss {
             Loss::NotReading => f.write_str("stopped reading the coordinator's messages"),
             Loss::NoClockAnswer => f.write_str("did not answer clock probes"),
             Loss::Refused(reason) => write!(f, "refused the assignment: {reason}"),
-            Loss::StreamClosed => f.write_str("stream closed"),
-            Loss::StreamFailed(message) => write!(f, "stream failed: {message}"),
+            Loss::StreamClosed => {
+                f.write_str("its connection to the coordinator closed before it finished")
+            }
+            // The transport's words (e.g. an h2 protocol error) follow the
+            // plain ones, for whoever debugs the network.
+            Loss::StreamFailed(message) => write!(
+                f,
+                "its connection to the coordinator broke before it finished (the process died, or the network between them failed: {message})"
+            ),
             Loss::Protocol(reason) => write!(f, "protocol violation: {reason}"),
         }
     }

@@ -255,8 +255,13 @@ impl Fleet {
                 protocol: self.spec.protocol.as_str().to_string(),
                 tls: self.spec.tls.clone(),
             };
-            if let Err(loss) = a.offer(coordinator_message::Kind::Assignment(assignment)) {
-                deaf.push((i, loss));
+            match a.offer(coordinator_message::Kind::Assignment(assignment)) {
+                Ok(()) => self.out.console.line(&format!(
+                    "agent {} assigned {:.1}% of the schedule",
+                    a.hello.agent_id,
+                    a.share * 100.0
+                )),
+                Err(loss) => deaf.push((i, loss)),
             }
         }
         self.declare_lost(deaf);

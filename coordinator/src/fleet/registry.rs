@@ -243,11 +243,15 @@ impl Registry {
             self.0.push(agent);
             return;
         }
-        tracing::info!(
-            "agent {} joined from {:?} as #{index}",
+        console.line(&format!(
+            "agent {} joined from {} ({} of {})",
             agent.hello.agent_id,
-            agent.peer
-        );
+            agent
+                .peer
+                .map_or_else(|| "a local socket".to_string(), |p| p.to_string()),
+            self.alive() + 1,
+            spec.expect_agents
+        ));
         let welcome = coordinator_message::Kind::Welcome(v1::Welcome {
             agent_index: index,
             dead_man_secs: DEAD_MAN_SECS,

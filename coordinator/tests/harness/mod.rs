@@ -74,6 +74,7 @@ pub fn spec(expect_agents: usize) -> RunSpec {
         max_lag: Duration::from_secs(1),
         timeout: Duration::from_secs(1),
         connections: 1,
+        max_connections: 1,
         interval: Duration::from_secs(1),
         expect_agents,
         agent_timeout: Duration::from_secs(5),

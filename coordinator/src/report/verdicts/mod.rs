@@ -235,10 +235,7 @@ fn health_verdicts(
                     figures.join(", "),
                     saturation_fix(
                         a,
-                        result
-                            .agents
-                            .get(i)
-                            .map_or(0, |v| u64::from(v.hello.open_files)),
+                        result.agents.get(i).map_or(0, |v| v.hello.open_files),
                         capped,
                         ctx,
                         cpu_bad
@@ -600,6 +597,7 @@ mod tests {
             drain: Duration::from_secs(1),
             max_in_flight: 100,
             connections: 64,
+            max_connections: 100,
             thresholds: Vec::new(),
             max_lag: Duration::from_secs(1),
             latency_floor: floor,
@@ -609,6 +607,7 @@ mod tests {
             },
             protocol: loadfleet_proto::vocab::HttpProtocol::Http1,
             tls: Default::default(),
+            failure_limits: Default::default(),
         }
     }
 

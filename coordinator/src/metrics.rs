@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::aggregate::Aggregate;
+use loadfleet_proto::vocab::UnsentReason;
 
 /// Serves `GET /metrics` until the process ends.
 pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
@@ -122,13 +123,25 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     );
     r.register(
         "loadfleet_requests_sent",
-        "Requests actually sent",
+        "Requests written to the wire",
         ConstCounter::new(t.sent),
     );
+    // Every reason, zeros included, as Prometheus exposes a counter that
+    // has not moved yet: `rate()` over a series that appears only on its
+    // first increment misses that increment.
+    let unsent = UnsentReason::ALL
+        .iter()
+        .map(|r| {
+            (
+                r.to_string(),
+                t.unsent.get(r.as_str()).copied().unwrap_or(0),
+            )
+        })
+        .collect();
     r.register(
         "loadfleet_requests_unsent",
         "Arrivals never sent, by reason",
-        counts("reason", &t.unsent),
+        ByLabel::counter("reason", unsent),
     );
     r.register(
         "loadfleet_requests_completed",
@@ -232,6 +245,10 @@ mod tests {
         assert!(text.contains(r#"loadfleet_responses_total{code="200"} 5"#));
         assert!(text.contains("loadfleet_requests_intended_total 10"));
         assert!(text.contains(r#"loadfleet_requests_unsent_total{reason="late"} 2"#));
+        assert!(
+            text.contains(r#"loadfleet_requests_unsent_total{reason="pool_timeout"} 0"#),
+            "a reason that has not happened is exposed at zero"
+        );
         assert!(
             text.contains(r#"loadfleet_errors_total{kind="re\"set"} 1"#),
             "{text}"

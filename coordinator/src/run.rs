@@ -409,8 +409,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         use std::io::Write;
         writeln!(
             stdout,
-            "\n  report: {}",
-            out_dir.join("report.json").display()
+            "\n  report: {} (page: {})",
+            out_dir.join("report.json").display(),
+            out_dir.join("report.html").display()
         )
     })();
     match summary {

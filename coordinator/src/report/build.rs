@@ -243,6 +243,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
             drain_s: ctx.drain.as_secs_f64(),
             max_in_flight_per_agent: ctx.max_in_flight,
             connections_per_agent: ctx.connections,
+            max_connections_per_agent: ctx.max_connections,
             agents: result.agents.len(),
             local: matches!(ctx.placement, Placement::Local { .. }),
             started_at_unix: result

@@ -248,10 +248,13 @@ pub struct RunInfo {
     pub window_s: f64,
     pub drain_s: f64,
     pub max_in_flight_per_agent: u32,
-    /// Keep-alive connections each agent may open: the most concurrent
-    /// requests it can put on the target.
+    /// Keep-alive connections each agent opens ahead of the start.
     #[serde(default)]
     pub connections_per_agent: u32,
+    /// The most connections each agent may open: the most concurrent
+    /// requests it can put on the target over HTTP/1.1.
+    #[serde(default)]
+    pub max_connections_per_agent: u32,
     pub agents: usize,
     pub local: bool,
     pub started_at_unix: f64,

@@ -94,6 +94,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             drain_s: 5.0,
             max_in_flight_per_agent: 1000,
             connections_per_agent: 64,
+            max_connections_per_agent: 1000,
             agents: 1,
             local: true,
             started_at_unix: 1_700_000_000.0,

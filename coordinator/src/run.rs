@@ -388,6 +388,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     } else {
         (reports.remove(0), 0)
     };
+    report::shape::name_loads(&mut report, &plan);
     outputs.finish(&mut report).await;
     write_outputs(&out_dir, &report, shown, spec.repeats.max(1))?;
     let summary = (|| {

@@ -7,7 +7,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::chart::charts;
 use super::figures::{headline, subscriptions};
 use super::tables::{agents, outcomes, repeats, scenarios};
-use crate::report::format::{num, protocol_line, secs, threshold_actual, utc};
+use crate::report::format::{protocol_line, secs, threshold_actual, utc};
 use crate::report::model::Report;
 
 /// Writes the page for `r` to `out`.
@@ -114,13 +114,8 @@ fn header(r: &Report) -> Markup {
         @for s in &r.scenarios {
             p class="run" {
                 "scenario " b { (s.name) } ": "
-                @match (s.model.as_str(), s.offered_rps) {
-                    ("open", Some(rps)) => {
-                        "open model, " (num(rps, 1)) " req/s offered on average ("
-                        (s.process.as_deref().unwrap_or("uniform")) ")"
-                    }
-                    (model, _) => { (model) " model" }
-                }
+                (s.model) " model"
+                @if !s.load.is_empty() { ", " (s.load) }
                 "; " (secs(s.duration_s)) " s from t=" (secs(s.start_s)) " s, warm-up "
                 (secs(s.warmup_s)) " s, window " (secs(s.window.start_s)) "–"
                 (secs(s.window.end_s)) " s"

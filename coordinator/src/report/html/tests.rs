@@ -117,6 +117,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 start_s: 0.0,
                 end_s: intervals as f64,
             },
+            load: "100 req/s (uniform)".into(),
             process: Some("uniform".into()),
             offered_rps: Some(100.0),
             totals: t.clone(),

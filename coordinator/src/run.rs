@@ -167,7 +167,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
         std::env::var(k).ok()
     })?;
-    let out_dir = prepare_out_dir(args.out.as_deref())?;
+    let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {
         local::split_cpus(&local::allowed_cpus())

@@ -159,8 +159,7 @@ fn staircase(parts: &[Part]) -> Option<(usize, Part)> {
     let (mut n, mut last) = (1, first);
     for &(level, ns) in &holds[1..] {
         let d = level - last;
-        if ns != every || d.signum() != step.signum() || (d.abs() > step.abs() && !close(d, step))
-        {
+        if ns != every || d.signum() != step.signum() || (d.abs() > step.abs() && !close(d, step)) {
             break;
         }
         n += 1;

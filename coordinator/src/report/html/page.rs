@@ -21,9 +21,11 @@ pub fn render(r: &Report) -> std::io::Result<String> {
     Ok(page(r, &json).into_string())
 }
 
+// Charts are scaled to the page's width (`svg.chart`), one per row, so a
+// wide window shows the seconds of a long run apart.
 const STYLE: &str = "\
 *{box-sizing:border-box}\
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;padding:24px 32px;color:#1d1d1f;background:#fff;line-height:1.4;max-width:1180px}\
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;padding:24px 32px;color:#1d1d1f;background:#fff;line-height:1.4;max-width:1800px}\
 h1{font-size:24px;margin:0 0 4px}\
 h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e3e3e3;padding-bottom:4px}\
 h3{font-size:14px;margin:16px 0 4px;color:#444}\
@@ -44,12 +46,13 @@ td.unsent{color:#b3261e;font-weight:700}\
 p.lowerbound{color:#b3261e}\
 .sub{display:block;font-size:11px;color:#666;font-weight:400}\
 .none{color:#888;font-style:italic}\
-.nodata{color:#888;font-style:italic;border:1px dashed #ccc;padding:12px;margin:4px 0;max-width:760px}\
+.nodata{color:#888;font-style:italic;border:1px dashed #ccc;padding:12px;margin:4px 0}\
 .pass{color:#1f7a3a;font-weight:700}.fail{color:#b3261e;font-weight:700}\
 .lost{color:#b3261e;font-weight:700}\
 .barcell{width:260px}\
 .bar{height:12px;min-width:1px;border-radius:2px}\
 figure{margin:8px 0 16px}\
+svg.chart{display:block;width:100%;height:auto}\
 figcaption{font-weight:600;font-size:14px;margin-bottom:2px}\
 svg text{font-family:system-ui,Helvetica,Arial,sans-serif}\
 footer{margin-top:32px;color:#888;font-size:12px}";

@@ -38,7 +38,8 @@ fn ramp_is_followed_second_by_second() {
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--overwrite"])
+        .arg("--out")
         .arg(&dir);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
     let r = read_report(&dir);
@@ -140,7 +141,8 @@ path = "/item/{{seq}}"
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--overwrite"])
+        .arg("--out")
         .arg(&dir);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{output}");
@@ -541,7 +543,8 @@ fn plan_expect_waits_for_remote_agents() {
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--listen", "127.0.0.1:0", "--token", "t", "--out"])
+        .args(["--listen", "127.0.0.1:0", "--token", "t", "--overwrite"])
+        .arg("--out")
         .arg(&dir);
     let mut c = Proc::spawn(cmd, "coordinator");
     let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));

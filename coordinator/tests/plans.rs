@@ -38,9 +38,10 @@ fn ramp_is_followed_second_by_second() {
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--overwrite"])
-        .arg("--out")
-        .arg(&dir);
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
     let r = read_report(&dir);
     // What this checks is the schedule; a stall of the shared test machine
@@ -141,9 +142,10 @@ path = "/item/{{seq}}"
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--overwrite"])
-        .arg("--out")
-        .arg(&dir);
+        .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{output}");
     let r = read_report(&dir);
@@ -543,9 +545,10 @@ fn plan_expect_waits_for_remote_agents() {
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--listen", "127.0.0.1:0", "--token", "t", "--overwrite"])
-        .arg("--out")
-        .arg(&dir);
+        .args(["--listen", "127.0.0.1:0", "--token", "t", "--out"])
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let mut c = Proc::spawn(cmd, "coordinator");
     let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
     assert!(line.contains("waiting for 2 agent(s)"), "{line}");

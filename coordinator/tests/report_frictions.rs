@@ -71,7 +71,10 @@ fn completions_per_second_are_drawn_per_outcome_class() {
     let r = read_report(&out);
     let intervals = r["intervals"].as_array().expect("intervals");
     let five_xx: Vec<u64> = intervals.iter().map(|iv| u(&iv["completed_5xx"])).collect();
-    assert_eq!(five_xx[0], 0, "the first second is under capacity: {five_xx:?}");
+    assert_eq!(
+        five_xx[0], 0,
+        "the first second is under capacity: {five_xx:?}"
+    );
     // Second 4 is held at 400 req/s, twice what the pool can take.
     let late = intervals
         .iter()
@@ -106,7 +109,10 @@ fn completions_per_second_are_drawn_per_outcome_class() {
     );
     // A legend names the classes, each with its swatch.
     for class in ["2xx", "5xx"] {
-        assert!(html.contains(&format!(">{class}</text>")), "legend lacks {class}");
+        assert!(
+            html.contains(&format!(">{class}</text>")),
+            "legend lacks {class}"
+        );
     }
 }
 
@@ -286,7 +292,10 @@ fn a_used_out_folder_needs_overwrite_which_clears_only_loadfleet_files() {
         output.contains("--overwrite") && output.contains("not empty"),
         "{output}"
     );
-    assert!(!output.contains("testbed listening"), "nothing started: {output}");
+    assert!(
+        !output.contains("testbed listening"),
+        "nothing started: {output}"
+    );
     assert_eq!(
         std::fs::read(out.join("report.json")).expect("report.json"),
         before,
@@ -306,7 +315,12 @@ fn a_used_out_folder_needs_overwrite_which_clears_only_loadfleet_files() {
     );
     let r = read_report(&out);
     assert!(r["repeats"].is_null(), "report.json is the new single run");
-    for f in ["report.json", "report.html", "latency.hlog", "intervals.csv"] {
+    for f in [
+        "report.json",
+        "report.html",
+        "latency.hlog",
+        "intervals.csv",
+    ] {
         assert!(out.join(f).is_file(), "no {f}");
     }
 
@@ -322,7 +336,9 @@ fn a_used_out_folder_needs_overwrite_which_clears_only_loadfleet_files() {
 fn readme_defaults() -> String {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("read README.md");
-    let start = readme.find("### Defaults").expect("README has a Defaults section");
+    let start = readme
+        .find("### Defaults")
+        .expect("README has a Defaults section");
     let rest = &readme[start + 3..];
     let end = rest.find("\n#").unwrap_or(rest.len());
     rest[..end].to_string()
@@ -349,7 +365,11 @@ fn the_readme_states_the_defaults_the_binaries_use() {
     let folder = std::fs::read_dir(&dir)
         .expect("read the folder")
         .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().starts_with("loadfleet-out-"))
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("loadfleet-out-")
+        })
         .expect("a fresh loadfleet-out-<time> folder")
         .path();
     let r = read_report(&folder);
@@ -362,7 +382,10 @@ fn the_readme_states_the_defaults_the_binaries_use() {
             f(&scenario["offered_rps"]),
             f(&scenario["duration_s"])
         ),
-        format!("`--max-in-flight {}`", u(&run_info["max_in_flight_per_agent"])),
+        format!(
+            "`--max-in-flight {}`",
+            u(&run_info["max_in_flight_per_agent"])
+        ),
         format!("`--connections {}`", u(&run_info["connections_per_agent"])),
         format!("drains for {}s", f(&run_info["drain_s"])),
         "`127.0.0.1`".to_string(),
@@ -370,16 +393,25 @@ fn the_readme_states_the_defaults_the_binaries_use() {
     ];
     assert!(run_info["local"].as_bool().expect("local"), "{run_info}");
     for m in &measured {
-        assert!(says.contains(m.as_str()), "README Defaults lacks {m:?}:\n{says}");
+        assert!(
+            says.contains(m.as_str()),
+            "README Defaults lacks {m:?}:\n{says}"
+        );
     }
 
     // Remote agents: the control plane listens on 0.0.0.0:7070 (or says
     // it cannot bind there, when something on this machine holds it).
     let mut cmd = coordinator();
-    cmd.args(["run", "--url", "http://127.0.0.1:9/", "--expect-agents", "1"])
-        .args(["--token", "t", "--agent-timeout", "1s", "--duration", "1s"])
-        .arg("--out")
-        .arg(dir.join("remote"));
+    cmd.args([
+        "run",
+        "--url",
+        "http://127.0.0.1:9/",
+        "--expect-agents",
+        "1",
+    ])
+    .args(["--token", "t", "--agent-timeout", "1s", "--duration", "1s"])
+    .arg("--out")
+    .arg(dir.join("remote"));
     let (_, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert!(
         output.contains("listening on 0.0.0.0:7070") || output.contains("--listen 0.0.0.0:7070"),

@@ -1,8 +1,9 @@
 //! A scenario's load in words, made once from the validated plan and kept
 //! in the report (`scenarios[].load`) by [`name_loads`], so the text
-//! report and the page say the same thing: `ramp 0→2000 req/s over 3s then 2000 req/s (uniform,
-//! 1500 req/s on average)`, `50 clients, think 100ms`. A mean offered rate
-//! alone hides a ramp, and a bare `closed` hides the population.
+//! report and the page say the same thing: `ramp 0→2000 req/s over 3s
+//! then 2000 req/s (uniform, 1500 req/s on average)`, `50 clients, think
+//! 100ms`. A mean offered rate alone hides a ramp, and a bare `closed`
+//! hides the population.
 
 use loadfleet_proto::schedule::{Process, Stage};
 
@@ -213,8 +214,10 @@ fn render(parts: &[Part], unit: Unit) -> String {
             ),
         })
         .collect();
-    if parts.len() > MAX_PARTS {
-        words.push(format!("{} more stretches", parts.len() - MAX_PARTS));
+    match parts.len().saturating_sub(MAX_PARTS) {
+        0 => {}
+        1 => words.push("1 more stretch".into()),
+        n => words.push(format!("{n} more stretches")),
     }
     words.join(" then ")
 }

@@ -124,6 +124,11 @@ pub struct RunArgs {
     /// fresh loadfleet-out-<time> folder).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Let --out name a folder that is not empty: the files an earlier run
+    /// wrote there (reports, interval logs and CSVs, --repeat's run-N files)
+    /// are removed first; other files are kept.
+    #[arg(long, requires = "out")]
+    pub overwrite: bool,
     /// Service delay of the built-in testbed (local runs without --url).
     #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
     pub testbed_delay: Duration,

@@ -175,7 +175,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
         std::env::var(k).ok()
     })?;
-    let out_dir = prepare_out_dir(args.out.as_deref())?;
+    let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {
         local::split_cpus(&local::allowed_cpus())
@@ -401,6 +401,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     } else {
         (reports.remove(0), 0)
     };
+    report::shape::name_loads(&mut report, &plan);
     outputs.finish(&mut report).await;
     write_outputs(&out_dir, &report, shown, spec.repeats.max(1))?;
     let summary = (|| {

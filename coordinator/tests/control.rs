@@ -241,6 +241,8 @@ fn weighted_shares_follow_agent_labels() {
             "t",
             "--expect-agents",
             "2",
+            // The plan sits in the folder; --overwrite keeps it.
+            "--overwrite",
             "--out",
         ])
         .arg(&out);
@@ -313,6 +315,8 @@ fn control_plane_over_tls() {
         &cert,
         "--tls-key",
         &key,
+        // The certificate sits in the folder; --overwrite keeps it.
+        "--overwrite",
     ];
     let mut c = remote_coordinator(&format!("http://{addr}/"), 1, "t", &out, &extra);
     let plain = control_url(&mut c);

@@ -3,12 +3,12 @@
 //! the charts' coloured strokes in it), be self-contained (no http(s)
 //! reference but the target's own URL) and embed the report JSON.
 
+mod browser;
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use browser::*;
 use common::*;
 
 /// Chart series colours, as html.rs draws them (chart strokes only).
@@ -21,76 +21,7 @@ const SERIES: [(&str, [u8; 3]); 5] = [
 ];
 
 const WIDTH: u32 = 1280;
-const HEIGHT: u32 = 3200;
-
-/// Fails, pointing at scripts/test.sh, when there is no Chromium: a render check
-/// that silently passes without a browser checks nothing.
-fn require_chromium() {
-    let found = Command::new("chromium")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(
-        found,
-        "`chromium` is needed to render report.html headlessly; scripts/test.sh installs it \
-         (apt-get install chromium)"
-    );
-}
-
-fn screenshot(html: &Path, png: &Path, profile: &Path) {
-    let mut cmd = Command::new("chromium");
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--hide-scrollbars",
-        "--force-device-scale-factor=1",
-    ])
-    .arg(format!("--window-size={WIDTH},{HEIGHT}"))
-    .arg(format!("--user-data-dir={}", profile.display()))
-    .arg(format!("--screenshot={}", png.display()))
-    .arg(format!("file://{}", html.display()));
-    // `run` kills the browser by its handle if it hangs.
-    let (status, output) = run(cmd, "chromium", Duration::from_secs(90));
-    assert!(
-        status.success() && png.is_file(),
-        "chromium did not write {}:\n{output}",
-        png.display()
-    );
-}
-
-struct Image {
-    width: usize,
-    pixels: Vec<[u8; 3]>,
-}
-
-fn decode(path: &Path) -> Image {
-    let file = std::fs::File::open(path).expect("open screenshot");
-    let mut decoder = png::Decoder::new(file);
-    decoder.set_transformations(png::Transformations::normalize_to_color8());
-    let mut reader = decoder.read_info().expect("PNG header");
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).expect("PNG frame");
-    let channels = info.color_type.samples();
-    let pixels = buf[..info.buffer_size()]
-        .chunks_exact(channels)
-        .map(|p| match channels {
-            1 | 2 => [p[0], p[0], p[0]],
-            _ => [p[0], p[1], p[2]],
-        })
-        .collect();
-    Image {
-        width: info.width as usize,
-        pixels,
-    }
-}
-
-fn near(p: [u8; 3], c: [u8; 3], tolerance: u8) -> bool {
-    p.iter().zip(c).all(|(a, b)| a.abs_diff(b) <= tolerance)
-}
+const HEIGHT: u32 = 4000;
 
 #[test]
 fn html_report_renders_in_a_browser_and_is_self_contained() {
@@ -142,14 +73,20 @@ fn html_report_renders_in_a_browser_and_is_self_contained() {
     }
     assert_eq!(
         html.matches("<svg class=\"chart\"").count(),
-        4,
-        "four charts"
+        5,
+        "five charts"
     );
     assert!(!html.contains("NaN"));
 
     // Render it.
     let png_path = out.join("report.png");
-    screenshot(&html_path, &png_path, &out.join("chromium-profile"));
+    screenshot(
+        &html_path,
+        &png_path,
+        &out.join("chromium-profile"),
+        WIDTH,
+        HEIGHT,
+    );
     let img = decode(&png_path);
     assert_eq!(img.width, WIDTH as usize, "screenshot width");
     let total = img.pixels.len();
@@ -173,13 +110,7 @@ fn html_report_renders_in_a_browser_and_is_self_contained() {
     // The charts: each series colour is drawn, as strokes (many pixels,
     // spread over a wide span of x), not as a stray dot.
     for (name, colour) in SERIES {
-        let hits: Vec<usize> = img
-            .pixels
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| near(**p, colour, 12))
-            .map(|(i, _)| i % img.width)
-            .collect();
+        let hits = img.xs_of(colour, 12);
         let span = hits.iter().max().unwrap_or(&0) - hits.iter().min().unwrap_or(&0);
         eprintln!("{name}: {} px over {span} px of width", hits.len());
         assert!(

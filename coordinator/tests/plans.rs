@@ -39,7 +39,9 @@ fn ramp_is_followed_second_by_second() {
     cmd.arg("run")
         .arg(&plan)
         .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
-        .arg(&dir);
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
     let r = read_report(&dir);
     // What this checks is the schedule; a stall of the shared test machine
@@ -141,7 +143,9 @@ path = "/item/{{seq}}"
     cmd.arg("run")
         .arg(&plan)
         .args(["--local-agents", "2", "--testbed-delay", "1ms", "--out"])
-        .arg(&dir);
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{output}");
     let r = read_report(&dir);
@@ -542,7 +546,9 @@ fn plan_expect_waits_for_remote_agents() {
     cmd.arg("run")
         .arg(&plan)
         .args(["--listen", "127.0.0.1:0", "--token", "t", "--out"])
-        .arg(&dir);
+        .arg(&dir)
+        // The plan sits in the folder; --overwrite keeps it.
+        .arg("--overwrite");
     let mut c = Proc::spawn(cmd, "coordinator");
     let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
     assert!(line.contains("waiting for 2 agent(s)"), "{line}");

@@ -154,6 +154,8 @@ fn mtls_coordinator(
         &server_key,
         "--client-ca",
         client_ca,
+        // The certificates sit in the folder; --overwrite keeps them.
+        "--overwrite",
         "--out",
     ])
     .arg(out);

@@ -192,6 +192,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 duration_s: info.duration.as_secs_f64(),
                 warmup_s: info.warmup.as_secs_f64(),
                 window: w,
+                load: String::new(),
                 process: info.process.clone(),
                 offered_rps: info.offered_rps,
                 totals: totals_of(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),

@@ -17,6 +17,7 @@ pub mod live;
 pub mod model;
 pub mod plan_info;
 pub mod repeats;
+pub mod shape;
 pub mod sse;
 pub mod text;
 pub mod verdicts;

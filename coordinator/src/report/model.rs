@@ -135,6 +135,12 @@ pub struct Scenario {
     pub warmup_s: f64,
     /// The measurement window, as offsets from the common start.
     pub window: Window,
+    /// The load's shape in words: `ramp 0→2000 req/s over 3s then 2000
+    /// req/s (uniform, 1500 req/s on average)`, `50 clients, think 100ms`.
+    /// Set by [`super::shape::name_loads`] once the run is over; empty in
+    /// a partial report and in one written before it was kept.
+    #[serde(default)]
+    pub load: String,
     /// Open model: the arrival process and the mean offered rate.
     pub process: Option<String>,
     pub offered_rps: Option<f64>,

@@ -70,12 +70,12 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         if r.partial { " — PARTIAL" } else { "" }
     )?;
     for s in &r.scenarios {
-        let load = match (s.model.as_str(), s.offered_rps) {
-            ("open", Some(rps)) => format!(
-                "open, {rps:.0} req/s offered on average ({})",
-                s.process.as_deref().unwrap_or("uniform")
-            ),
-            (model, _) => model.to_string(),
+        // The shape as the plan gave it (`report::shape`), so a ramp or a
+        // population is read as such, not as a mean rate.
+        let load = if s.load.is_empty() {
+            s.model.clone()
+        } else {
+            format!("{}, {}", s.model, s.load)
         };
         writeln!(
             out,

@@ -7,21 +7,34 @@ use anyhow::Context;
 
 use crate::error::{self, Error};
 use crate::report;
+use crate::report::live;
+
+const REPORT_JSON: &str = "report.json";
+const REPORT_HTML: &str = "report.html";
+/// Written and removed at once, to prove the folder writable.
+const WRITE_PROBE: &str = ".loadfleet-write-test";
 
 /// The output folder, made and proven writable before any load goes out:
 /// a bad `--out` found after the run would lose its results. `--out` may
-/// name a folder that exists (it is reused); without it a fresh
-/// `loadfleet-out-<UTC time>` folder is made, with `-2`, `-3`, … when a
-/// run started in the same second already took the name. Everything that
-/// writes into the run's folder (the live files, the report) goes through
-/// the folder this returns.
-pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
+/// name a missing or empty folder; a folder with anything in it is refused
+/// unless `overwrite` (`--overwrite`), which first removes the files an
+/// earlier run wrote there ([`is_ours`]), so no stale `latency.run-3.hlog`
+/// sits next to the new results, and keeps every other file. Without
+/// `--out` a fresh `loadfleet-out-<UTC time>` folder is made, with `-2`,
+/// `-3`, … when a run started in the same second already took the name.
+/// Everything that writes into the run's folder (the live files, the
+/// report) goes through the folder this returns.
+pub fn prepare_out_dir(out: Option<&Path>, overwrite: bool) -> Result<PathBuf, Error> {
     let dir = match out {
         Some(dir) if dir.exists() && !dir.is_dir() => {
             return Err(error::flags(format!(
                 "--out {} is a file, not a folder; give --out a folder path (it is made if missing), or leave --out out for a fresh folder here",
                 dir.display()
             )))
+        }
+        Some(dir) if dir.is_dir() => {
+            clear_earlier_run(dir, overwrite)?;
+            dir.to_path_buf()
         }
         Some(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| {
@@ -38,7 +51,7 @@ pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
             ))
         })?,
     };
-    let probe = dir.join(".loadfleet-write-test");
+    let probe = dir.join(WRITE_PROBE);
     std::fs::write(&probe, b"")
         .and_then(|()| std::fs::remove_file(&probe))
         .map_err(|e| {
@@ -48,6 +61,74 @@ pub fn prepare_out_dir(out: Option<&Path>) -> Result<PathBuf, Error> {
             ))
         })?;
     Ok(dir)
+}
+
+/// Refuses a folder that holds anything, unless `overwrite`; then removes
+/// the files loadfleet writes there and nothing else.
+fn clear_earlier_run(dir: &Path, overwrite: bool) -> Result<(), Error> {
+    let cannot_read = |e: std::io::Error| {
+        error::flags(format!(
+            "--out {}: cannot read the folder ({e}); give --out a folder you can read and write",
+            dir.display()
+        ))
+    };
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(cannot_read)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()
+        .map_err(cannot_read)?;
+    if names.is_empty() {
+        return Ok(());
+    }
+    names.sort();
+    if !overwrite {
+        let shown: Vec<&str> = names.iter().take(4).map(String::as_str).collect();
+        let more = match names.len() - shown.len() {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        return Err(error::flags(format!(
+            "--out {} is not empty (it holds {}{more}); give --overwrite to replace an earlier run's files there (other files are kept), or give --out a new or empty folder",
+            dir.display(),
+            shown.join(", ")
+        )));
+    }
+    for name in names.iter().filter(|n| is_ours(n)) {
+        let path = dir.join(name);
+        if path.is_file() {
+            std::fs::remove_file(&path).map_err(|e| {
+                error::flags(format!(
+                    "--overwrite: cannot remove {} ({e}); remove it yourself or give --out a new folder",
+                    path.display()
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is a file a run writes into its folder: the reports,
+/// the partial report, the interval logs and CSVs (one pair per run with
+/// `--repeat`: `latency.run-2.hlog`, `intervals.run-2.csv`), and the
+/// temporary files they are written through.
+fn is_ours(name: &str) -> bool {
+    let name = name.strip_suffix(".tmp").unwrap_or(name);
+    let numbered = |prefix: &str, suffix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    [
+        REPORT_JSON,
+        REPORT_HTML,
+        live::PARTIAL_NAME,
+        live::HLOG_NAME,
+        live::CSV_NAME,
+        WRITE_PROBE,
+    ]
+    .contains(&name)
+        || numbered("latency.run-", ".hlog")
+        || numbered("intervals.run-", ".csv")
 }
 
 /// `loadfleet-out-20261130T101500Z` under `parent`, made with `create_dir`
@@ -89,7 +170,6 @@ pub(super) fn write_outputs(
     shown: usize,
     repeats: usize,
 ) -> anyhow::Result<()> {
-    use report::live;
     let write =
         |name: &str, f: &dyn Fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>| {
             let path = dir.join(name);
@@ -101,11 +181,11 @@ pub(super) fn write_outputs(
             w.flush()
                 .with_context(|| format!("cannot write {}", path.display()))
         };
-    write("report.json", &|w| report::json::write_json(w, report))?;
+    write(REPORT_JSON, &|w| report::json::write_json(w, report))?;
     live::replace(&dir.join(live::CSV_NAME), |w| {
         report::csv::write_csv(w, report)
     })?;
-    write("report.html", &|w| report::html::write_html(w, report))?;
+    write(REPORT_HTML, &|w| report::html::write_html(w, report))?;
     if repeats > 1 {
         let (from, _) = live::run_files(dir, shown, repeats);
         let to = dir.join(live::HLOG_NAME);
@@ -140,5 +220,33 @@ mod tests {
         assert_eq!(name(&b), "loadfleet-out-20261130T101500Z-2");
         assert_eq!(name(&c), "loadfleet-out-20261130T101500Z-3");
         std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    #[test]
+    fn only_the_files_a_run_writes_are_ours() {
+        for name in [
+            "report.json",
+            "report.html",
+            "report.partial.json",
+            "latency.hlog",
+            "intervals.csv",
+            "intervals.csv.tmp",
+            "latency.run-1.hlog",
+            "intervals.run-12.csv",
+            ".loadfleet-write-test",
+        ] {
+            assert!(is_ours(name), "{name}");
+        }
+        for name in [
+            "plan.toml",
+            "report.txt",
+            "notes.md",
+            "latency.run-.hlog",
+            "latency.run-x.hlog",
+            "intervals.run-2.csv.bak",
+            "report.json.orig",
+        ] {
+            assert!(!is_ours(name), "{name}");
+        }
     }
 }

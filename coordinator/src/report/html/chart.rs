@@ -4,6 +4,7 @@
 //! an end tag (`<line ...></line>`): inside `<svg>` a start tag without one
 //! would hold its siblings as children.
 
+use loadfleet_proto::vocab::OutcomeClass;
 use maud::{html, Markup};
 
 use crate::report::format::fin;
@@ -22,6 +23,23 @@ const C_P99: &str = "#d0342c";
 const C_CURVE: &str = "#7b3fc4";
 const C_IN_FLIGHT: &str = "#7b3fc4";
 const C_MAX_IN_FLIGHT: &str = "#e07b00";
+
+/// Each outcome class's stroke and the lighter fill of its layer in the
+/// stacked chart: 2xx the green of `completed`, 4xx amber, 5xx a deep red
+/// apart from `unsent`'s, transport errors brown.
+fn class_colours(c: OutcomeClass) -> (&'static str, &'static str) {
+    match c {
+        OutcomeClass::Informational => ("#7d8fa3", "#d5dce4"),
+        OutcomeClass::Success => (C_COMPLETED, "#bfe3cb"),
+        OutcomeClass::Redirect => ("#3d8eb0", "#c6e1ec"),
+        OutcomeClass::ClientError => ("#c98a00", "#f2dfb0"),
+        OutcomeClass::ServerError => ("#b71c1c", "#f2c4c1"),
+        OutcomeClass::Error => ("#5d4037", "#d7ccc8"),
+        OutcomeClass::GrpcOk => ("#2e7d32", "#c8e6c9"),
+        OutcomeClass::GrpcClientError => ("#e65100", "#ffd8b8"),
+        OutcomeClass::GrpcServerError => ("#880e4f", "#f0bcd3"),
+    }
+}
 
 pub(super) fn charts(r: &Report) -> Markup {
     let ivs = &r.intervals;
@@ -74,6 +92,14 @@ pub(super) fn charts(r: &Report) -> Markup {
         ],
     };
 
+    let by_class = Chart {
+        title: "Completions per second by outcome class (stacked)",
+        y_label: "completions / s",
+        x: seconds,
+        bands: bands.clone(),
+        series: class_layers(ivs),
+    };
+
     let (curve, decades) = curve_points(&r.totals);
     let mut dist = Series::line("latency", C_CURVE, curve);
     dist.markers = true;
@@ -107,9 +133,47 @@ pub(super) fn charts(r: &Report) -> Markup {
         h2 { "Charts" }
         (latency.render("no latency data: nothing completed"))
         (requests.render("no per-second data: no interval was reported"))
+        (by_class.render("no completions: nothing was answered or failed"))
         (distribution.render("no latency distribution: nothing completed"))
         (in_flight.render("no in-flight data: no interval was reported"))
     }
+}
+
+/// One stacked layer per outcome class that occurs in the run, in the
+/// vocabulary's order (2xx at the bottom), so the top of the stack is
+/// `completed` and a run that turns into 503s shows the 5xx layer taking
+/// the place of the 2xx one while the total stays flat.
+fn class_layers(ivs: &[IntervalReport]) -> Vec<Series<'static>> {
+    let mut floor = vec![0.0; ivs.len()];
+    let mut layers = Vec::new();
+    for &class in OutcomeClass::ALL {
+        let key = format!("completed_{class}");
+        let counts: Vec<f64> = ivs
+            .iter()
+            .map(|iv| iv.classes.get(&key).copied().unwrap_or(0) as f64)
+            .collect();
+        if counts.iter().all(|&n| n == 0.0) {
+            continue;
+        }
+        let (stroke, fill) = class_colours(class);
+        let top: Vec<f64> = floor.iter().zip(&counts).map(|(f, n)| f + n).collect();
+        layers.push(Series {
+            width: 1.5,
+            area: Some(Area {
+                fill,
+                floor: std::mem::replace(&mut floor, top.clone()),
+            }),
+            ..Series::line(
+                class.as_str(),
+                stroke,
+                ivs.iter()
+                    .zip(top)
+                    .map(|(iv, y)| (fin(iv.t) + 0.5, Some(y)))
+                    .collect(),
+            )
+        });
+    }
+    layers
 }
 
 /// Shaded spans of the time charts: each scenario's warm-up and the drain
@@ -197,6 +261,15 @@ struct Series<'a> {
     width: f64,
     /// x and y; a missing y breaks the line.
     points: Vec<(f64, Option<f64>)>,
+    /// A layer of a stacked chart: filled down to its floor.
+    area: Option<Area<'a>>,
+}
+
+/// The fill of a stacked layer, from its line down to `floor` (the top of
+/// the layer below, one value per point).
+struct Area<'a> {
+    fill: &'a str,
+    floor: Vec<f64>,
 }
 
 impl<'a> Series<'a> {
@@ -208,6 +281,7 @@ impl<'a> Series<'a> {
             markers: false,
             width: 2.0,
             points,
+            area: None,
         }
     }
 }
@@ -220,8 +294,11 @@ struct Chart<'a> {
     series: Vec<Series<'a>>,
 }
 
-const W: f64 = 760.0;
-const H: f64 = 280.0;
+// The drawing's own size: the page scales it to its width (style
+// `svg.chart`), so these set the proportions and the size of the text at
+// about the widest a page gets.
+const W: f64 = 1100.0;
+const H: f64 = 320.0;
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 34.0;
@@ -277,10 +354,14 @@ impl Chart<'_> {
             XAxis::Seconds { .. } => "seconds from the start",
             XAxis::LogPercentile { .. } => "percentile (log scale of 1/(1−p))",
         };
-        // Wide strokes first, dashed ones last (on top); the legend keeps
-        // the given order.
+        // Filled layers first, then wide strokes, dashed ones last (on
+        // top); the legend keeps the given order.
         let mut order: Vec<&Series> = self.series.iter().collect();
-        order.sort_by(|a, b| a.dashed.cmp(&b.dashed).then(b.width.total_cmp(&a.width)));
+        order.sort_by(|a, b| {
+            (b.area.is_some().cmp(&a.area.is_some()))
+                .then(a.dashed.cmp(&b.dashed))
+                .then(b.width.total_cmp(&a.width))
+        });
         let mut legend_x = LEFT;
         let legend: Vec<(f64, &Series)> = self
             .series
@@ -323,6 +404,12 @@ impl Chart<'_> {
                         text-anchor="middle" { (x_label) }
                     text x="14" y=(f1(mid_y)) font-size="11" fill="#444" text-anchor="middle"
                         transform=(format!("rotate(-90 14 {})", f1(mid_y))) { (self.y_label) }
+                    @for s in &order {
+                        @if let Some(area) = &s.area {
+                            polygon fill=(area.fill) stroke="none"
+                                points=(points(&s.area_outline(area, &px, &py))) {}
+                        }
+                    }
                     @for s in order {
                         @for run in s.runs(&px, &py) {
                             polyline data-series=(s.name) fill="none" stroke=(s.color)
@@ -337,8 +424,13 @@ impl Chart<'_> {
                         }
                     }
                     @for (x, s) in legend {
-                        line x1=(f1(x)) y1="14" x2=(f1(x + 22.0)) y2="14" stroke=(s.color)
-                            stroke-width="3" stroke-dasharray=[s.dashed.then_some("6 4")] {}
+                        @if let Some(area) = &s.area {
+                            rect x=(f1(x)) y="8" width="22" height="12" fill=(area.fill)
+                                stroke=(s.color) stroke-width="1.5" {}
+                        } @else {
+                            line x1=(f1(x)) y1="14" x2=(f1(x + 22.0)) y2="14" stroke=(s.color)
+                                stroke-width="3" stroke-dasharray=[s.dashed.then_some("6 4")] {}
+                        }
                         text x=(f1(x + 27.0)) y="18" font-size="12" fill="#333" { (s.name) }
                     }
                 }
@@ -360,6 +452,29 @@ impl Series<'_> {
         }
         runs.retain(|r| !r.is_empty());
         runs
+    }
+}
+
+impl Series<'_> {
+    /// A stacked layer's outline in pixels: along its line, then back
+    /// along its floor. Layers have a value at every point.
+    fn area_outline(
+        &self,
+        area: &Area<'_>,
+        px: &impl Fn(f64) -> f64,
+        py: &impl Fn(f64) -> f64,
+    ) -> Vec<(f64, f64)> {
+        let top = self
+            .points
+            .iter()
+            .map(|&(x, y)| (px(x), py(y.unwrap_or(0.0))));
+        let floor = self
+            .points
+            .iter()
+            .zip(&area.floor)
+            .rev()
+            .map(|(&(x, _), &y)| (px(x), py(y)));
+        top.chain(floor).collect()
     }
 }
 

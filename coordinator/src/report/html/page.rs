@@ -7,7 +7,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::chart::charts;
 use super::figures::{headline, subscriptions};
 use super::tables::{agents, outcomes, repeats, scenarios};
-use crate::report::format::{num, protocol_line, secs, threshold_actual, utc};
+use crate::report::format::{protocol_line, secs, threshold_actual, utc};
 use crate::report::model::Report;
 
 /// Writes the page for `r` to `out`.
@@ -21,9 +21,11 @@ pub fn render(r: &Report) -> std::io::Result<String> {
     Ok(page(r, &json).into_string())
 }
 
+// Charts are scaled to the page's width (`svg.chart`), one per row, so a
+// wide window shows the seconds of a long run apart.
 const STYLE: &str = "\
 *{box-sizing:border-box}\
-body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;padding:24px 32px;color:#1d1d1f;background:#fff;line-height:1.4;max-width:1180px}\
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;padding:24px 32px;color:#1d1d1f;background:#fff;line-height:1.4;max-width:1800px}\
 h1{font-size:24px;margin:0 0 4px}\
 h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #e3e3e3;padding-bottom:4px}\
 h3{font-size:14px;margin:16px 0 4px;color:#444}\
@@ -44,12 +46,13 @@ td.unsent{color:#b3261e;font-weight:700}\
 p.lowerbound{color:#b3261e}\
 .sub{display:block;font-size:11px;color:#666;font-weight:400}\
 .none{color:#888;font-style:italic}\
-.nodata{color:#888;font-style:italic;border:1px dashed #ccc;padding:12px;margin:4px 0;max-width:760px}\
+.nodata{color:#888;font-style:italic;border:1px dashed #ccc;padding:12px;margin:4px 0}\
 .pass{color:#1f7a3a;font-weight:700}.fail{color:#b3261e;font-weight:700}\
 .lost{color:#b3261e;font-weight:700}\
 .barcell{width:260px}\
 .bar{height:12px;min-width:1px;border-radius:2px}\
 figure{margin:8px 0 16px}\
+svg.chart{display:block;width:100%;height:auto}\
 figcaption{font-weight:600;font-size:14px;margin-bottom:2px}\
 svg text{font-family:system-ui,Helvetica,Arial,sans-serif}\
 footer{margin-top:32px;color:#888;font-size:12px}";
@@ -114,13 +117,8 @@ fn header(r: &Report) -> Markup {
         @for s in &r.scenarios {
             p class="run" {
                 "scenario " b { (s.name) } ": "
-                @match (s.model.as_str(), s.offered_rps) {
-                    ("open", Some(rps)) => {
-                        "open model, " (num(rps, 1)) " req/s offered on average ("
-                        (s.process.as_deref().unwrap_or("uniform")) ")"
-                    }
-                    (model, _) => { (model) " model" }
-                }
+                (s.model) " model"
+                @if !s.load.is_empty() { ", " (s.load) }
                 "; " (secs(s.duration_s)) " s from t=" (secs(s.start_s)) " s, warm-up "
                 (secs(s.warmup_s)) " s, window " (secs(s.window.start_s)) "–"
                 (secs(s.window.end_s)) " s"

@@ -118,6 +118,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 start_s: 0.0,
                 end_s: intervals as f64,
             },
+            load: "100 req/s (uniform)".into(),
             process: Some("uniform".into()),
             offered_rps: Some(100.0),
             totals: t.clone(),
@@ -325,4 +326,31 @@ fn scales_and_formats() {
     for unreadable in [0.0, -1.0, f64::NAN, 1e300] {
         assert_eq!(utc(unreadable), "–");
     }
+}
+
+#[test]
+fn completions_are_stacked_by_the_classes_the_run_had() {
+    let mut r = report(4, 400);
+    for (i, iv) in r.intervals.iter_mut().enumerate() {
+        let failed = 30 * i as u64;
+        iv.classes = [
+            ("completed_2xx".to_string(), 97 - failed),
+            ("completed_4xx".to_string(), 0),
+            ("completed_5xx".to_string(), failed),
+        ]
+        .into_iter()
+        .collect();
+    }
+    let html = render(&r).unwrap();
+    assert_eq!(polyline_points(&html, "2xx"), [4]);
+    assert_eq!(polyline_points(&html, "5xx"), [4]);
+    assert!(
+        polyline_points(&html, "4xx").is_empty(),
+        "a class the run never had is not drawn"
+    );
+    // One filled layer per class drawn, under the lines.
+    assert_eq!(html.matches("<polygon ").count(), 2);
+    // Without per-class counts there is nothing to stack.
+    let html = render(&report(4, 400)).unwrap();
+    assert!(html.contains("no completions: nothing was answered or failed"));
 }

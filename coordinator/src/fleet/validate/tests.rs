@@ -143,11 +143,43 @@ fn each_hostile_field_is_named() {
     );
 }
 
+/// A request may wait for a connection past its interval's end: a later
+/// snapshot sends what an earlier one intended, but no agent sends more
+/// than it intended so far.
+#[test]
+fn later_snapshots_may_send_what_earlier_ones_intended_never_more() {
+    let mut c = checks();
+    let t = Merged::default();
+    let first = v1::Snapshot {
+        seq: 1,
+        intended: 5,
+        sent: 2,
+        ..Default::default()
+    };
+    let second = v1::Snapshot {
+        seq: 2,
+        intended: 1,
+        sent: 3,
+        unsent: [("pool_timeout".to_string(), 1)].into(),
+        ..Default::default()
+    };
+    assert_eq!(c.snapshot(0, &first, &t), Check::Accept);
+    assert_eq!(c.snapshot(0, &second, &t), Check::Accept);
+    let greedy = v1::Snapshot {
+        seq: 3,
+        intended: 0,
+        sent: 1,
+        ..Default::default()
+    };
+    assert_eq!(what(c.snapshot(0, &greedy, &t)), "counts_disagree");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Whatever the counts, an accepted snapshot adds up, stays within
-    /// the bound, and never overflows the totals it joins.
+    /// Whatever the counts, an accepted first snapshot resolves no more
+    /// than it intended, stays within the bound, and never overflows the
+    /// totals it joins.
     #[test]
     fn accepted_counts_are_consistent_and_bounded(
         intended in prop_oneof![0u64..10, any::<u64>()],
@@ -164,7 +196,7 @@ proptest! {
         };
         let t = Merged { intended: total, sent: total, ..Merged::default() };
         if checks().snapshot(0, &s, &t) == Check::Accept {
-            prop_assert_eq!(sent + late, intended);
+            prop_assert!(sent + late <= intended);
             prop_assert!(intended <= MAX_SNAPSHOT_COUNT);
             prop_assert!(total.checked_add(intended).is_some());
         }

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::check::PlanError;
 use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget, RawTls};
+use super::timeline::Timeline;
 use super::validated::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
 use crate::thresholds::Threshold;
 
@@ -225,21 +226,35 @@ impl Laid {
 }
 
 impl Overlay {
-    /// Do the flags reshape the plan's scenario?
-    fn reshapes(&self) -> bool {
-        self.rate.is_some()
-            || self.clients.is_some()
-            || self.think.is_some()
-            || self.duration.is_some()
-            || self.ramp.is_some()
-            || self.warmup.is_some()
-            || self.process.is_some()
-            || self.seed.is_some()
+    /// The flags that shape one scenario's profile, which a plan of several
+    /// cannot take: each flag with the plan keys to edit instead.
+    fn per_scenario(&self) -> Vec<(&'static str, &'static str)> {
+        let mut flags = Vec::new();
+        if self.rate.is_some() {
+            flags.push(("--rate", "`rate` (or `stages`, `steps`)"));
+        }
+        if self.clients.is_some() {
+            flags.push(("--clients", "`clients` and `think` of the closed ones"));
+        }
+        if self.ramp.is_some() {
+            flags.push((
+                "--ramp",
+                "`stages`, e.g. stages = [{ to = 100, over = \"10s\" }, { hold = \"50s\" }]",
+            ));
+        }
+        flags
     }
 
     /// Lays the flags over `raw`; `from_file` says whether `raw` was read
-    /// from a plan file (or made by [`flags_only`]).
-    pub(super) fn lay_over(&self, raw: &mut RawPlan, from_file: bool) -> Laid {
+    /// from a plan file (or made by [`flags_only`]). `timeline` is
+    /// `--duration` over a plan of several scenarios (see
+    /// [`super::timeline`]).
+    pub(super) fn lay_over(
+        &self,
+        raw: &mut RawPlan,
+        from_file: bool,
+        timeline: Option<&Timeline>,
+    ) -> Laid {
         let mut laid = Laid::default();
         self.lay_target(raw, &mut laid);
         if self.insecure {
@@ -248,24 +263,20 @@ impl Overlay {
                 .get_mut()
                 .insecure = Some(true);
         }
-        if let Some(d) = self.drain {
-            raw.run.get_or_insert_default().drain = flag_duration(d);
-            laid.set("run.drain", "--drain");
-        }
-        if let Some(mode) = &self.on_agent_loss {
-            raw.run.get_or_insert_default().on_agent_loss = Some(flag_value(mode.clone()));
-            laid.set("run.on_agent_loss", "--on-agent-loss");
-        }
-        if self.reshapes() {
-            match raw.scenario.as_mut_slice() {
-                [only] => self.lay_scenario(only.get_mut(), &mut laid),
-                many => laid.err(
-                    "--rate/--clients/--duration/--ramp/--warmup/--process/--seed",
-                    format!(
-                        "these reshape a single scenario, but the plan has {}; edit the plan instead",
-                        many.len()
-                    ),
-                ),
+        self.lay_run(raw, &mut laid);
+        match raw.scenario.as_mut_slice() {
+            [only] => self.lay_scenario(only.get_mut(), &mut laid),
+            many => {
+                let n = many.len();
+                for (flag, keys) in self.per_scenario() {
+                    laid.err(
+                        flag,
+                        format!("{flag} shapes a single scenario, but the plan has {n}; edit {keys} in each [[scenario]] instead"),
+                    );
+                }
+                if let Some(t) = timeline {
+                    t.lay(raw, |field, flag| laid.set(field, flag));
+                }
             }
         }
         if self.sse {
@@ -405,8 +416,8 @@ impl Overlay {
     }
 
     /// The reshaping flags on the plan's one scenario. A constant scenario
-    /// takes the new level and length as its own; a shaped one (stages,
-    /// steps) is scaled after it is resolved, so that it keeps its shape.
+    /// takes the new level as its own; a shaped one (stages, steps) is
+    /// scaled after it is resolved, so that it keeps its shape.
     fn lay_scenario(&self, s: &mut RawScenario, laid: &mut Laid) {
         let at = |field: &str| format!("scenario[0].{field}");
         if let Some(rate) = self.rate {
@@ -435,29 +446,47 @@ impl Overlay {
             s.think = flag_duration(think);
             laid.set(at("think"), "--think");
         }
-        if let Some(d) = self.duration {
-            if s.is_shaped() {
-                s.reshape.duration = Some(d);
-            } else {
-                s.duration = flag_duration(d);
-                laid.set(at("duration"), "--duration");
+        // Stretched after it is resolved, so that the warm-up can follow.
+        s.reshape.duration = self.duration;
+        s.reshape.ramp = self.ramp;
+    }
+
+    /// The run-wide flags: they apply to every scenario of the plan.
+    fn lay_run(&self, raw: &mut RawPlan, laid: &mut Laid) {
+        if let Some(d) = self.drain {
+            raw.run.get_or_insert_default().drain = flag_duration(d);
+            laid.set("run.drain", "--drain");
+        }
+        if let Some(mode) = &self.on_agent_loss {
+            raw.run.get_or_insert_default().on_agent_loss = Some(flag_value(mode.clone()));
+            laid.set("run.on_agent_loss", "--on-agent-loss");
+        }
+        // --warmup and --seed are [run] settings that a scenario may
+        // override in the file; the flag overrides them all.
+        if let Some(w) = self.warmup {
+            raw.run.get_or_insert_default().warmup = flag_duration(w);
+            laid.set("run.warmup", "--warmup");
+            for s in &mut raw.scenario {
+                s.get_mut().warmup = None;
             }
         }
-        s.reshape.ramp = self.ramp;
-        if let Some(w) = self.warmup {
-            s.warmup = flag_duration(w);
-            laid.set(at("warmup"), "--warmup");
+        if let Some(seed) = self.seed {
+            raw.run.get_or_insert_default().seed = Some(seed);
+            for s in &mut raw.scenario {
+                s.get_mut().seed = None;
+            }
         }
+        // The arrival process of every open scenario (a closed one has
+        // none, and ignores it).
         if let Some(p) = self.process {
             let name = match p {
                 ProcessArg::Uniform => "uniform",
                 ProcessArg::Poisson => "poisson",
             };
-            s.process = Some(flag_value(name.to_string()));
-            laid.set(at("process"), "--process");
-        }
-        if let Some(seed) = self.seed {
-            s.seed = Some(seed);
+            for (i, s) in raw.scenario.iter_mut().enumerate() {
+                s.get_mut().process = Some(flag_value(name.to_string()));
+                laid.set(format!("scenario[{i}].process"), "--process");
+            }
         }
     }
 

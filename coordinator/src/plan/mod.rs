@@ -61,24 +61,23 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
             dropped: Vec::new(),
         }),
     };
-    let laid_over = |mut parsed: parse::Parsed,
-                     flags: &Overlay,
-                     timeline: Option<&timeline::Timeline>| {
-        let laid = flags.lay_over(&mut parsed.raw, file.is_some(), timeline);
-        parsed.errors.extend(laid.errors);
-        validate::validate(
-            &parsed.raw,
-            validate::Input {
-                text: &text,
-                source: &source,
-                base: &base,
-                flags: laid.flags,
-                errors: parsed.errors,
-                dropped: parsed.dropped,
-                thresholds: flags.thresholds.clone(),
-            },
-        )
-    };
+    let laid_over =
+        |mut parsed: parse::Parsed, flags: &Overlay, timeline: Option<&timeline::Timeline>| {
+            let laid = flags.lay_over(&mut parsed.raw, file.is_some(), timeline);
+            parsed.errors.extend(laid.errors);
+            validate::validate(
+                &parsed.raw,
+                validate::Input {
+                    text: &text,
+                    source: &source,
+                    base: &base,
+                    flags: laid.flags,
+                    errors: parsed.errors,
+                    dropped: parsed.dropped,
+                    thresholds: flags.thresholds.clone(),
+                },
+            )
+        };
     let parsed = read()?;
     let Some(duration) = flags.duration.filter(|_| parsed.raw.scenario.len() > 1) else {
         return laid_over(parsed, flags, None);

@@ -96,16 +96,21 @@ pub(super) fn warmup(
         written
     };
     if !duration.is_zero() && warmup >= duration {
-        let whose = if field == "run.warmup" {
-            "the [run] warmup"
+        let (whose, fix) = if c.from_flag(&field) {
+            ("the warm-up", "give a shorter --warmup")
+        } else if field == "run.warmup" {
+            (
+                "the [run] warmup",
+                "shorten it, or give this scenario its own warmup",
+            )
         } else {
-            "the scenario's warmup"
+            ("the scenario's warmup", "shorten it")
         };
         c.err(
             field,
             span.or(Some(spanned.span())),
             format!(
-                "{whose} ({}) is as long as scenario {name:?} ({}): nothing would be measured; shorten it",
+                "{whose} ({}) is as long as scenario {name:?} ({}): nothing would be measured; {fix}",
                 humantime::format_duration(warmup),
                 humantime::format_duration(duration)
             ),

@@ -99,7 +99,7 @@ impl<'a> Check<'a> {
     }
 
     /// Did a flag set `field`?
-    pub fn from_flag(&self, field: &str) -> bool {
+    pub fn set_by_flag(&self, field: &str) -> bool {
         self.flags.contains_key(field)
     }
 

@@ -146,7 +146,7 @@ fn fix_for_toml_error(message: &str) -> String {
             .iter()
             .any(|t| message.ends_with(t))
         {
-            "write a plain number, e.g. 100 (no unit, no quotes)"
+            "rates and counts are plain numbers: write e.g. 100, without a unit or quotes"
         } else {
             "durations are quoted strings (\"30s\"), rates and counts are plain numbers"
         };

@@ -90,13 +90,13 @@ pub(super) fn warmup(
         Some(w) => (own, s.warmup.as_ref().map(Spanned::span), w),
         None => ("run.warmup".to_string(), run.span.clone(), run.value),
     };
-    let warmup = if scale < 1.0 && !c.from_flag(&field) {
+    let warmup = if scale < 1.0 && !c.set_by_flag(&field) {
         written.mul_f64(scale)
     } else {
         written
     };
     if !duration.is_zero() && warmup >= duration {
-        let (whose, fix) = if c.from_flag(&field) {
+        let (whose, fix) = if c.set_by_flag(&field) {
             ("the warm-up", "give a shorter --warmup")
         } else if field == "run.warmup" {
             (

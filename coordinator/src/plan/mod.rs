@@ -83,11 +83,20 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
         return laid_over(parsed, flags, None);
     };
     // --duration over several scenarios scales the plan's timeline, which
-    // is known once the plan as written (with the other flags) stands.
+    // is known once the plan as written (with the other flags) stands. The
+    // warm-ups play no part in it, and may only fit the scaled timeline.
+    let mut parsed = parsed;
+    if let Some(run) = parsed.raw.run.as_mut() {
+        run.warmup = None;
+    }
+    for s in &mut parsed.raw.scenario {
+        s.get_mut().warmup = None;
+    }
     let written = laid_over(
         parsed,
         &Overlay {
             duration: None,
+            warmup: None,
             ..flags.clone()
         },
         None,

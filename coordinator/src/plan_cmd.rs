@@ -9,10 +9,7 @@ use crate::plan::{self, Model, Overlay, PlanError};
 /// Validates the plan and summarises it. Its `[[output]]` tables are
 /// checked too, so that one pass shows every problem.
 pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
-    let (plan, outputs) = match (
-        plan::load(file),
-        crate::output::config::check_plan(file),
-    ) {
+    let (plan, outputs) = match (plan::load(file), crate::output::config::check_plan(file)) {
         (Ok(plan), Ok(outputs)) => (plan, outputs),
         (Err(mut errors), Err(output)) => {
             errors.errors.push(output_error(file, &output));

@@ -134,13 +134,18 @@ fn field_of_toml_error(message: &str) -> String {
     "plan".to_string()
 }
 
-/// A toml/serde message with what to write instead.
+/// A toml/serde message in the plan's words, with what to write instead.
 fn fix_for_toml_error(message: &str) -> String {
-    let message = message.trim();
+    let message = plan_words(message.trim());
+    let message = message.as_str();
     if message.starts_with("unknown field") {
         format!("{message}; check the spelling against the plan reference in docs/plans.md")
     } else if message.starts_with("invalid type") {
-        let fix = if message.ends_with("expected a string") {
+        let fix = if message.ends_with("expected a table") {
+            "write a table, e.g. { key = value }"
+        } else if message.ends_with("expected a list") {
+            "write a list, e.g. [ ... ]"
+        } else if message.ends_with("expected a string") {
             "quote it: durations and names are strings, e.g. \"30s\""
         } else if ["f64", "i64", "u64", "an integer"]
             .iter()
@@ -153,6 +158,17 @@ fn fix_for_toml_error(message: &str) -> String {
         format!("{message}; {fix}")
     } else {
         message.to_string()
+    }
+}
+
+/// Serde's names for what was expected, as a plan's reader knows them: a
+/// table rather than `struct RawStage` (a name inside this crate), a list
+/// rather than a sequence.
+fn plan_words(message: &str) -> String {
+    let message = message.replace("expected a sequence", "expected a list");
+    match message.find("expected struct Raw") {
+        Some(at) => format!("{}expected a table", &message[..at]),
+        None => message,
     }
 }
 

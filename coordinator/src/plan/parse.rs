@@ -59,7 +59,8 @@ pub(super) fn parse(text: &str) -> Result<Parsed, Vec<PlanError>> {
 
 /// 1-based line of byte offset `at`.
 fn line_of(text: &str, at: usize) -> usize {
-    text[..at.min(text.len())].matches('\n').count() + 1
+    let before = &text.as_bytes()[..at.min(text.len())];
+    before.iter().filter(|&&b| b == b'\n').count() + 1
 }
 
 /// An error that could not be tied to an entry of the document.

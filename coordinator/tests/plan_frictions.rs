@@ -156,7 +156,7 @@ fn run_wide_flags_apply_to_plans_of_several_scenarios() {
         let (code, output) = coordinator_with(&["plan", "preview"], &steps, &[flag, value]);
         assert_eq!(code, Some(2), "{flag}: {output}");
         assert!(
-            output.contains(&format!("{flag}: {flag} shapes")),
+            output.contains(&format!("{flag}: shapes a single scenario")),
             "{output}"
         );
         assert!(output.contains(key), "{flag}: {output}");

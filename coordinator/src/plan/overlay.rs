@@ -231,15 +231,21 @@ impl Overlay {
     fn per_scenario(&self) -> Vec<(&'static str, &'static str)> {
         let mut flags = Vec::new();
         if self.rate.is_some() {
-            flags.push(("--rate", "`rate` (or `stages`, `steps`)"));
+            flags.push((
+                "--rate",
+                "`rate` (or `stages`, `steps`) in each [[scenario]]",
+            ));
         }
         if self.clients.is_some() {
-            flags.push(("--clients", "`clients` and `think` of the closed ones"));
+            flags.push((
+                "--clients",
+                "`clients` and `think` in each closed [[scenario]]",
+            ));
         }
         if self.ramp.is_some() {
             flags.push((
                 "--ramp",
-                "`stages`, e.g. stages = [{ to = 100, over = \"10s\" }, { hold = \"50s\" }]",
+                "the `stages` of each [[scenario]], e.g. stages = [{ to = 100, over = \"10s\" }, { hold = \"50s\" }]",
             ));
         }
         flags
@@ -271,7 +277,9 @@ impl Overlay {
                 for (flag, keys) in self.per_scenario() {
                     laid.err(
                         flag,
-                        format!("{flag} shapes a single scenario, but the plan has {n}; edit {keys} in each [[scenario]] instead"),
+                        format!(
+                            "shapes a single scenario, but the plan has {n}; instead, edit {keys}"
+                        ),
                     );
                 }
                 if let Some(t) = timeline {
@@ -476,8 +484,8 @@ impl Overlay {
                 s.get_mut().seed = None;
             }
         }
-        // The arrival process of every open scenario (a closed one has
-        // none, and ignores it).
+        // Every scenario's arrival process; a closed one has none, and
+        // ignores it.
         if let Some(p) = self.process {
             let name = match p {
                 ProcessArg::Uniform => "uniform",

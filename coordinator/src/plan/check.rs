@@ -66,6 +66,10 @@ pub(super) struct Check<'a> {
     /// Fields whose value a flag set, with that flag: their mistakes name
     /// the flag, since the file never said it.
     flags: BTreeMap<String, &'static str>,
+    /// Fields left out of the plan for an unknown name or a wrong type
+    /// (see `super::parse`): already reported, so nothing more is said
+    /// about them or what is inside them.
+    dropped: Vec<String>,
     pub errors: Vec<PlanError>,
 }
 
@@ -74,12 +78,29 @@ impl<'a> Check<'a> {
         text: &'a str,
         flags: BTreeMap<String, &'static str>,
         errors: Vec<PlanError>,
+        dropped: Vec<String>,
     ) -> Self {
         Check {
             text,
             flags,
+            dropped,
             errors,
         }
+    }
+
+    /// Was `field` (or the table or list holding it) left out of the plan
+    /// for a mistake already reported?
+    pub fn dropped(&self, field: &str) -> bool {
+        self.dropped.iter().any(|d| {
+            field
+                .strip_prefix(d.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        })
+    }
+
+    /// Did a flag set `field`?
+    pub fn set_by_flag(&self, field: &str) -> bool {
+        self.flags.contains_key(field)
     }
 
     fn line_of(&self, span: Range<usize>) -> Option<usize> {
@@ -94,6 +115,9 @@ impl<'a> Check<'a> {
         message: impl Into<String>,
     ) {
         let field = field.into();
+        if self.dropped(&field) {
+            return;
+        }
         let (field, line) = match self.flags.get(&field) {
             Some(flag) => ((*flag).to_string(), None),
             None => (field, span.and_then(|s| self.line_of(s))),

@@ -17,11 +17,13 @@ mod files;
 mod grpc;
 mod model;
 mod overlay;
+mod parse;
 mod preview;
 mod raw;
 mod requests;
 mod shape;
 mod sse;
+mod timeline;
 mod timing;
 mod tls;
 mod validate;
@@ -51,22 +53,59 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
         ),
         None => (String::new(), FLAGS_SOURCE.to_string(), Default::default()),
     };
-    let mut raw = match file {
-        Some(_) => from_toml(&text, &source)?,
-        None => overlay::flags_only(),
+    let read = || match file {
+        Some(_) => from_toml(&text, &source),
+        None => Ok(parse::Parsed {
+            raw: overlay::flags_only(),
+            errors: Vec::new(),
+            dropped: Vec::new(),
+        }),
     };
-    let laid = flags.lay_over(&mut raw, file.is_some());
-    validate::validate(
-        &raw,
-        validate::Input {
-            text: &text,
-            source: &source,
-            base: &base,
-            flags: laid.flags,
-            errors: laid.errors,
-            thresholds: flags.thresholds.clone(),
+    let laid_over =
+        |mut parsed: parse::Parsed, flags: &Overlay, timeline: Option<&timeline::Timeline>| {
+            let laid = flags.lay_over(&mut parsed.raw, file.is_some(), timeline);
+            parsed.errors.extend(laid.errors);
+            validate::validate(
+                &parsed.raw,
+                validate::Input {
+                    text: &text,
+                    source: &source,
+                    base: &base,
+                    flags: laid.flags,
+                    errors: parsed.errors,
+                    dropped: parsed.dropped,
+                    thresholds: flags.thresholds.clone(),
+                },
+            )
+        };
+    let parsed = read()?;
+    let Some(duration) = flags.duration.filter(|_| parsed.raw.scenario.len() > 1) else {
+        return laid_over(parsed, flags, None);
+    };
+    // --duration over several scenarios scales the plan's timeline, which
+    // is known once the plan as written (with the other flags) stands. The
+    // warm-ups play no part in it, and may only fit the scaled timeline.
+    let mut parsed = parsed;
+    if let Some(run) = parsed.raw.run.as_mut() {
+        run.warmup = None;
+    }
+    for s in &mut parsed.raw.scenario {
+        s.get_mut().warmup = None;
+    }
+    let written = laid_over(
+        parsed,
+        &Overlay {
+            duration: None,
+            warmup: None,
+            ..flags.clone()
         },
-    )
+        None,
+    )?;
+    let timeline = timeline::Timeline::new(&written, duration).map_err(|e| PlanErrors {
+        source: source.clone(),
+        errors: vec![e],
+    })?;
+    laid_over(read()?, flags, Some(&timeline))
 }
 
 /// Reads and validates a plan file.
@@ -77,15 +116,16 @@ pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
 /// Parses and validates plan text; relative data and body files are read
 /// from `base`.
 pub fn parse(text: &str, source: &str, base: &Path) -> Result<Plan, PlanErrors> {
-    let raw = from_toml(text, source)?;
+    let parsed = from_toml(text, source)?;
     validate::validate(
-        &raw,
+        &parsed.raw,
         validate::Input {
             text,
             source,
             base,
             flags: BTreeMap::new(),
-            errors: Vec::new(),
+            errors: parsed.errors,
+            dropped: parsed.dropped,
             thresholds: Vec::new(),
         },
     )
@@ -102,19 +142,10 @@ fn read(path: &Path) -> Result<String, PlanErrors> {
     })
 }
 
-fn from_toml(text: &str, source: &str) -> Result<raw::RawPlan, PlanErrors> {
-    toml::from_str(text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        PlanErrors {
-            source: source.to_string(),
-            errors: vec![PlanError {
-                field: validate::field_of_toml_error(e.message()),
-                line,
-                message: validate::fix_for_toml_error(e.message()),
-            }],
-        }
+fn from_toml(text: &str, source: &str) -> Result<parse::Parsed, PlanErrors> {
+    parse::parse(text).map_err(|errors| PlanErrors {
+        source: source.to_string(),
+        errors,
     })
 }
 

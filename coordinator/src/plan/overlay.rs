@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::check::PlanError;
 use super::raw::{RawPlan, RawRequest, RawScenario, RawTarget, RawTls};
+use super::timeline::Timeline;
 use super::validated::{TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL};
 use crate::thresholds::Threshold;
 
@@ -233,21 +234,41 @@ impl Laid {
 }
 
 impl Overlay {
-    /// Do the flags reshape the plan's scenario?
-    fn reshapes(&self) -> bool {
-        self.rate.is_some()
-            || self.clients.is_some()
-            || self.think.is_some()
-            || self.duration.is_some()
-            || self.ramp.is_some()
-            || self.warmup.is_some()
-            || self.process.is_some()
-            || self.seed.is_some()
+    /// The flags that shape one scenario's profile, which a plan of several
+    /// cannot take: each flag with the plan keys to edit instead.
+    fn per_scenario(&self) -> Vec<(&'static str, &'static str)> {
+        let mut flags = Vec::new();
+        if self.rate.is_some() {
+            flags.push((
+                "--rate",
+                "`rate` (or `stages`, `steps`) in each [[scenario]]",
+            ));
+        }
+        if self.clients.is_some() {
+            flags.push((
+                "--clients",
+                "`clients` and `think` in each closed [[scenario]]",
+            ));
+        }
+        if self.ramp.is_some() {
+            flags.push((
+                "--ramp",
+                "the `stages` of each [[scenario]], e.g. stages = [{ to = 100, over = \"10s\" }, { hold = \"50s\" }]",
+            ));
+        }
+        flags
     }
 
     /// Lays the flags over `raw`; `from_file` says whether `raw` was read
-    /// from a plan file (or made by [`flags_only`]).
-    pub(super) fn lay_over(&self, raw: &mut RawPlan, from_file: bool) -> Laid {
+    /// from a plan file (or made by [`flags_only`]). `timeline` is
+    /// `--duration` over a plan of several scenarios (see
+    /// [`super::timeline`]).
+    pub(super) fn lay_over(
+        &self,
+        raw: &mut RawPlan,
+        from_file: bool,
+        timeline: Option<&Timeline>,
+    ) -> Laid {
         let mut laid = Laid::default();
         self.lay_target(raw, &mut laid);
         if self.insecure {
@@ -256,24 +277,22 @@ impl Overlay {
                 .get_mut()
                 .insecure = Some(true);
         }
-        if let Some(d) = self.drain {
-            raw.run.get_or_insert_default().drain = flag_duration(d);
-            laid.set("run.drain", "--drain");
-        }
-        if let Some(mode) = &self.on_agent_loss {
-            raw.run.get_or_insert_default().on_agent_loss = Some(flag_value(mode.clone()));
-            laid.set("run.on_agent_loss", "--on-agent-loss");
-        }
-        if self.reshapes() {
-            match raw.scenario.as_mut_slice() {
-                [only] => self.lay_scenario(only.get_mut(), &mut laid),
-                many => laid.err(
-                    "--rate/--clients/--duration/--ramp/--warmup/--process/--seed",
-                    format!(
-                        "these reshape a single scenario, but the plan has {}; edit the plan instead",
-                        many.len()
-                    ),
-                ),
+        self.lay_run(raw, &mut laid);
+        match raw.scenario.as_mut_slice() {
+            [only] => self.lay_scenario(only.get_mut(), &mut laid),
+            many => {
+                let n = many.len();
+                for (flag, keys) in self.per_scenario() {
+                    laid.err(
+                        flag,
+                        format!(
+                            "shapes a single scenario, but the plan has {n}; instead, edit {keys}"
+                        ),
+                    );
+                }
+                if let Some(t) = timeline {
+                    t.lay(raw, |field, flag| laid.set(field, flag));
+                }
             }
         }
         if self.sse {
@@ -417,8 +436,8 @@ impl Overlay {
     }
 
     /// The reshaping flags on the plan's one scenario. A constant scenario
-    /// takes the new level and length as its own; a shaped one (stages,
-    /// steps) is scaled after it is resolved, so that it keeps its shape.
+    /// takes the new level as its own; a shaped one (stages, steps) is
+    /// scaled after it is resolved, so that it keeps its shape.
     fn lay_scenario(&self, s: &mut RawScenario, laid: &mut Laid) {
         let at = |field: &str| format!("scenario[0].{field}");
         if let Some(rate) = self.rate {
@@ -447,29 +466,47 @@ impl Overlay {
             s.think = flag_duration(think);
             laid.set(at("think"), "--think");
         }
-        if let Some(d) = self.duration {
-            if s.is_shaped() {
-                s.reshape.duration = Some(d);
-            } else {
-                s.duration = flag_duration(d);
-                laid.set(at("duration"), "--duration");
+        // Stretched after it is resolved, so that the warm-up can follow.
+        s.reshape.duration = self.duration;
+        s.reshape.ramp = self.ramp;
+    }
+
+    /// The run-wide flags: they apply to every scenario of the plan.
+    fn lay_run(&self, raw: &mut RawPlan, laid: &mut Laid) {
+        if let Some(d) = self.drain {
+            raw.run.get_or_insert_default().drain = flag_duration(d);
+            laid.set("run.drain", "--drain");
+        }
+        if let Some(mode) = &self.on_agent_loss {
+            raw.run.get_or_insert_default().on_agent_loss = Some(flag_value(mode.clone()));
+            laid.set("run.on_agent_loss", "--on-agent-loss");
+        }
+        // --warmup and --seed are [run] settings that a scenario may
+        // override in the file; the flag overrides them all.
+        if let Some(w) = self.warmup {
+            raw.run.get_or_insert_default().warmup = flag_duration(w);
+            laid.set("run.warmup", "--warmup");
+            for s in &mut raw.scenario {
+                s.get_mut().warmup = None;
             }
         }
-        s.reshape.ramp = self.ramp;
-        if let Some(w) = self.warmup {
-            s.warmup = flag_duration(w);
-            laid.set(at("warmup"), "--warmup");
+        if let Some(seed) = self.seed {
+            raw.run.get_or_insert_default().seed = Some(seed);
+            for s in &mut raw.scenario {
+                s.get_mut().seed = None;
+            }
         }
+        // Every scenario's arrival process; a closed one has none, and
+        // ignores it.
         if let Some(p) = self.process {
             let name = match p {
                 ProcessArg::Uniform => "uniform",
                 ProcessArg::Poisson => "poisson",
             };
-            s.process = Some(flag_value(name.to_string()));
-            laid.set(at("process"), "--process");
-        }
-        if let Some(seed) = self.seed {
-            s.seed = Some(seed);
+            for (i, s) in raw.scenario.iter_mut().enumerate() {
+                s.get_mut().process = Some(flag_value(name.to_string()));
+                laid.set(format!("scenario[{i}].process"), "--process");
+            }
         }
     }
 
@@ -518,249 +555,5 @@ impl Overlay {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::{Path, PathBuf};
-
-    use loadfleet_proto::schedule::Stage;
-
-    use super::*;
-    use crate::plan::{resolve, Model, Plan, PlanErrors};
-
-    const S: u64 = 1_000_000_000;
-
-    fn plan_file(name: &str, text: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("loadfleet-overlay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    fn example(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples")
-            .join(name)
-    }
-
-    fn stages(plan: &Plan) -> Vec<(u64, f64, f64)> {
-        let stages: &[Stage] = match &plan.scenarios[0].model {
-            Model::Open(s) => s.stages(),
-            Model::Closed(p) => &p.stages,
-        };
-        stages
-            .iter()
-            .map(|s| (s.duration_ns, s.from_rps, s.to_rps))
-            .collect()
-    }
-
-    fn arrivals(plan: &Plan) -> u64 {
-        match &plan.scenarios[0].model {
-            Model::Open(s) => s.count(),
-            Model::Closed(_) => panic!("open"),
-        }
-    }
-
-    fn refused(file: Option<&Path>, flags: &Overlay) -> PlanErrors {
-        resolve(file, flags).expect_err("refused")
-    }
-
-    #[test]
-    fn flags_alone_make_a_plan() {
-        let plan = resolve(None, &Overlay::default()).unwrap();
-        assert_eq!(plan.target.url, TESTBED_URL);
-        assert_eq!(stages(&plan), vec![(10 * S, 500.0, 500.0)]);
-        let flags = Overlay {
-            clients: Some(20),
-            duration: Some(Duration::from_secs(5)),
-            ..Overlay::default()
-        };
-        let plan = resolve(None, &flags).unwrap();
-        assert_eq!(plan.scenarios[0].model.name(), "closed");
-        assert_eq!(stages(&plan), vec![(5 * S, 20.0, 20.0)]);
-    }
-
-    #[test]
-    fn duration_on_a_constant_plan_keeps_the_rate() {
-        let path = plan_file(
-            "constant.toml",
-            "[target]\nurl = \"testbed\"\n[[scenario]]\nrate = 100\nduration = \"10s\"\n",
-        );
-        let flags = Overlay {
-            duration: Some(Duration::from_secs(2)),
-            ..Overlay::default()
-        };
-        let plan = resolve(Some(&path), &flags).unwrap();
-        assert_eq!(stages(&plan), vec![(2 * S, 100.0, 100.0)]);
-        assert_eq!(arrivals(&plan), 200);
-    }
-
-    #[test]
-    fn duration_on_a_shaped_plan_keeps_the_shape() {
-        let path = plan_file(
-            "ramp.toml",
-            "[target]\nurl = \"testbed\"\n[[scenario]]\nstages = [{ to = 200, over = \"10s\" }]\n",
-        );
-        let flags = Overlay {
-            duration: Some(Duration::from_secs(5)),
-            ..Overlay::default()
-        };
-        let plan = resolve(Some(&path), &flags).unwrap();
-        assert_eq!(stages(&plan), vec![(5 * S, 0.0, 200.0)]);
-        assert_eq!(arrivals(&plan), 500);
-        // The example: 0 -> 1,000 over 10 s, hold 20 s, down over 5 s, in 6 s.
-        let flags = Overlay {
-            duration: Some(Duration::from_secs(7)),
-            ..Overlay::default()
-        };
-        let plan = resolve(Some(&example("ramp.toml")), &flags).unwrap();
-        assert_eq!(
-            stages(&plan),
-            vec![
-                (2 * S, 0.0, 1000.0),
-                (4 * S, 1000.0, 1000.0),
-                (S, 1000.0, 0.0)
-            ]
-        );
-    }
-
-    #[test]
-    fn rate_scales_the_shape() {
-        let flags = Overlay {
-            rate: Some(500.0),
-            ..Overlay::default()
-        };
-        let plan = resolve(Some(&example("ramp.toml")), &flags).unwrap();
-        let peak = stages(&plan).iter().map(|s| s.2).fold(0.0, f64::max);
-        assert_eq!(peak, 500.0);
-        assert_eq!(stages(&plan)[0], (10 * S, 0.0, 500.0));
-        assert_eq!(plan.duration(), Duration::from_secs(35));
-    }
-
-    #[test]
-    fn ramp_reaches_the_plans_rate() {
-        let path = plan_file(
-            "held.toml",
-            "[target]\nurl = \"testbed\"\n[[scenario]]\nrate = 200\nduration = \"10s\"\n",
-        );
-        let flags = Overlay {
-            ramp: Some(Duration::from_secs(1)),
-            ..Overlay::default()
-        };
-        let plan = resolve(Some(&path), &flags).unwrap();
-        assert_eq!(stages(&plan), vec![(S, 0.0, 200.0), (9 * S, 200.0, 200.0)]);
-        assert_eq!(arrivals(&plan), 100 + 1800);
-        let path = plan_file(
-            "ramped.toml",
-            "[target]\nurl = \"testbed\"\n[[scenario]]\nstages = [{ to = 200, over = \"10s\" }]\n",
-        );
-        let plan = resolve(Some(&path), &flags).unwrap();
-        let last = *stages(&plan).last().unwrap();
-        assert_eq!(last.2, 200.0, "{:?}", stages(&plan));
-    }
-
-    #[test]
-    fn mistakes_in_flags_name_the_flag() {
-        let cases: &[(Overlay, &str)] = &[
-            (
-                Overlay {
-                    url: Some("ftp://x/".into()),
-                    ..Overlay::default()
-                },
-                "--url",
-            ),
-            (
-                Overlay {
-                    url: Some("localhost:80".into()),
-                    ..Overlay::default()
-                },
-                "--url",
-            ),
-            (
-                Overlay {
-                    headers: vec!["nope".into()],
-                    ..Overlay::default()
-                },
-                "--header",
-            ),
-            (
-                Overlay {
-                    method: Some("BAD METHOD".into()),
-                    ..Overlay::default()
-                },
-                "--method",
-            ),
-            (
-                Overlay {
-                    ramp: Some(Duration::from_secs(10)),
-                    ..Overlay::default()
-                },
-                "--ramp",
-            ),
-            (
-                Overlay {
-                    clients: Some(2_000_000),
-                    ..Overlay::default()
-                },
-                "--clients",
-            ),
-            (
-                Overlay {
-                    duration: Some(Duration::ZERO),
-                    ..Overlay::default()
-                },
-                "--duration",
-            ),
-            (
-                Overlay {
-                    warmup: Some(Duration::from_secs(10)),
-                    ..Overlay::default()
-                },
-                "--warmup",
-            ),
-            (
-                Overlay {
-                    rate: Some(1e7),
-                    duration: Some(Duration::from_secs(3600)),
-                    ..Overlay::default()
-                },
-                "--rate",
-            ),
-        ];
-        for (flags, flag) in cases {
-            let e = refused(None, flags);
-            assert!(
-                e.errors
-                    .iter()
-                    .any(|e| e.field == *flag && e.line.is_none()),
-                "{flag}: {e}"
-            );
-            assert!(e.to_string().contains(flag), "{e}");
-        }
-    }
-
-    #[test]
-    fn a_plan_without_target_takes_the_url_flag() {
-        let path = plan_file(
-            "no-target.toml",
-            "[[scenario]]\nrate = 5\nduration = \"1s\"\n",
-        );
-        let flags = Overlay {
-            url: Some("http://127.0.0.1:9/".into()),
-            ..Overlay::default()
-        };
-        assert_eq!(
-            resolve(Some(&path), &flags).unwrap().target.url,
-            "http://127.0.0.1:9/"
-        );
-    }
-
-    #[test]
-    fn reshaping_many_scenarios_is_refused() {
-        let flags = Overlay {
-            rate: Some(10.0),
-            ..Overlay::default()
-        };
-        let e = refused(Some(&example("sequence.toml")), &flags);
-        assert!(e.to_string().contains("--rate"), "{e}");
-    }
-}
+#[path = "overlay_tests.rs"]
+mod tests;

@@ -284,6 +284,8 @@ fn constant(c: &mut Check<'_>, i: usize, spanned: &Spanned<RawScenario>, unit: U
     };
     let duration = c.duration(&at("duration"), &s.duration);
     match (level, duration) {
+        // A shape taken out for its type is reported already.
+        (None, _) if c.dropped(&at("stages")) || c.dropped(&at("steps")) => {}
         (None, _) => c.err(
             at(unit.name),
             Some(span),
@@ -371,7 +373,7 @@ pub(super) fn reshape(
         stages = stretch(&stages, d.as_nanos() as u64);
     }
     if let Some(ramp) = r.ramp.filter(|r| !r.is_zero()) {
-        let total: u64 = stages.iter().map(|s| s.duration_ns).sum();
+        let total = length(&stages);
         let ramp_ns = ramp.as_nanos() as u64;
         if ramp_ns >= total {
             c.err(
@@ -389,10 +391,15 @@ pub(super) fn reshape(
     stages
 }
 
+/// How long a profile lasts, in nanoseconds.
+pub(super) fn length(stages: &[Stage]) -> u64 {
+    stages.iter().map(|s| s.duration_ns).sum()
+}
+
 /// The same shape over `total` nanoseconds: every stage scaled alike; the
 /// last takes the rounding, so the length is exact.
 fn stretch(stages: &[Stage], total: u64) -> Vec<Stage> {
-    let old: u64 = stages.iter().map(|s| s.duration_ns).sum();
+    let old = length(stages);
     let factor = total as f64 / old.max(1) as f64;
     let mut out = Vec::with_capacity(stages.len());
     let mut used = 0u64;

@@ -234,3 +234,116 @@ fn preview_is_bounded() {
         .all(|r| r.1.len() == PREVIEW_AGENTS && r.0 == 1000));
     assert_eq!(p.bucket_secs, 30 * 24 * 3600 / PREVIEW_ROWS);
 }
+
+fn example(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name)
+}
+
+fn with(flags: Overlay, name: &str) -> Plan {
+    resolve(Some(&example(name)), &flags).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
+
+/// A shorter run keeps the plan's split of warm-up and measurement; a
+/// longer one keeps the warm-up as written; --warmup is taken as given.
+#[test]
+fn duration_scales_the_warmup_only_down() {
+    let shorter = Overlay {
+        duration: Some(SECS(6)),
+        ..Overlay::default()
+    };
+    // constant.toml: 10 s of warm-up in 60 s.
+    assert_eq!(
+        with(shorter.clone(), "constant.toml").scenarios[0].warmup,
+        SECS(1)
+    );
+    let longer = Overlay {
+        duration: Some(SECS(120)),
+        ..Overlay::default()
+    };
+    assert_eq!(with(longer, "constant.toml").scenarios[0].warmup, SECS(10));
+    let given = Overlay {
+        warmup: Some(SECS(2)),
+        ..shorter
+    };
+    assert_eq!(with(given, "constant.toml").scenarios[0].warmup, SECS(2));
+}
+
+/// Over several scenarios --duration scales the whole timeline, so that
+/// the run lasts it and the scenarios keep their order and proportions.
+#[test]
+fn duration_scales_the_timeline_of_several_scenarios() {
+    let flags = Overlay {
+        duration: Some(SECS(5)),
+        ..Overlay::default()
+    };
+    // sequence.toml: 20 s, then 30 s, each with 2 s of warm-up.
+    let plan = with(flags.clone(), "sequence.toml");
+    assert_eq!(plan.duration(), SECS(5));
+    let times: Vec<_> = plan
+        .scenarios
+        .iter()
+        .map(|s| (s.start, s.duration, s.warmup))
+        .collect();
+    let ms = Duration::from_millis;
+    assert_eq!(
+        times,
+        vec![(SECS(0), SECS(2), ms(200)), (SECS(2), SECS(3), ms(200))]
+    );
+    // sse-broadcast.toml: subscribers 20 s + 60 s held, broadcast at 30 s.
+    let plan = with(flags, "sse-broadcast.toml");
+    assert_eq!(plan.duration(), SECS(5));
+    assert_eq!(
+        plan.scenarios[1].start,
+        Duration::from_secs_f64(30.0 / 16.0)
+    );
+}
+
+#[test]
+fn seed_and_warmup_are_run_wide() {
+    let flags = Overlay {
+        seed: Some(7),
+        warmup: Some(SECS(3)),
+        ..Overlay::default()
+    };
+    let plan = with(flags, "steps.toml");
+    assert_eq!(plan.run.seed, 7);
+    let seeds: Vec<_> = plan.scenarios.iter().map(|s| (s.seed, s.warmup)).collect();
+    assert_eq!(seeds, vec![(7, SECS(3)), (8, SECS(3))]);
+}
+
+/// A mistake in `[run] warmup` names it and its line, not the scenario
+/// that inherits it.
+#[test]
+fn a_run_warmup_too_long_names_run_warmup() {
+    let errs = errors(&format!(
+        "[run]\nwarmup = \"10s\"\n{TARGET}[[scenario]]\nrate = 1\nduration = \"5s\"\n"
+    ));
+    assert_eq!(
+        (errs[0].field.as_str(), errs[0].line),
+        ("run.warmup", Some(2)),
+        "{errs:?}"
+    );
+    assert!(errs[0].message.contains("[run] warmup"), "{errs:?}");
+}
+
+/// Unknown fields, wrong types and semantic mistakes in one pass, and no
+/// second message about a field already reported.
+#[test]
+fn every_kind_of_mistake_is_reported_at_once() {
+    let errs = errors(&format!(
+        "{TARGET}timout = \"1s\"\nmax_lag = \"soon\"\n[[scenario]]\nrate = \"100/s\"\nduration = \"5s\"\n"
+    ));
+    let fields: Vec<_> = errs.iter().map(|e| (e.field.as_str(), e.line)).collect();
+    assert_eq!(
+        fields,
+        vec![
+            ("target.timout", Some(3)),
+            ("scenario[0].rate", Some(6)),
+            ("target.max_lag", Some(4)),
+        ]
+    );
+}

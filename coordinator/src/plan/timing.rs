@@ -1,6 +1,7 @@
 //! When a scenario starts (at an offset, or after another one) and how much
 //! of its beginning is warm-up.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use loadfleet_proto::bounds::MAX_START;
@@ -8,7 +9,7 @@ use toml::Spanned;
 
 use super::check::Check;
 use super::raw::RawScenario;
-use super::validated::{RunSettings, Scenario};
+use super::validated::Scenario;
 
 /// The start of scenario `i`; `before` holds the scenarios already resolved.
 /// It is at most [`MAX_START`] after the run's start, so no end instant can
@@ -62,23 +63,54 @@ fn resolve(c: &mut Check<'_>, i: usize, s: &RawScenario, before: &[Scenario]) ->
     }
 }
 
-/// The warm-up of scenario `i`, which must leave something to measure.
+/// What a scenario inherits from `[run] warmup`: its value and where the
+/// file says it, so that a mistake names `run.warmup` and its line.
+pub(super) struct RunWarmup {
+    pub value: Duration,
+    pub span: Option<Range<usize>>,
+}
+
+/// The warm-up of scenario `i` (named `name`), which must leave something
+/// to measure. `scale` is how much `--duration` shortened or lengthened the
+/// scenario's schedule: a shorter run keeps the plan's split between
+/// warm-up and measurement, so its warm-up shrinks alike; a longer one
+/// keeps the warm-up as written (the target needs no longer to warm up). A
+/// warm-up given by `--warmup` is taken as given.
 pub(super) fn warmup(
     c: &mut Check<'_>,
-    i: usize,
+    (i, name): (usize, &str),
     spanned: &Spanned<RawScenario>,
-    run: &RunSettings,
+    run: &RunWarmup,
     duration: Duration,
+    scale: f64,
 ) -> Duration {
     let s = spanned.get_ref();
-    let field = format!("scenario[{i}].warmup");
-    let warmup = c.duration(&field, &s.warmup).unwrap_or(run.warmup);
+    let own = format!("scenario[{i}].warmup");
+    let (field, span, written) = match c.duration(&own, &s.warmup) {
+        Some(w) => (own, s.warmup.as_ref().map(Spanned::span), w),
+        None => ("run.warmup".to_string(), run.span.clone(), run.value),
+    };
+    let warmup = if scale < 1.0 && !c.set_by_flag(&field) {
+        written.mul_f64(scale)
+    } else {
+        written
+    };
     if !duration.is_zero() && warmup >= duration {
+        let (whose, fix) = if c.set_by_flag(&field) {
+            ("the warm-up", "give a shorter --warmup")
+        } else if field == "run.warmup" {
+            (
+                "the [run] warmup",
+                "shorten it, or give this scenario its own warmup",
+            )
+        } else {
+            ("the scenario's warmup", "shorten it")
+        };
         c.err(
             field,
-            s.warmup.as_ref().map(Spanned::span).or(Some(spanned.span())),
+            span.or(Some(spanned.span())),
             format!(
-                "warm-up ({}) is as long as the scenario ({}): nothing would be measured; shorten it",
+                "{whose} ({}) is as long as scenario {name:?} ({}): nothing would be measured; {fix}",
                 humantime::format_duration(warmup),
                 humantime::format_duration(duration)
             ),

@@ -45,15 +45,18 @@ pub(super) struct Input<'a> {
     pub base: &'a Path,
     /// Fields set by flags, with the flag (see [`Check`]).
     pub flags: BTreeMap<String, &'static str>,
-    /// Mistakes already found while laying the flags over the plan.
+    /// Mistakes already found while reading the file and laying the flags
+    /// over it.
     pub errors: Vec<PlanError>,
+    /// Fields left out of the raw plan for those mistakes (see [`Check`]).
+    pub dropped: Vec<String>,
     /// Thresholds given as flags, already parsed.
     pub thresholds: Vec<Threshold>,
 }
 
 pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErrors> {
     let flags = input.flags.clone();
-    let mut c = Check::new(input.text, input.flags, input.errors);
+    let mut c = Check::new(input.text, input.flags, input.errors, input.dropped);
     let run = RunSettings {
         warmup: raw
             .run
@@ -121,8 +124,21 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
         MAX_SCENARIOS,
         "split the plan into several runs",
     ) {
+        let shared = Shared {
+            run: &run,
+            warmup: timing::RunWarmup {
+                value: run.warmup,
+                span: raw
+                    .run
+                    .as_ref()
+                    .and_then(|r| r.warmup.as_ref())
+                    .map(Spanned::span),
+            },
+            base: input.base,
+            base_url,
+        };
         for (i, s) in raw.scenario.iter().enumerate() {
-            if let Some(sc) = scenario(&mut c, i, s, &scenarios, &run, input.base, base_url) {
+            if let Some(sc) = scenario(&mut c, i, s, &scenarios, &shared) {
                 scenarios.push(sc);
             }
         }
@@ -197,7 +213,7 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
     }
     // Through the checker, so a mistake in a value a flag set names the
     // flag.
-    let mut c = Check::new(input.text, flags, Vec::new());
+    let mut c = Check::new(input.text, flags, Vec::new(), Vec::new());
     for e in errors {
         c.err(e.field, None, e.message);
     }
@@ -299,16 +315,26 @@ fn shares(c: &mut Check<'_>, a: &RawAgents) -> Shares {
     shares
 }
 
+/// What every scenario is resolved against.
+struct Shared<'a> {
+    run: &'a RunSettings,
+    /// `[run] warmup`, with its place in the file.
+    warmup: timing::RunWarmup,
+    /// Folder that relative data and body files are read from.
+    base: &'a Path,
+    /// The target's URL, which request paths are joined to.
+    base_url: &'a str,
+}
+
 /// Resolves one scenario; `before` holds the scenarios already resolved.
 fn scenario(
     c: &mut Check<'_>,
     i: usize,
     spanned: &Spanned<RawScenario>,
     before: &[Scenario],
-    run: &RunSettings,
-    base: &Path,
-    base_url: &str,
+    shared: &Shared<'_>,
 ) -> Option<Scenario> {
+    let (run, base, base_url) = (shared.run, shared.base, shared.base_url);
     let s = spanned.get_ref();
     let errors_before = c.errors.len();
     let name = s.name.clone().unwrap_or_else(|| format!("scenario-{i}"));
@@ -326,15 +352,21 @@ fn scenario(
     let sse = super::sse::sse(c, i, s, closed);
     let unit = shape::Unit::of(closed);
     let mut stages = shape::profile(c, i, spanned, unit);
+    let written = shape::length(&stages);
     if c.errors.len() == errors_before && !stages.is_empty() {
         stages = shape::reshape(c, stages, &s.reshape, unit);
     }
+    // How much --duration stretched the schedule, for the warm-up.
+    let scale = match (written, shape::length(&stages)) {
+        (0, _) | (_, 0) => 1.0,
+        (before, after) => after as f64 / before as f64,
+    };
     let seed = s.seed.unwrap_or(run.seed.wrapping_add(i as u64));
     let clean = c.errors.len() == errors_before;
     let modeled = model::model(c, i, spanned, stages, closed, seed, clean);
     let duration = modeled.as_ref().map_or(Duration::ZERO, |m| m.1);
     let start = timing::start(c, i, s, before);
-    let warmup = timing::warmup(c, i, spanned, run, duration);
+    let warmup = timing::warmup(c, (i, &name), spanned, &shared.warmup, duration, scale);
     let data = s.data.as_ref().and_then(|d| requests::data(c, i, d, base));
     let columns = data.as_ref().map_or(&[][..], |d| &d.columns[..]);
     let requests = requests::requests(c, i, &s.request, columns, base);
@@ -378,31 +410,6 @@ fn scenario(
         seed,
         sse,
     })
-}
-
-/// The dotted field a toml/serde message is about, for the error's head.
-pub(super) fn field_of_toml_error(message: &str) -> String {
-    for prefix in ["unknown field `", "missing field `"] {
-        if let Some(rest) = message.strip_prefix(prefix) {
-            if let Some(end) = rest.find('`') {
-                return rest[..end].to_string();
-            }
-        }
-    }
-    "plan".to_string()
-}
-
-pub(super) fn fix_for_toml_error(message: &str) -> String {
-    let message = message.trim();
-    if message.starts_with("unknown field") {
-        format!("{message}; check the spelling against the plan reference in docs/plans.md")
-    } else if message.starts_with("invalid type") {
-        format!(
-            "{message}; durations are quoted strings (\"30s\"), rates and counts are plain numbers"
-        )
-    } else {
-        message.to_string()
-    }
 }
 
 /// The most connections per agent: by default as many as requests may be

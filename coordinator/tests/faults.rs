@@ -157,7 +157,15 @@ fn has_verdict(report: &serde_json::Value, code: &str) -> bool {
 
 /// Two agents; the one on 127.0.0.3 is killed 3 s into the run. Returns
 /// the testbed too, still running, for its counts.
-fn kill_one(test: &str, mode: &str) -> (serde_json::Value, String, (Proc, String)) {
+fn kill_one(
+    test: &str,
+    mode: &str,
+) -> (
+    serde_json::Value,
+    String,
+    (Proc, String),
+    std::path::PathBuf,
+) {
     let (testbed, addr) = start_testbed(&[]);
     let out = temp_dir(test);
     let mut c = coordinator_for(&addr, 2, &out, (RATE, DURATION), &["--on-agent-loss", mode]);
@@ -169,12 +177,38 @@ fn kill_one(test: &str, mode: &str) -> (serde_json::Value, String, (Proc, String
     let (status, output) = c.wait(Duration::from_secs(60));
     let report = read_report(&out);
     check_accounting(&report, status, &output);
-    (report, output, (testbed, addr))
+    (report, output, (testbed, addr), out)
 }
 
 #[test]
 fn sigkill_with_continue_counts_the_lost_share_unsent() {
-    let (report, output, _) = kill_one("kill-continue", "continue");
+    let (report, output, _, out) = kill_one("kill-continue", "continue");
+    // Every headline names the lost share: the text report's unsent line
+    // and intervals.csv's column, as the verdict and the page do.
+    let lost = report["totals"]["unsent"]["agent_lost"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(lost > 0, "{output}");
+    let headline = output
+        .lines()
+        .find(|l| l.contains("intended ") && l.contains("   unsent "))
+        .unwrap_or_default();
+    assert!(
+        headline.contains(&format!("agent_lost {lost}")),
+        "{headline}\n{output}"
+    );
+    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
+    let header = csv.lines().next().unwrap_or_default();
+    let column = header
+        .split(',')
+        .position(|c| c == "unsent_agent_lost")
+        .unwrap_or_else(|| panic!("no unsent_agent_lost column: {header}"));
+    let booked: u64 = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(column)?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(booked, lost, "{csv}");
     assert!(
         !has_verdict(&report, "PARTIAL"),
         "nothing cut the run short: {output}"
@@ -186,7 +220,7 @@ fn sigkill_with_continue_counts_the_lost_share_unsent() {
 
 #[test]
 fn sigkill_with_redistribute_hands_the_rest_over_and_the_target_agrees() {
-    let (report, output, (_testbed, addr)) = kill_one("kill-redistribute", "redistribute");
+    let (report, output, (_testbed, addr), _) = kill_one("kill-redistribute", "redistribute");
     assert!(!has_verdict(&report, "PARTIAL"), "{output}");
     assert!(output.contains("take over its arrivals from"), "{output}");
     let survivor = by_source(&report, "127.0.0.2");
@@ -221,7 +255,7 @@ fn sigkill_with_redistribute_hands_the_rest_over_and_the_target_agrees() {
 
 #[test]
 fn sigkill_with_abort_stops_the_fleet() {
-    let (report, output, _) = kill_one("kill-abort", "abort");
+    let (report, output, _, _) = kill_one("kill-abort", "abort");
     assert!(
         has_verdict(&report, "PARTIAL"),
         "an abort cuts the run short"

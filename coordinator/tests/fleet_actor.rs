@@ -124,7 +124,10 @@ async fn an_agent_that_leaves_mid_run_is_lost_and_the_others_finish() {
     assert_eq!(run.agents[0].status(), AgentStatus::Finished);
     assert_eq!(run.agents[1].status(), AgentStatus::Lost);
     let reason = run.agents[1].lost.as_deref().unwrap_or_default();
-    assert!(reason.starts_with("stream "), "{reason}");
+    assert!(
+        reason.starts_with("its connection to the coordinator"),
+        "{reason}"
+    );
     // What it sent before leaving still counts (its first second: 5 of
     // the 10 arrivals); the rest of its share is booked from the plan.
     let t = &run.aggregate.totals;
@@ -421,8 +424,10 @@ async fn the_user_is_told_of_a_refused_and_a_lost_agent() {
     assert_eq!(
         console.lines(),
         [
+            "agent solo joined from a local socket (1 of 1)",
             "refused agent late from None: the fleet already has its 1 agent(s) and the run has begun; no later run is planned (--repeat 1), so this agent gets no share",
-            "agent solo lost 0.0s into the run: stream closed",
+            "agent solo assigned 100.0% of the schedule",
+            "agent solo lost 0.0s into the run: its connection to the coordinator closed before it finished",
         ]
     );
 }

@@ -267,7 +267,8 @@ fn goaway_after_n_requests_opens_new_connections() {
 /// the arrivals wait for a stream in the agent: that wait is in the latency
 /// (from the intended instant, p50 far above 100 ms) but not in the service
 /// time (near 100 ms), it shows as pool wait, and nothing waits beyond
-/// --max-in-flight: the rest is counted unsent.
+/// --max-in-flight: the rest is counted unsent. (The pool is capped at its
+/// one connection: uncapped, the agent would open more.)
 #[test]
 fn open_model_truth_over_multiplexed_streams() {
     let (_testbed, addr) = start_testbed(&["--delay", "100ms", "--h2-max-streams", "10"]);
@@ -280,6 +281,8 @@ fn open_model_truth_over_multiplexed_streams() {
             &url,
             "--http2",
             "--connections",
+            "1",
+            "--max-connections",
             "1",
             "--rate",
             "300",

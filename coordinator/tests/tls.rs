@@ -235,7 +235,12 @@ fn refused(test: &str, agent_identity: Option<&str>) {
     assert_eq!(status.code(), Some(3), "{output}");
     assert!(output.contains("0 of 1 agent(s) joined"), "{output}");
     assert_eq!(target.connections(), 0, "no load may be sent");
-    assert_eq!(u(&read_report(&out)["totals"]["intended"]), 0);
+    // Intended follows the plan: all of it unsent, as nobody ran it.
+    let r = read_report(&out);
+    assert_eq!(
+        u(&r["totals"]["unsent"]["no_agents"]),
+        u(&r["totals"]["intended"])
+    );
 }
 
 #[test]

@@ -74,6 +74,11 @@ struct Inner {
     /// Connections established since last taken: over TLS (h2), cleartext
     /// (h2c).
     established: Cell<(u64, u64)>,
+    /// Connections the streams are spread over while each has room, as
+    /// many clients would open: `--connections`.
+    spread: usize,
+    /// Most connections: past `spread`, one more opens only when the
+    /// streams of every open one run out.
     max_conns: usize,
 }
 
@@ -147,7 +152,7 @@ impl Drop for OpenSlot {
 }
 
 impl Http2Client {
-    pub fn new(dialer: Dialer, connections: usize) -> Self {
+    pub fn new(dialer: Dialer, connections: usize, max_connections: usize) -> Self {
         Self {
             inner: Rc::new(Inner {
                 dialer,
@@ -156,7 +161,8 @@ impl Http2Client {
                 waiters: RefCell::new(VecDeque::new()),
                 saturation: Rc::default(),
                 established: Cell::new((0, 0)),
-                max_conns: connections.max(1),
+                spread: connections.max(1),
+                max_conns: max_connections.max(connections).max(1),
             }),
         }
     }
@@ -306,9 +312,11 @@ impl Http2Client {
             .iter()
             .filter(|c| c.origin == origin && c.has_room())
             .min_by_key(|c| c.busy.get());
-        let under_limit = conns.len() + inner.opening.get() < inner.max_conns;
+        let open = conns.len() + inner.opening.get();
+        let under_limit = open < inner.max_conns;
+        let spreading = open < inner.spread;
         match least_busy {
-            Some(conn) if conn.busy.get() == 0 || !under_limit => {
+            Some(conn) if conn.busy.get() == 0 || !spreading => {
                 conn.busy.set(conn.busy.get() + 1);
                 return Some(Grant::Stream(StreamSlot {
                     client: self.clone(),

@@ -77,9 +77,11 @@ impl Transport {
         let dialer = Dialer::new(config.source, config.tls).with_more_sources(config.more_sources);
         let kind = match config.protocol {
             HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.max_connections)),
-            HttpProtocol::H2 | HttpProtocol::H2c => {
-                Kind::Http2(Http2Client::new(dialer, config.max_connections))
-            }
+            HttpProtocol::H2 | HttpProtocol::H2c => Kind::Http2(Http2Client::new(
+                dialer,
+                config.connections,
+                config.max_connections,
+            )),
         };
         Self {
             kind,

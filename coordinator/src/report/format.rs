@@ -132,6 +132,15 @@ pub fn protocol_line(r: &super::model::Report) -> Option<String> {
 /// The unsent count with every reason that is not zero, as the headline
 /// reads it: `1444 (pool_timeout 1444)`, or `0`.
 pub fn unsent(u: &super::model::Unsent) -> String {
+    match unsent_reasons(u) {
+        None => u.total.to_string(),
+        Some(reasons) => format!("{} ({reasons})", u.total),
+    }
+}
+
+/// Every unsent reason that is not zero with its count, `late 3,
+/// pool_timeout 1444`; `None` when nothing was unsent.
+pub fn unsent_reasons(u: &super::model::Unsent) -> Option<String> {
     let reasons: Vec<String> = [
         (UnsentReason::ConcurrencyLimit.as_str(), u.concurrency_limit),
         (UnsentReason::Late.as_str(), u.late),
@@ -141,9 +150,5 @@ pub fn unsent(u: &super::model::Unsent) -> String {
     .filter(|&(_, n)| n > 0)
     .map(|(k, n)| format!("{k} {n}"))
     .collect();
-    if reasons.is_empty() {
-        u.total.to_string()
-    } else {
-        format!("{} ({})", u.total, reasons.join(", "))
-    }
+    (!reasons.is_empty()).then(|| reasons.join(", "))
 }

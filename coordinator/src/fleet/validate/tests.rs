@@ -103,7 +103,7 @@ fn each_hostile_field_is_named() {
         (
             "counts_disagree",
             v1::Snapshot {
-                intended: 6,
+                sent: 5,
                 ..honest(1)
             },
         ),

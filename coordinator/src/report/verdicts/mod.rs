@@ -655,7 +655,7 @@ mod tests {
     #[test]
     fn an_open_file_limit_below_the_plan_is_a_warning() {
         let ctx = context(None);
-        let needed = loadfleet_proto::bounds::files_needed(ctx.max_in_flight, ctx.connections);
+        let needed = loadfleet_proto::bounds::files_needed(ctx.max_in_flight, ctx.max_connections);
         for (limit, warned) in [(needed - 1, true), (needed, false), (0, false)] {
             let mut run = result(100, 5_000, 50, 0.5, 1);
             run.agents[0].hello.open_files = limit;
@@ -842,11 +842,11 @@ mod tests {
             .expect("GENERATOR_POOL");
         assert_eq!(v.level, VerdictLevel::Error);
         for needle in [
-            "64 per agent",
+            "at most 100 per agent",
             "10%",
-            "1 of 100",
+            "1 request(s) waited",
             "p50 2.00ms",
-            "at most 64 concurrent",
+            "at most 100 concurrent",
         ] {
             assert!(v.message.contains(needle), "{needle}: {}", v.message);
         }

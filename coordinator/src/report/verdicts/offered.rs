@@ -37,11 +37,12 @@ pub(super) fn completeness_verdicts(t: &Totals, agents: &[AgentReport]) -> Vec<V
             level: level_above(share, UNSENT_ERROR_SHARE),
             code: VerdictCode::Unsent,
             message: format!(
-                "{} of {} intended requests ({:.1}%, limit {:.0}%) were never sent; the load offered was not the load planned, and latency figures describe only what was sent",
-                crate::report::format::unsent(&t.unsent),
+                "{} of {} intended requests ({:.1}%, limit {:.0}%) were never sent ({}); the load offered was not the load planned, and latency figures describe only what was sent",
+                t.unsent.total,
                 t.intended,
                 share * 100.0,
                 UNSENT_ERROR_SHARE * 100.0,
+                crate::report::format::unsent_reasons(&t.unsent).unwrap_or_default(),
             ),
         });
     }
@@ -90,7 +91,7 @@ pub(super) fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) 
         .unwrap_or(0);
     let fleet = u64::from(info.max_connections) * agents.len() as u64;
     let mut message = format!(
-        "the agents' connections (at most {} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} requests waited for a connection (p50 {}, p99 {})",
+        "the agents' connections (at most {} per agent, {fleet} in all) were all busy, with requests waiting, for up to {:.0}% of the run ({}); {} request(s) waited for a connection (p50 {}, p99 {})",
         info.max_connections,
         worst * 100.0,
         if busy.is_empty() { "-".to_string() } else { busy.join(", ") },

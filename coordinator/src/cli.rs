@@ -91,6 +91,12 @@ pub struct RunArgs {
     /// Wait for N remote agents to join before starting.
     #[arg(long)]
     pub expect_agents: Option<u32>,
+    /// When fewer than --expect-agents joined by --agent-timeout (pods
+    /// still Pending, tasks that cannot be placed), start with those that
+    /// came if at least M did, instead of exiting 3; the report says how
+    /// many of how many joined. Plan: `[agents] min`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub min_agents: Option<u32>,
     /// Address the control plane listens on (agents dial it).
     #[arg(long)]
     pub listen: Option<SocketAddr>,

@@ -117,6 +117,21 @@ fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Err
     })
 }
 
+/// How many of the expected agents the run may start with: all of them
+/// unless `--min-agents` (or the plan's `[agents] min`) says fewer.
+fn min_agents(args: &RunArgs, plan: &plan::Plan, expect: usize) -> Result<usize, Error> {
+    let Some(min) = args.min_agents.or(plan.shares.min) else {
+        return Ok(expect);
+    };
+    let min = min as usize;
+    if min > expect {
+        return Err(error::flags(format!(
+            "--min-agents {min} is more than the {expect} agent(s) the run waits for; it must be at most --expect-agents"
+        )));
+    }
+    Ok(min)
+}
+
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let console = Console::stderr();
@@ -272,6 +287,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         max_connections: plan.target.max_connections,
         interval: Duration::from_secs(1),
         expect_agents: expect,
+        min_agents: min_agents(&args, &plan, expect)?,
         repeats: args.repeat as usize,
         on_agent_loss: plan.run.on_agent_loss,
         protocol: plan.target.protocol,

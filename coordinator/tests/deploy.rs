@@ -93,8 +93,50 @@ fn kubernetes_manifests_fit_together() {
             "coordinator {kind}: {coord_res}"
         );
     }
-    // Agents keep away from each other.
+    // Agents keep away from each other, and from the target's nodes: a
+    // rule the scheduler must keep, by the label the user sets.
     assert_eq!(f["anti_affinity_self"], f["agent_labels"]);
+    assert!(
+        f["anti_affinity_required"]
+            .as_array()
+            .expect("required anti-affinity")
+            .iter()
+            .any(|m| m["loadfleet-role"] == "target"),
+        "agents must never share a node with the target: {}",
+        f["anti_affinity_required"]
+    );
+    // The coordinator Job ends by its deadline, derived from the plan: the
+    // wait for agents, the schedule, its drain and a minute to spare.
+    let plan: toml::Value = toml::from_str(f["plan"].as_str().expect("plan")).expect("plan TOML");
+    let secs = |v: Option<&toml::Value>, default: &str| {
+        humantime::parse_duration(v.and_then(|v| v.as_str()).unwrap_or(default))
+            .expect("a duration")
+            .as_secs()
+    };
+    let schedule = plan["scenario"]
+        .as_array()
+        .expect("scenarios")
+        .iter()
+        .map(|s| secs(s.get("start"), "0s") + secs(s.get("duration"), "0s"))
+        .max()
+        .unwrap_or(0);
+    let drain = secs(plan.get("run").and_then(|r| r.get("drain")), "5s");
+    let wait =
+        humantime::parse_duration(arg(coord_args, "--agent-timeout").expect("--agent-timeout"))
+            .expect("a duration")
+            .as_secs();
+    let deadline = u(&f["active_deadline_s"]);
+    assert!(
+        (wait + schedule + drain..=wait + schedule + drain + 120).contains(&deadline),
+        "activeDeadlineSeconds {deadline} for a {wait} s wait, a {schedule} s plan and a {drain} s drain"
+    );
+    let min: u64 = arg(coord_args, "--min-agents")
+        .and_then(|v| v.parse().ok())
+        .expect("--min-agents");
+    assert!(
+        (1..=expect).contains(&min),
+        "--min-agents {min} of {expect}"
+    );
     assert!(
         arg(agent_args, "--allow-target").is_some(),
         "agents are limited to the target"

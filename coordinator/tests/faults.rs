@@ -451,3 +451,44 @@ fn a_network_cut_is_noticed_by_both_sides_and_the_agent_stops() {
     assert!(u(&t["unsent"]["agent_lost"]) > 0, "{t}");
     assert!(has_verdict(&report, "AGENT_LOST"), "{output}");
 }
+
+/// `report.partial.json`, written as the run goes, books a lost agent's
+/// share as soon as it is lost, not only in the final report; and the final
+/// report books it once, not again.
+#[test]
+fn the_partial_report_books_a_lost_agent_as_it_happens() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let out = temp_dir("kill-partial");
+    let mut c = coordinator_for(&addr, 2, &out, (RATE, DURATION), &[]);
+    let control = control_url(&mut c);
+    let _a = start_agent(&control, "127.0.0.2");
+    let b = start_agent(&control, "127.0.0.3");
+    wait_for_run_second(&mut c, 2);
+    signal(b.pid(), nix::sys::signal::Signal::SIGKILL as i32);
+    c.wait_for_line("lost", Duration::from_secs(10));
+    let path = out.join("report.partial.json");
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut partial_lost = 0;
+    while Instant::now() < deadline && partial_lost == 0 {
+        std::thread::sleep(Duration::from_millis(200));
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        partial_lost = r["totals"]["unsent"]["agent_lost"].as_u64().unwrap_or(0);
+    }
+    assert!(
+        partial_lost > 0,
+        "report.partial.json never showed agent_lost while the run went on"
+    );
+    let (status, output) = c.wait(Duration::from_secs(60));
+    let report = read_report(&out);
+    check_accounting(&report, status, &output);
+    assert_eq!(
+        u(&report["totals"]["unsent"]["agent_lost"]),
+        partial_lost,
+        "booked once: {output}"
+    );
+}

@@ -87,6 +87,10 @@ fn the_default_flags_reproduce_the_classic_overload() {
     assert_eq!(failures["level"], "warn", "{failures}");
     let message = failures["message"].as_str().unwrap_or_default();
     assert!(message.contains("503"), "{message}");
+    assert!(
+        output.contains("/report.json (page: ") && output.contains("/report.html)"),
+        "the summary names both reports: {output}"
+    );
     exit_allowing(status, &r, &[], &output);
 }
 

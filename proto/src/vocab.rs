@@ -357,6 +357,9 @@ vocabulary! {
         Clock => "CLOCK",
         /// An agent was lost during the run.
         AgentLost => "AGENT_LOST",
+        /// Fewer agents than expected joined, and the run started on them
+        /// (`--min-agents`).
+        AgentsMissing => "AGENTS_MISSING",
         /// The run was cut short; the figures cover what ran.
         Partial => "PARTIAL",
         /// Snapshots that could not be decoded are missing from the totals.

@@ -50,6 +50,9 @@ pub(super) enum PumpEnd {
 /// The actor's state. Only [`Fleet::run`] drives it.
 pub(super) struct Fleet {
     pub(super) spec: RunSpec,
+    /// The agents the run waited for, as asked: `spec.expect_agents` drops
+    /// to those that came when `--min-agents` lets the run start short.
+    pub(super) expected: usize,
     events: mpsc::Receiver<FleetEvent>,
     pub(super) phase: Phase,
     /// Zero of the fleet's clock, against which agents' clocks are set.
@@ -84,6 +87,7 @@ impl Fleet {
             agents: Registry::default(),
             corrupt_snapshots: 0,
             checks: Checks::new(&spec),
+            expected: spec.expect_agents,
             spec,
             start: None,
             weights: Vec::new(),
@@ -124,7 +128,14 @@ impl Fleet {
             // on time and silence is judged on time.
             tokio::select! {
                 biased;
-                _ = tick.tick() => self.on_tick(),
+                _ = tick.tick() => {
+                    // Losses are booked before the tick writes the
+                    // partial report, so it shows them as they happen.
+                    if self.start.is_some() {
+                        self.book_lost_arrivals(false).await;
+                    }
+                    self.on_tick()
+                }
                 _ = stop.as_mut() => return PumpEnd::Stopped,
                 _ = tokio::time::sleep_until(deadline) => {
                     // Let already queued events in before giving up.

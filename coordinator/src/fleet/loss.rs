@@ -158,16 +158,19 @@ impl Fleet {
 
     /// Sets what lost agents never reported against the plan: every
     /// arrival their share held (hand-overs applied) that they did not
-    /// report is booked unsent `agent_lost`, per scenario and interval. After
-    /// an abort, the same holds for every agent's share. The counting walks
-    /// the schedule off the control loop.
-    pub(super) async fn book_lost_arrivals(&mut self) {
-        let aborted = self.aborted.is_some();
+    /// report is booked unsent `agent_lost`, per scenario and interval, once
+    /// per agent and as soon as it is lost (a lost agent reports nothing
+    /// more, and its hand-over is already made), so `report.partial.json`
+    /// carries it. At the end of an aborted run (`ended`), the same holds
+    /// for every agent's share. The counting walks the schedule off the
+    /// control loop.
+    pub(super) async fn book_lost_arrivals(&mut self, ended: bool) {
+        let aborted = ended && self.aborted.is_some();
         let booked: Vec<(usize, usize)> = self
             .agents
             .iter()
             .enumerate()
-            .filter(|(_, a)| aborted || a.is_lost())
+            .filter(|(_, a)| !a.booked && (aborted || a.is_lost()))
             .filter_map(|(i, a)| a.slot.map(|slot| (i, slot)))
             .collect();
         if booked.is_empty() {
@@ -228,6 +231,7 @@ impl Fleet {
                 }
             }
             self.agents[i].lost_arrivals = missing_total;
+            self.agents[i].booked = true;
         }
     }
 }

@@ -48,6 +48,9 @@ pub struct RunSpec {
     pub max_connections: u32,
     pub interval: Duration,
     pub expect_agents: usize,
+    /// With fewer than `expect_agents` at the agent timeout, the run starts
+    /// on those that came when at least this many did.
+    pub min_agents: usize,
     pub agent_timeout: Duration,
     /// Runs of the plan, one after another, by the same fleet.
     pub repeats: usize,
@@ -153,6 +156,10 @@ pub struct RunResult {
     pub aborted: Option<String>,
     /// Whether load was ever scheduled.
     pub started: bool,
+    /// Agents the run waited for, and how many had joined when it started
+    /// (fewer only under `--min-agents`).
+    pub agents_expected: usize,
+    pub agents_joined: usize,
     pub started_at: SystemTime,
     /// The coordinator's wall clock (ns since the Unix epoch) minus its
     /// monotonic clock, so agents' wall clocks can be set against it

@@ -98,14 +98,32 @@ impl Fleet {
         let expect = self.spec.expect_agents;
         tracing::info!("waiting for {expect} agent(s)");
         let deadline = Instant::now() + self.spec.agent_timeout;
-        match self.pump(deadline, stop, |f| f.agents.alive() >= expect).await {
+        match self
+            .pump(deadline, stop, |f| f.agents.alive() >= expect)
+            .await
+        {
             PumpEnd::Done => {}
             PumpEnd::Deadline => {
-                return Err(Halt::Failed(format!(
-                    "only {} of {expect} agent(s) joined within {:?}; start more agents or lower --expect-agents",
-                    self.agents.alive(),
+                let joined = self.agents.alive();
+                let min = self.spec.min_agents;
+                if joined == 0 || joined < min {
+                    return Err(Halt::Failed(format!(
+                        "only {joined} of {expect} agent(s) joined within {:?}; start more agents, lower --expect-agents{}",
+                        self.spec.agent_timeout,
+                        if min < expect {
+                            format!(" or --min-agents ({min})")
+                        } else {
+                            " or set --min-agents to start with fewer".to_string()
+                        }
+                    )));
+                }
+                self.out.console.notice(&format!(
+                    "only {joined} of {expect} agent(s) joined within {:?}; starting with them (--min-agents {min}): each takes a larger share",
                     self.spec.agent_timeout
-                )))
+                ));
+                // From here on the fleet is the agents that came: a repeat
+                // goes on with them, and latecomers stand by.
+                self.spec.expect_agents = joined;
             }
             PumpEnd::Stopped => return Err(Halt::Stopped),
         }
@@ -194,7 +212,7 @@ impl Fleet {
                 (None, true)
             }
         };
-        self.book_lost_arrivals().await;
+        self.book_lost_arrivals(true).await;
         ended
     }
 
@@ -330,7 +348,10 @@ impl Fleet {
             position += 1;
             !unused.get(position - 1).copied().unwrap_or(false)
         });
+        let joined = self.agents.iter().filter(|a| a.slot.is_some()).count();
         self.results.push(RunResult {
+            agents_expected: self.expected,
+            agents_joined: if started { joined } else { self.agents.alive() },
             agents: self
                 .agents
                 .iter()

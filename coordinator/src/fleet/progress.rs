@@ -77,7 +77,11 @@ impl Fleet {
         let (started_at, corrupt_snapshots) = (self.run_started_at, self.corrupt_snapshots);
         let (on_agent_loss, aborted) = (self.spec.on_agent_loss, self.aborted.clone());
         let protocol = self.checks.ledgers(agents.len());
+        let agents_expected = self.expected;
+        let agents_joined = agents.iter().filter(|a| a.slot.is_some()).count();
         let so_far = |aggregate| RunResult {
+            agents_expected,
+            agents_joined,
             agents: agents.iter().map(Agent::view).collect(),
             aggregate,
             failure: None,

@@ -55,6 +55,9 @@ pub(super) struct Agent {
     pub(super) lost_at: Option<Duration>,
     /// Arrivals of its share booked unsent `agent_lost` in the current run.
     pub(super) lost_arrivals: u64,
+    /// Its lost share is booked unsent (`agent_lost`): once, as soon as it
+    /// is lost, so a partial report written during the run carries it.
+    pub(super) booked: bool,
     /// With `redistribute`: when the survivors took over its arrivals.
     pub(super) handed_over_at: Option<Duration>,
     /// Messages after its loss, ignored: it came back.
@@ -80,6 +83,7 @@ impl Agent {
             slot: None,
             lost_at: None,
             lost_arrivals: 0,
+            booked: false,
             handed_over_at: None,
             messages_after_loss: 0,
         }
@@ -154,6 +158,7 @@ impl Agent {
         self.slot = None;
         self.lost_at = None;
         self.lost_arrivals = 0;
+        self.booked = false;
         self.handed_over_at = None;
         self.messages_after_loss = 0;
     }

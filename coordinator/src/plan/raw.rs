@@ -67,6 +67,8 @@ pub(super) struct RawTls {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAgents {
     pub expect: Option<Spanned<i64>>,
+    /// Start with this many when not all of `expect` came in time.
+    pub min: Option<Spanned<i64>>,
     /// "equal" (default) or "cores".
     pub share: Option<Spanned<String>>,
     #[serde(default)]

@@ -287,8 +287,18 @@ fn span_of<T>(v: &Option<Spanned<T>>) -> Option<std::ops::Range<usize>> {
 fn shares(c: &mut Check<'_>, a: &RawAgents) -> Shares {
     let mut shares = Shares {
         expect: c.positive("agents.expect", &a.expect, MAX_AGENTS as i64),
+        min: c.positive("agents.min", &a.min, MAX_AGENTS as i64),
         ..Shares::default()
     };
+    if let (Some(min), Some(expect)) = (shares.min, shares.expect) {
+        if min > expect {
+            c.err(
+                "agents.min",
+                span_of(&a.min),
+                format!("{min} is more than agents.expect ({expect}); it must be at most that"),
+            );
+        }
+    }
     if let Some(s) = &a.share {
         match s.get_ref().as_str() {
             "equal" => {}

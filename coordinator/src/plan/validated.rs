@@ -120,6 +120,9 @@ pub struct Shares {
     /// Weight every agent by its CPU count instead.
     pub by_cores: bool,
     pub expect: Option<u32>,
+    /// With fewer than `expect` after the agent timeout, start anyway when
+    /// at least this many came.
+    pub min: Option<u32>,
 }
 
 impl Shares {

@@ -246,6 +246,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
             connections_per_agent: ctx.connections,
             max_connections_per_agent: ctx.max_connections,
             agents: result.agents.len(),
+            agents_expected: result.agents_expected,
             local: matches!(ctx.placement, Placement::Local { .. }),
             started_at_unix: result
                 .started_at

@@ -262,6 +262,10 @@ pub struct RunInfo {
     #[serde(default)]
     pub max_connections_per_agent: u32,
     pub agents: usize,
+    /// Agents the run waited for; more than those that joined only when
+    /// `--min-agents` let it start short.
+    #[serde(default)]
+    pub agents_expected: usize,
     pub local: bool,
     pub started_at_unix: f64,
     pub elapsed_s: f64,

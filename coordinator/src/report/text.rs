@@ -63,10 +63,15 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     writeln!(out)?;
     writeln!(
         out,
-        "loadfleet report — {} — {:.1}s on {} agent(s){}",
+        "loadfleet report — {} — {:.1}s on {}{} agent(s){}",
         r.run.target,
         r.run.duration_s,
         r.run.agents,
+        if r.run.agents_expected > r.run.agents {
+            format!(" of {}", r.run.agents_expected)
+        } else {
+            String::new()
+        },
         if r.partial { " — PARTIAL" } else { "" }
     )?;
     for s in &r.scenarios {
@@ -184,10 +189,21 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         percentile_row(out, "pool wait", &t.pool_wait_ms)?;
     }
     if p.connections_opened + p.connections_reused > 0 {
+        // The protocol line counts every connection established; this one
+        // the requests that were first on one. Those opened ahead of the
+        // start that no request needed are the difference.
+        let established: u64 = r.run.protocol.connections.values().sum();
+        let unused = established.saturating_sub(p.connections_opened);
         writeln!(
             out,
-            "  connections    {} opened, {} requests on a reused one",
-            p.connections_opened, p.connections_reused
+            "  connections    {} opened, {} requests on a reused one{}",
+            p.connections_opened,
+            p.connections_reused,
+            if unused > 0 {
+                format!("; {unused} more opened ahead of the start and never used")
+            } else {
+                String::new()
+            }
         )?;
     }
     if t.warmup.seconds > 0.0 {

@@ -77,6 +77,7 @@ pub fn spec(expect_agents: usize) -> RunSpec {
         max_connections: 1,
         interval: Duration::from_secs(1),
         expect_agents,
+        min_agents: expect_agents,
         agent_timeout: Duration::from_secs(5),
         repeats: 1,
         on_agent_loss: loadfleet_coordinator::plan::OnAgentLoss::Continue,

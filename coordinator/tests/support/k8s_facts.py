@@ -52,6 +52,11 @@ def main(folder):
         "coordinator_labels": coord["template"]["metadata"]["labels"],
         "agent_labels": agents["template"]["metadata"]["labels"],
         "anti_affinity_self": anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"]["matchLabels"],
+        "anti_affinity_required": [
+            t["labelSelector"]["matchLabels"]
+            for t in anti["requiredDuringSchedulingIgnoredDuringExecution"]
+        ],
+        "active_deadline_s": coord.get("activeDeadlineSeconds"),
         "plan": by[("ConfigMap", "loadfleet-plan")]["data"]["plan.toml"],
         "agent_resources": agent_pod["containers"][0].get("resources", {}),
         "coordinator_resources": coord_pod["containers"][0].get("resources", {}),

@@ -96,6 +96,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             connections_per_agent: 64,
             max_connections_per_agent: 1000,
             agents: 1,
+            agents_expected: 1,
             local: true,
             started_at_unix: 1_700_000_000.0,
             elapsed_s: intervals as f64,

@@ -327,6 +327,16 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
             message,
         })
     };
+    if result.started && result.agents_joined < result.agents_expected {
+        say(
+            VerdictLevel::Warn,
+            VerdictCode::AgentsMissing,
+            format!(
+                "only {} of {} expected agents joined in time, and the run went ahead on them (--min-agents): each carried a larger share of the load than planned, so set its figures against a full fleet's with care",
+                result.agents_joined, result.agents_expected
+            ),
+        );
+    }
     if let Some(f) = &result.failure {
         say(
             VerdictLevel::Error,
@@ -550,6 +560,8 @@ mod tests {
             )
             .unwrap();
         RunResult {
+            agents_expected: 1,
+            agents_joined: 1,
             agents: vec![AgentView {
                 hello: v1::Hello {
                     agent_id: "a0".into(),

@@ -41,6 +41,75 @@ struct Interval {
     /// Waits for a connection of the worker's pool, by requests that had to.
     pool_wait: Histogram<u64>,
     phases: PhaseHistograms,
+    /// The completions split by request of the mix, indexed by its kind
+    /// (its place in the mix); grown on a kind's first completion and kept
+    /// through recycling, so recording allocates nothing once warm.
+    requests: Vec<KindFigures>,
+}
+
+/// One request kind's completions in one interval: the scenario's outcome
+/// counts and one latency histogram (every class together).
+struct KindFigures {
+    completed: u64,
+    completed_in_window: u64,
+    completed_ok_in_window: u64,
+    status: Vec<(u16, u64)>,
+    errors: Vec<(ErrorKind, u64)>,
+    grpc: Vec<(GrpcStatus, u64)>,
+    latency: Histogram<u64>,
+}
+
+impl KindFigures {
+    fn new() -> Self {
+        Self {
+            completed: 0,
+            completed_in_window: 0,
+            completed_ok_in_window: 0,
+            status: Vec::new(),
+            errors: Vec::new(),
+            grpc: Vec::new(),
+            latency: new_histogram(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.completed = 0;
+        self.completed_in_window = 0;
+        self.completed_ok_in_window = 0;
+        self.status.clear();
+        self.errors.clear();
+        self.grpc.clear();
+        self.latency.reset();
+    }
+
+    fn to_proto(&self, request: u32) -> v1::RequestFigures {
+        v1::RequestFigures {
+            request,
+            completed: self.completed,
+            completed_in_window: self.completed_in_window,
+            completed_ok_in_window: self.completed_ok_in_window,
+            status: self
+                .status
+                .iter()
+                .map(|&(c, n)| (u32::from(c), n))
+                .collect(),
+            errors: self
+                .errors
+                .iter()
+                .map(|&(k, n)| (k.as_str().to_string(), n))
+                .collect(),
+            grpc_status: self
+                .grpc
+                .iter()
+                .map(|&(k, n)| (k.as_str().to_string(), n))
+                .collect(),
+            latency: if self.latency.is_empty() {
+                Vec::new()
+            } else {
+                encode_or_empty(&self.latency)
+            },
+        }
+    }
 }
 
 /// Where measured requests' time went on the wire (see
@@ -136,7 +205,16 @@ impl Interval {
             max_in_flight: 0,
             pool_wait: new_histogram(),
             phases: PhaseHistograms::new(),
+            requests: Vec::new(),
         }
+    }
+
+    /// The figures of request kind `kind`, made on its first completion.
+    fn kind(&mut self, kind: usize) -> &mut KindFigures {
+        if self.requests.len() <= kind {
+            self.requests.resize_with(kind + 1, KindFigures::new);
+        }
+        &mut self.requests[kind]
     }
 
     fn to_snapshot(&self, scenario: u32, index: u64, gauge: Gauge) -> v1::Snapshot {
@@ -199,6 +277,13 @@ impl Interval {
             connections_reused: self.phases.reused,
             // Attached by the worker for subscription scenarios.
             sse: None,
+            requests: self
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| k.completed > 0)
+                .map(|(kind, k)| k.to_proto(kind as u32))
+                .collect(),
         }
     }
 }
@@ -261,6 +346,8 @@ pub struct Completion {
     /// Completed inside the measurement window.
     pub in_window: bool,
     pub phases: Phases,
+    /// Which request of the scenario's mix it was (its index there).
+    pub kind: usize,
 }
 
 /// The recorder of one worker for one scenario.
@@ -343,6 +430,7 @@ impl Recorder {
             warmup,
             in_window,
             phases,
+            kind,
         } = c;
         let i = self.at(interval);
         if let Some(wait) = pool_wait_micros {
@@ -380,6 +468,23 @@ impl Recorder {
         } else {
             record(&mut i.latency[class.index()], latency_micros);
             record(&mut i.service_time, service_micros);
+        }
+        let k = i.kind(kind);
+        k.completed += 1;
+        if in_window {
+            k.completed_in_window += 1;
+            if class.is_ok() {
+                k.completed_ok_in_window += 1;
+            }
+        }
+        match outcome {
+            Outcome::Status(code) => bump(&mut k.status, code),
+            Outcome::Error(e) => bump(&mut k.errors, e),
+            Outcome::Grpc(status) => bump(&mut k.grpc, status),
+            Outcome::Unsent(_) => {}
+        }
+        if !warmup {
+            record(&mut k.latency, latency_micros);
         }
     }
 
@@ -438,6 +543,9 @@ fn reset(mut i: Interval) -> Interval {
     i.lag.reset();
     i.pool_wait.reset();
     i.phases.reset();
+    for k in &mut i.requests {
+        k.reset();
+    }
     i
 }
 
@@ -504,6 +612,7 @@ mod tests {
             warmup: false,
             in_window,
             phases: Phases::default(),
+            kind: 0,
         }
     }
 
@@ -562,6 +671,44 @@ mod tests {
         for class in ["grpc_ok", "grpc_client_error", "grpc_server_error"] {
             assert_eq!(decode(&s.latency[class]).unwrap().len(), 1, "{class}");
         }
+    }
+
+    /// Each completion is counted under its request kind as well, so the
+    /// kinds add up to the scenario and keep their outcomes apart.
+    #[test]
+    fn completions_are_split_by_request_kind() {
+        let mut r = Recorder::new(0);
+        let of = |kind, outcome, in_window| Completion {
+            kind,
+            ..done(outcome, 100, 100, None, in_window)
+        };
+        r.completed(0, of(0, Outcome::Status(200), true));
+        r.completed(0, of(0, Outcome::Status(200), false));
+        r.completed(0, of(2, Outcome::Status(404), true));
+        r.completed(0, of(2, Outcome::Error(ErrorKind::Timeout), true));
+        r.completed(0, of(1, Outcome::Unsent(UnsentReason::Late), true));
+        let s = &r.flush(1, Gauge::default())[0];
+        let kinds: Vec<u32> = s.requests.iter().map(|k| k.request).collect();
+        assert_eq!(kinds, [0, 2], "a kind with no completion is left out");
+        let sum: u64 = s.requests.iter().map(|k| k.completed).sum();
+        assert_eq!(sum, s.completed);
+        let (a, b) = (&s.requests[0], &s.requests[1]);
+        assert_eq!(
+            (a.completed, a.completed_in_window, a.completed_ok_in_window),
+            (2, 1, 1)
+        );
+        assert_eq!(a.status[&200], 2);
+        assert!(a.errors.is_empty() && !a.status.contains_key(&404));
+        assert_eq!(
+            (b.status[&404], b.errors[ErrorKind::Timeout.as_str()]),
+            (1, 1)
+        );
+        assert_eq!(decode(&b.latency).unwrap().len(), 2);
+        // Recycled: the next interval starts with no kind.
+        r.completed(1, of(1, Outcome::Status(200), true));
+        let s = &r.flush(2, Gauge::default())[0];
+        assert_eq!(s.requests.len(), 1);
+        assert_eq!((s.requests[0].request, s.requests[0].completed), (1, 1));
     }
 
     #[test]

@@ -347,3 +347,41 @@ fn every_kind_of_mistake_is_reported_at_once() {
         ]
     );
 }
+
+/// Every request has a name in its assignment: the one given, or its
+/// method and path template; a derived name that repeats another gets its
+/// position, and a given name that repeats another is refused by field.
+#[test]
+fn requests_are_named_uniquely_within_their_scenario() {
+    let scenario = "[[scenario]]\nrate = 5\nduration = \"1s\"\n";
+    let plan = parse_str(&format!(
+        "{TARGET}{scenario}[[scenario.request]]\npath = \"/items/{{{{seq}}}}?u=1\"\n[[scenario.request]]\nname = \"cart\"\nmethod = \"post\"\npath = \"/cart\"\n[[scenario.request]]\npath = \"/items/{{{{seq}}}}?u=2\"\n"
+    ))
+    .unwrap();
+    let names: Vec<String> = plan.assignments("http://h:1")[0]
+        .requests
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["GET /items/{{seq}}", "cart", "GET /items/{{seq}} #2"]
+    );
+    let twice = "[[scenario.request]]\nname = \"a\"\npath = \"/x\"\n[[scenario.request]]\nname = \"a\"\npath = \"/y\"\n";
+    let errs = errors(&format!("{TARGET}{scenario}{twice}"));
+    assert!(
+        errs.iter()
+            .any(|e| e.field == "scenario[0].request[1].name" && e.message.contains("another")),
+        "{errs:?}"
+    );
+    let long = format!(
+        "[[scenario.request]]\nname = \"{}\"\n",
+        "n".repeat(loadfleet_proto::bounds::MAX_REQUEST_NAME_BYTES + 1)
+    );
+    let errs = errors(&format!("{TARGET}{scenario}{long}"));
+    assert!(
+        errs.iter()
+            .any(|e| e.field == "scenario[0].request[0].name"),
+        "{errs:?}"
+    );
+}

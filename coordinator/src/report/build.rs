@@ -8,12 +8,13 @@ use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Phases, ProtocolInfo, Report,
-    RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::{IntervalAgg, Merged};
 use crate::fleet::RunResult;
+use crate::per_request::RequestMerged;
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -153,6 +154,38 @@ fn grpc_of(m: &Merged) -> Option<Grpc> {
     })
 }
 
+/// Each request of a scenario's mix, named as in the plan, from its merged
+/// figures; throughput over the scenario's window of `window_s` seconds.
+fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec<RequestReport> {
+    let per_window = |n: u64| {
+        if window_s > 0.0 {
+            n as f64 / window_s
+        } else {
+            0.0
+        }
+    };
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let m = merged.get(k).cloned().unwrap_or_default();
+            RequestReport {
+                name: name.clone(),
+                completed: m.completed,
+                completed_in_window: m.completed_in_window,
+                completed_ok_in_window: m.completed_ok_in_window,
+                failures: m.failures(),
+                throughput_rps: per_window(m.completed_in_window),
+                throughput_ok_rps: per_window(m.completed_ok_in_window),
+                status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                errors: m.errors.clone(),
+                grpc_status: m.grpc_status.clone(),
+                latency_ms: percentiles(&m.latency),
+            }
+        })
+        .collect()
+}
+
 /// Builds the report and decides the verdicts.
 pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     // A run cut short only measured until it stopped: its windows end there,
@@ -206,6 +239,11 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .unwrap_or_default();
                     sse::report(&merged, send_time, result, 1.0)
                 }),
+                requests: requests_of(
+                    &info.requests,
+                    result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
+                    w.end_s - w.start_s,
+                ),
             }
         })
         .collect();

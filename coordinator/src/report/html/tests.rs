@@ -123,6 +123,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             offered_rps: Some(100.0),
             totals: t.clone(),
             sse: None,
+            requests: Vec::new(),
         }],
         totals: t,
         agents: vec![AgentReport {

@@ -12,7 +12,8 @@ use toml::Spanned;
 
 use super::check::Check;
 use super::raw::RawRequest;
-use super::validated::RequestPlan;
+use super::validated::{RequestPlan, Scenario};
+use crate::figures::Figure;
 
 /// Gives each of `requests` (parsed from `raw`, at `at` =
 /// `scenario[i].request`) its name: the one given, checked, or a derived
@@ -64,6 +65,36 @@ pub(super) fn assign(
         }
         taken.insert(name.clone());
         r.name = name;
+    }
+}
+
+/// What is wrong with the scope `name` of a threshold (`checkout.p99`,
+/// or `shop.items.p99` for request `items` of scenario `shop`) about
+/// `figure`; `None` when the plan has it. A scenario of that very name
+/// comes first.
+pub(super) fn threshold_scope(
+    scenarios: &[Scenario],
+    name: &str,
+    figure: &Figure,
+) -> Option<String> {
+    if scenarios.iter().any(|s| s.name == name) {
+        return None;
+    }
+    let request = name.split_once('.').and_then(|(scenario, request)| {
+        scenarios
+            .iter()
+            .find(|s| s.name == scenario)
+            .filter(|s| s.requests.iter().any(|r| r.name == request))
+    });
+    match request {
+        Some(_) if figure.is_per_request() => None,
+        Some(_) => Some(format!(
+            "names a request, which has completions, failures, throughput and latency, not {}; check it on the scenario",
+            figure.label()
+        )),
+        None => Some(format!(
+            "names {name:?}, which is neither a scenario of the plan nor SCENARIO.REQUEST of one (a request named without spaces)"
+        )),
     }
 }
 

@@ -385,3 +385,29 @@ fn requests_are_named_uniquely_within_their_scenario() {
         "{errs:?}"
     );
 }
+
+/// A threshold may name a request of a scenario (`shop.cart.p99`) for the
+/// figures a request has; an unknown request or an arrival figure is
+/// refused by the plan check.
+#[test]
+fn thresholds_may_name_a_request() {
+    let body = "[[scenario]]\nname = \"shop\"\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\nname = \"items\"\npath = \"/items\"\n[[scenario.request]]\nname = \"cart\"\npath = \"/cart\"\n";
+    let with = |th: &str| format!("thresholds = [\"{th}\"]\n{TARGET}{body}");
+    for ok in [
+        "shop.cart.failures<1%",
+        "shop.items.p99<300ms",
+        "shop.unsent==0",
+    ] {
+        parse_str(&with(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for (bad, says) in [
+        ("shop.nope.p99<1ms", "neither a scenario"),
+        ("shop.cart.unsent==0", "check it on the scenario"),
+    ] {
+        let errs = errors(&with(bad));
+        assert!(
+            errs.iter().any(|e| e.message.contains(says)),
+            "{bad}: {errs:?}"
+        );
+    }
+}

@@ -13,6 +13,7 @@ use super::model::{
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::{IntervalAgg, Merged};
+use crate::figures::Source;
 use crate::fleet::RunResult;
 use crate::per_request::RequestMerged;
 
@@ -186,6 +187,23 @@ fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec
         .collect()
 }
 
+/// What a threshold scoped to `name` reads: the scenario of that name,
+/// else request `R` of scenario `S` for `S.R` (as the plan validator
+/// resolves it, `plan::names::threshold_scope`).
+fn scope<'a>(scenarios: &'a [Scenario], name: &str) -> Option<&'a dyn Source> {
+    if let Some(s) = scenarios.iter().find(|s| s.name == name) {
+        return Some(&s.totals);
+    }
+    let (scenario, request) = name.split_once('.')?;
+    let q = scenarios
+        .iter()
+        .find(|s| s.name == scenario)?
+        .requests
+        .iter()
+        .find(|q| q.name == request)?;
+    Some(q)
+}
+
 /// Builds the report and decides the verdicts.
 pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     // A run cut short only measured until it stopped: its windows end there,
@@ -256,8 +274,8 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
         .thresholds
         .iter()
         .map(|th| {
-            let t = match th.scenario() {
-                Some(name) => scenarios.iter().find(|s| s.name == name).map(|s| &s.totals),
+            let t: Option<&dyn Source> = match th.scenario() {
+                Some(name) => scope(&scenarios, name),
                 None => Some(&totals),
             };
             match t {

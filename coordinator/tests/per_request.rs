@@ -42,6 +42,17 @@ fn a_mix_is_reported_per_request_and_adds_up() {
     let dir = temp_dir("per-request");
     let plan = write_plan(&dir, PLAN);
     let plan = plan.to_str().expect("a UTF-8 path");
+    // `plan check` shows the names the report will use, derived ones too.
+    let mut check = coordinator();
+    check.args(["plan", "check", plan]);
+    let (status, said) = run(check, "plan check", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(
+            r#"requests: "items" (weight 3), "broken" (weight 1), "POST /cart" (weight 1)"#
+        ),
+        "{said}"
+    );
     let (status, output, r, out) = run_report(
         "per-request-run",
         &["run", plan, "--local-agents", "2", "--testbed-delay", "2ms"],

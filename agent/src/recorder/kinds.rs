@@ -67,7 +67,13 @@ impl KindFigures {
         }
     }
 
+    /// Clears it for the next interval; one with nothing recorded is
+    /// already clear (every record counts a completion), so an idle kind
+    /// costs nothing per interval.
     pub(super) fn reset(&mut self) {
+        if !self.any() {
+            return;
+        }
         self.completed = 0;
         self.completed_in_window = 0;
         self.completed_ok_in_window = 0;

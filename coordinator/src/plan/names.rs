@@ -14,6 +14,7 @@ use super::check::Check;
 use super::raw::RawRequest;
 use super::validated::{RequestPlan, Scenario};
 use crate::figures::Figure;
+use crate::thresholds::request_scopes;
 
 /// Gives each of `requests` (parsed from `raw`, at `at` =
 /// `scenario[i].request`) its name: the one given, checked, or a derived
@@ -80,19 +81,18 @@ pub(super) fn threshold_scope(
     if scenarios.iter().any(|s| s.name == name) {
         return None;
     }
-    let request = name.split_once('.').and_then(|(scenario, request)| {
+    let request = request_scopes(name).any(|(scenario, request)| {
         scenarios
             .iter()
-            .find(|s| s.name == scenario)
-            .filter(|s| s.requests.iter().any(|r| r.name == request))
+            .any(|s| s.name == scenario && s.requests.iter().any(|r| r.name == request))
     });
     match request {
-        Some(_) if figure.is_per_request() => None,
-        Some(_) => Some(format!(
+        true if figure.is_per_request() => None,
+        true => Some(format!(
             "names a request, which has completions, failures, throughput and latency, not {}; check it on the scenario",
             figure.label()
         )),
-        None => Some(format!(
+        false => Some(format!(
             "names {name:?}, which is neither a scenario of the plan nor SCENARIO.REQUEST of one (a request named without spaces)"
         )),
     }

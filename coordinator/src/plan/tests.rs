@@ -410,4 +410,12 @@ fn thresholds_may_name_a_request() {
             "{bad}: {errs:?}"
         );
     }
+    // Names with dots of their own: every split is tried.
+    let dotted = body
+        .replace("\"shop\"", "\"shop.v2\"")
+        .replace("\"items\"", "\"items.old\"");
+    parse_str(&format!(
+        "thresholds = [\"shop.v2.items.old.p99<1s\"]\n{TARGET}{dotted}"
+    ))
+    .unwrap_or_else(|e| panic!("dotted names: {e}"));
 }

@@ -16,6 +16,7 @@ use crate::aggregate::{IntervalAgg, Merged};
 use crate::figures::Source;
 use crate::fleet::RunResult;
 use crate::per_request::RequestMerged;
+use crate::thresholds::request_scopes;
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -194,14 +195,15 @@ fn scope<'a>(scenarios: &'a [Scenario], name: &str) -> Option<&'a dyn Source> {
     if let Some(s) = scenarios.iter().find(|s| s.name == name) {
         return Some(&s.totals);
     }
-    let (scenario, request) = name.split_once('.')?;
-    let q = scenarios
-        .iter()
-        .find(|s| s.name == scenario)?
-        .requests
-        .iter()
-        .find(|q| q.name == request)?;
-    Some(q)
+    request_scopes(name).find_map(|(scenario, request)| {
+        let q = scenarios
+            .iter()
+            .find(|s| s.name == scenario)?
+            .requests
+            .iter()
+            .find(|q| q.name == request)?;
+        Some(q as &dyn Source)
+    })
 }
 
 /// Builds the report and decides the verdicts.

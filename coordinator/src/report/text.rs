@@ -213,9 +213,9 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
                 t.throughput_ok_rps
             )?;
             percentile_row(out, "", &t.latency_ms)?;
+            write_requests(out, s)?;
         }
-    }
-    for s in r.scenarios.iter().filter(|s| s.requests.len() > 1) {
+    } else if let Some(s) = r.scenarios.first() {
         write_requests(out, s)?;
     }
     for s in &r.scenarios {
@@ -267,8 +267,12 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
 }
 
 /// A scenario of several requests: one row per request of its mix, so a
-/// fast GET and a failing POST are not read as one average.
+/// fast GET and a failing POST are not read as one average. Nothing for a
+/// scenario of one request, whose figures are the scenario's.
 fn write_requests(out: &mut impl Write, s: &Scenario) -> std::io::Result<()> {
+    if s.requests.len() <= 1 {
+        return Ok(());
+    }
     let width = s
         .requests
         .iter()

@@ -17,6 +17,10 @@ use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 pub use crate::client::outcome::Outcome;
 use crate::client::outcome::Phases;
 
+use kinds::KindFigures;
+
+mod kinds;
+
 /// One latency histogram per outcome class, as in the report.
 const CLASSES: usize = OutcomeClass::ALL.len();
 
@@ -41,6 +45,10 @@ struct Interval {
     /// Waits for a connection of the worker's pool, by requests that had to.
     pool_wait: Histogram<u64>,
     phases: PhaseHistograms,
+    /// The completions split by request of the mix, indexed by its kind
+    /// (its place in the mix); grown on a kind's first completion and kept
+    /// through recycling, so recording allocates nothing once warm.
+    requests: Vec<KindFigures>,
 }
 
 /// Where measured requests' time went on the wire (see
@@ -136,7 +144,16 @@ impl Interval {
             max_in_flight: 0,
             pool_wait: new_histogram(),
             phases: PhaseHistograms::new(),
+            requests: Vec::new(),
         }
+    }
+
+    /// The figures of request kind `kind`, made on its first completion.
+    fn kind(&mut self, kind: usize) -> &mut KindFigures {
+        if self.requests.len() <= kind {
+            self.requests.resize_with(kind + 1, KindFigures::new);
+        }
+        &mut self.requests[kind]
     }
 
     fn to_snapshot(&self, scenario: u32, index: u64, gauge: Gauge) -> v1::Snapshot {
@@ -199,6 +216,13 @@ impl Interval {
             connections_reused: self.phases.reused,
             // Attached by the worker for subscription scenarios.
             sse: None,
+            requests: self
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(_, k)| k.any())
+                .map(|(kind, k)| k.to_proto(kind as u32))
+                .collect(),
         }
     }
 }
@@ -261,6 +285,8 @@ pub struct Completion {
     /// Completed inside the measurement window.
     pub in_window: bool,
     pub phases: Phases,
+    /// Which request of the scenario's mix it was (its index there).
+    pub kind: usize,
 }
 
 /// The recorder of one worker for one scenario.
@@ -343,6 +369,7 @@ impl Recorder {
             warmup,
             in_window,
             phases,
+            kind,
         } = c;
         let i = self.at(interval);
         if let Some(wait) = pool_wait_micros {
@@ -381,6 +408,12 @@ impl Recorder {
             record(&mut i.latency[class.index()], latency_micros);
             record(&mut i.service_time, service_micros);
         }
+        i.kind(kind).record(
+            outcome,
+            class,
+            in_window,
+            (!warmup).then_some(latency_micros),
+        );
     }
 
     /// Closes every interval before `up_to` and returns their snapshots.
@@ -438,146 +471,11 @@ fn reset(mut i: Interval) -> Interval {
     i.lag.reset();
     i.pool_wait.reset();
     i.phases.reset();
+    for k in &mut i.requests {
+        k.reset();
+    }
     i
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use loadfleet_proto::histogram::decode;
-    use std::time::Duration;
-
-    #[test]
-    fn events_land_in_their_intervals_and_flush_in_order() {
-        let mut r = Recorder::new(2);
-        r.arrival(0, 10, 4);
-        r.went_out(0);
-        r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
-        r.completed(1, done(Outcome::Status(200), 1500, 900, None, true));
-        r.completed(1, done(Outcome::Status(503), 2500, 2000, Some(700), true));
-        r.completed(
-            1,
-            done(Outcome::Error(ErrorKind::Refused), 100, 100, None, false),
-        );
-        let snaps = r.flush(2, Gauge::new(3, Duration::from_millis(5)));
-        assert_eq!(snaps.len(), 2);
-        assert_eq!((snaps[0].intended, snaps[0].sent), (1, 1));
-        assert_eq!((snaps[0].scenario, snaps[0].max_in_flight), (2, 4));
-        assert_eq!(snaps[1].unsent[UnsentReason::ConcurrencyLimit.as_str()], 1);
-        assert_eq!(snaps[1].completed, 3);
-        assert_eq!(snaps[1].completed_in_window, 2);
-        assert_eq!(snaps[1].completed_ok_in_window, 1);
-        assert_eq!(snaps[1].status[&200], 1);
-        assert_eq!(snaps[1].status[&503], 1);
-        assert_eq!(snaps[1].errors[ErrorKind::Refused.as_str()], 1);
-        assert!(snaps[1].grpc_status.is_empty());
-        assert_eq!(
-            decode(&snaps[1].latency[OutcomeClass::ServerError.as_str()])
-                .unwrap()
-                .len(),
-            1
-        );
-        assert_eq!(decode(&snaps[1].service_time).unwrap().len(), 3);
-        assert_eq!((snaps[0].in_flight, snaps[1].in_flight), (0, 3));
-        // The pool's figures: one wait, and its saturated time on the
-        // newest interval.
-        assert_eq!(decode(&snaps[1].pool_wait).unwrap().len(), 1);
-        assert!(snaps[0].pool_wait.is_empty());
-        assert_eq!(
-            (snaps[0].pool_saturated_ns, snaps[1].pool_saturated_ns),
-            (0, 5_000_000)
-        );
-    }
-
-    fn done(
-        outcome: Outcome,
-        latency_micros: u64,
-        service_micros: u64,
-        pool_wait_micros: Option<u64>,
-        in_window: bool,
-    ) -> Completion {
-        Completion {
-            outcome,
-            latency_micros,
-            service_micros,
-            pool_wait_micros,
-            warmup: false,
-            in_window,
-            phases: Phases::default(),
-        }
-    }
-
-    /// An interval with no sends at all (every arrival unsent, or the
-    /// drain) still has requests in flight: its peak is never below the
-    /// gauge at either of its edges.
-    #[test]
-    fn peak_in_flight_is_never_below_the_gauges() {
-        let mut r = Recorder::new(0);
-        r.arrival(0, 10, 5);
-        r.went_out(0);
-        let first = r.flush(1, Gauge::new(912, Duration::ZERO));
-        assert_eq!((first[0].in_flight, first[0].max_in_flight), (912, 912));
-        r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
-        let second = r.flush(2, Gauge::new(400, Duration::ZERO));
-        assert_eq!((second[0].in_flight, second[0].max_in_flight), (400, 912));
-    }
-
-    #[test]
-    fn late_event_for_flushed_interval_is_kept() {
-        let mut r = Recorder::new(0);
-        r.flush(3, Gauge::default());
-        r.arrival_unsent(1, UnsentReason::Late);
-        let snaps = r.flush(4, Gauge::default());
-        assert_eq!(snaps.len(), 1);
-        assert_eq!(snaps[0].interval_index, 3);
-        assert_eq!(snaps[0].unsent[UnsentReason::Late.as_str()], 1);
-    }
-
-    /// gRPC statuses are counted apart from HTTP statuses, in their own
-    /// latency classes; OK is the successful throughput.
-    #[test]
-    fn grpc_statuses_are_their_own_outcomes() {
-        let mut r = Recorder::new(0);
-        r.completed(0, done(Outcome::Grpc(GrpcStatus::Ok), 10, 10, None, true));
-        r.completed(
-            0,
-            done(
-                Outcome::Grpc(GrpcStatus::ResourceExhausted),
-                20,
-                20,
-                None,
-                true,
-            ),
-        );
-        r.completed(
-            0,
-            done(Outcome::Grpc(GrpcStatus::Unavailable), 30, 30, None, true),
-        );
-        let s = &r.flush(1, Gauge::default())[0];
-        assert!(s.status.is_empty() && s.errors.is_empty());
-        assert_eq!(s.grpc_status["OK"], 1);
-        assert_eq!(s.grpc_status["RESOURCE_EXHAUSTED"], 1);
-        assert_eq!(s.grpc_status["UNAVAILABLE"], 1);
-        assert_eq!((s.completed, s.completed_ok_in_window), (3, 1));
-        for class in ["grpc_ok", "grpc_client_error", "grpc_server_error"] {
-            assert_eq!(decode(&s.latency[class]).unwrap().len(), 1, "{class}");
-        }
-    }
-
-    #[test]
-    fn recycled_intervals_start_empty() {
-        let mut r = Recorder::new(0);
-        r.completed(
-            0,
-            Completion {
-                warmup: true,
-                ..done(Outcome::Status(200), 5, 5, Some(3), false)
-            },
-        );
-        r.flush(1, Gauge::default());
-        let snaps = r.flush(2, Gauge::default());
-        assert!(snaps[0].pool_wait.is_empty());
-        assert_eq!(snaps[0].completed, 0);
-        assert!(snaps[0].warmup_latency.is_empty());
-    }
-}
+mod tests;

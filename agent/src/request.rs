@@ -338,6 +338,12 @@ impl RequestMix {
             .then_some(first)
     }
 
+    /// Which of the mix's requests arrival `seq` is (its index in the
+    /// assignment): what its outcome is recorded under, a table lookup.
+    pub fn kind(&self, seq: u64) -> usize {
+        self.interleave.owner(seq)
+    }
+
     /// Which of the mix's requests arrival `seq` is, when that request is
     /// the same bytes every time: a transport may then render it once and
     /// keep it, instead of building and rendering it per arrival (some 700
@@ -452,6 +458,7 @@ mod tests {
             body: b"seq={{seq}}".to_vec(),
             weight,
             grpc_method: String::new(),
+            name: String::new(),
         }
     }
 

@@ -222,6 +222,8 @@ pub struct Aggregate {
     held: Vec<Vec<u64>>,
     /// Subscription figures per scenario (`None` for request scenarios).
     pub sse: Vec<Option<crate::sse::SseMerged>>,
+    /// Per scenario, each request of its mix by index (`per_request`).
+    pub requests: Vec<Vec<crate::per_request::RequestMerged>>,
 }
 
 /// One second of the run, all agents together.
@@ -302,6 +304,7 @@ impl Aggregate {
             reported: vec![vec![Vec::new(); scenarios]; agents],
             held: vec![vec![0; scenarios]; agents],
             sse: vec![None; scenarios],
+            requests: vec![Vec::new(); scenarios],
         }
     }
 
@@ -395,6 +398,7 @@ impl Aggregate {
     pub fn add(&mut self, agent: usize, s: &v1::Snapshot) -> Result<(), CodecError> {
         // Decode once, then add that everywhere.
         let one = Merged::from_snapshot(s)?;
+        let requests = crate::per_request::decode(s)?;
         if let (Some(figures), Some(sse)) = (&s.sse, self.sse.get_mut(s.scenario as usize)) {
             // First, and all or nothing: a corrupt histogram here leaves
             // the rest of the snapshot unmerged too.
@@ -407,6 +411,9 @@ impl Aggregate {
         }
         if let Some(sc) = self.scenarios.get_mut(s.scenario as usize) {
             merge(sc, &one);
+        }
+        if let Some(r) = self.requests.get_mut(s.scenario as usize) {
+            crate::per_request::merge(r, &requests);
         }
         if let Some(h) = self
             .held

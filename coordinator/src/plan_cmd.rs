@@ -47,6 +47,15 @@ pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
                 .as_ref()
                 .map_or(String::new(), |d| format!(", {} data rows", d.rows.len()))
         )?;
+        // The names the report and thresholds use, derived ones included.
+        if s.requests.len() > 1 {
+            let names: Vec<String> = s
+                .requests
+                .iter()
+                .map(|r| format!("{:?} (weight {})", r.name, r.weight))
+                .collect();
+            writeln!(out, "    requests: {}", names.join(", "))?;
+        }
     }
     for o in outputs {
         writeln!(out, "  output {}", o.label())?;

@@ -170,6 +170,15 @@ impl<S: Source + ?Sized> Source for UnseenGrpcIsZero<'_, S> {
     }
 }
 
+/// The ways a threshold's scope (`shop.items` of `shop.items.p99`) reads
+/// as `(SCENARIO, REQUEST)`, at each dot: names may hold dots themselves,
+/// so every split is tried, the plan validator and the report alike.
+pub fn request_scopes(scope: &str) -> impl Iterator<Item = (&str, &str)> {
+    scope
+        .match_indices('.')
+        .map(move |(at, _)| (&scope[..at], &scope[at + 1..]))
+}
+
 impl Threshold {
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {

@@ -188,8 +188,9 @@ fn http2() {
     assert_eq!(spoken.as_object().map(|o| o.len()), Some(1), "{spoken}");
 }
 
-/// The weighted mix drawing users from users.csv: 400 requests answered
-/// and both plan thresholds passed.
+/// The weighted mix drawing users from users.csv: 400 requests answered,
+/// 8 in 10 of them items and 2 cart, each reported under its name, and
+/// the plan's thresholds passed.
 #[test]
 fn mix() {
     let plan = example("mix.toml");
@@ -208,6 +209,14 @@ fn mix() {
     assert_eq!(u(&s["intended"]), 400, "{output}");
     threshold_passed(&r, "shop.p99<500ms");
     threshold_passed(&r, "unsent==0");
+    threshold_passed(&r, "shop.items.p99<500ms");
+    let requests: Vec<(&str, u64)> = s["requests"]
+        .as_array()
+        .expect("scenarios[].requests")
+        .iter()
+        .map(|q| (q["name"].as_str().unwrap_or_default(), u(&q["completed"])))
+        .collect();
+    assert_eq!(requests, [("items", 320), ("cart", 80)], "{output}");
 }
 
 /// Poisson arrivals at 500 req/s on average for 2 s: about 1,000 (the

@@ -57,6 +57,10 @@ enum Attack {
     Duplicate,
     AfterLost,
     FinishedMismatch,
+    /// Per-request figures for a request the scenario does not have.
+    UnknownRequest,
+    /// Per-request figures with a count past any agent's.
+    RequestOverBound,
     /// Sends a snapshot as soon as it is welcomed, before any run.
     OutOfPhase,
 }
@@ -77,6 +81,8 @@ impl Attack {
             Attack::Duplicate => "duplicate",
             Attack::AfterLost => "sequence_gap",
             Attack::FinishedMismatch => "finished_mismatch",
+            Attack::UnknownRequest => "request_out_of_range",
+            Attack::RequestOverBound => "count_out_of_range",
             Attack::OutOfPhase => "out_of_phase",
         }
     }
@@ -131,6 +137,24 @@ impl Attack {
                     },
                 ]
             }
+            // The run's one request is request 0.
+            Attack::UnknownRequest => vec![v1::Snapshot {
+                requests: vec![v1::RequestFigures {
+                    request: 7,
+                    completed: 1,
+                    status: [(200, 1)].into(),
+                    ..Default::default()
+                }],
+                ..one(1)
+            }],
+            Attack::RequestOverBound => vec![v1::Snapshot {
+                requests: vec![v1::RequestFigures {
+                    request: 0,
+                    completed: u64::MAX - 1,
+                    ..Default::default()
+                }],
+                ..one(1)
+            }],
             // A gap (dropped), then a hundred snapshots after being lost.
             Attack::AfterLost => (5..105).map(one).collect(),
             Attack::FinishedMismatch | Attack::OutOfPhase => vec![v1::Snapshot {
@@ -275,6 +299,8 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
         Attack::Duplicate,
         Attack::AfterLost,
         Attack::FinishedMismatch,
+        Attack::UnknownRequest,
+        Attack::RequestOverBound,
     ];
     let mut cmd = coordinator();
     cmd.args(["run", "--listen", "127.0.0.1:0", "--token", TOKEN])
@@ -399,6 +425,9 @@ fn hostile_agents_cannot_crash_bloat_or_skew_the_coordinator() {
     assert_eq!(u(&honest["completed"]), u(&honest["sent"]), "{ctx}");
     assert_eq!(u(&t["sent"]), u(&honest["sent"]), "{ctx}");
     assert_eq!(u(&t["completed"]), u(&honest["completed"]), "{ctx}");
+    // Nor did any hostile per-request figure reach the request's row.
+    let request = &r["scenarios"][0]["requests"][0];
+    assert_eq!(u(&request["completed"]), u(&honest["completed"]), "{ctx}");
 
     let verdicts: Vec<String> = r["verdicts"]
         .as_array()

@@ -74,6 +74,9 @@ pub fn files_needed(max_in_flight: u32, max_connections: u32) -> u64 {
 pub const MAX_AGENTS: usize = 10_000;
 /// Most kinds of request in one scenario's mix.
 pub const MAX_REQUESTS: usize = 1_000;
+/// Longest name of one request of a mix (plan key `name`): it heads a
+/// row of the report and of `compare`, so it stays short.
+pub const MAX_REQUEST_NAME_BYTES: usize = 128;
 /// Highest weight of one request in a mix; all of a mix's weights together
 /// stay within [`MAX_TOTAL_WEIGHT`].
 pub const MAX_REQUEST_WEIGHT: u32 = 10_000;
@@ -405,6 +408,7 @@ fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsErr
     for (k, r) in sc.requests.iter().enumerate() {
         let f = |name: &str| format!("{at}.requests[{k}].{name}");
         bytes(&f("method"), r.method.len(), MAX_METHOD_BYTES)?;
+        bytes(&f("name"), r.name.len(), MAX_REQUEST_NAME_BYTES)?;
         bytes(&f("url"), r.url.len(), MAX_URL_BYTES)?;
         count(&f("headers"), r.headers.len(), 0, MAX_HEADERS)?;
         for (h, header) in r.headers.iter().enumerate() {
@@ -709,6 +713,12 @@ mod tests {
                 Box::new(|a| {
                     a.scenarios[0].requests[0].headers =
                         vec![v1::Header::default(); MAX_HEADERS + 1]
+                }),
+            ),
+            (
+                "scenarios[0].requests[0].name",
+                Box::new(|a| {
+                    a.scenarios[0].requests[0].name = "n".repeat(MAX_REQUEST_NAME_BYTES + 1)
                 }),
             ),
             (

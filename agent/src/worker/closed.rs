@@ -30,17 +30,17 @@ impl Driver for Client<'_> {
         let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };
-        let intended = arrival.intended;
+        let (intended, kind) = (arrival.intended, shared.mix.kind(arrival.seq));
         if let Some(hook) = &shared.sse {
             // A subscriber holds until its window ends, reconnecting as
             // the standard says.
             shared
-                .subscribe(hook, request, intended, self.end, self.stop)
+                .subscribe(hook, (request, kind), intended, self.end, self.stop)
                 .await;
             return Submitted::Held;
         }
         tokio::select! {
-            _ = shared.exchange(request, intended, intended, None) => Submitted::Sent,
+            _ = shared.exchange(request, kind, intended, intended, None) => Submitted::Sent,
             _ = self.stop.cancelled() => Submitted::Abandoned,
             _ = tokio::time::sleep_until(self.end + self.drain) => Submitted::Abandoned,
         }

@@ -144,7 +144,8 @@ impl Driver for Direct<'_> {
             return Submitted::Unrendered;
         };
         shared.mark_sent(interval, lag);
-        pool.submit(request, now, (intended, now), &mut self.done);
+        let kind = shared.mix.kind(seq);
+        pool.submit(request, now, (intended, now, kind), &mut self.done);
         take_up(pool, shared, &mut self.done);
         Submitted::Sent
     }
@@ -209,9 +210,9 @@ pub(super) fn drive_pool(
 /// Counts sent what left the pool's queue, then records the outcomes: in
 /// that order, as a request that went out and ended at once did.
 fn take_up(direct: &DirectPool<Sent>, shared: &Shared, done: &mut Vec<(Sent, Exchanged)>) {
-    direct.take_went_out(|(intended, _)| shared.went_out(intended));
-    for ((intended, sent_at), exchanged) in done.drain(..) {
-        shared.record(&exchanged, intended, sent_at);
+    direct.take_went_out(|(intended, _, _)| shared.went_out(intended));
+    for ((intended, sent_at, kind), exchanged) in done.drain(..) {
+        shared.record(&exchanged, kind, intended, sent_at);
     }
 }
 

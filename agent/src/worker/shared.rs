@@ -23,8 +23,9 @@ use crate::sse::hook::Hook;
 pub(super) type Request = http::Request<Full<Bytes>>;
 
 /// What the open loop keeps with a request in a [`DirectPool`]: its
-/// intended instant and when it was sent.
-pub(super) type Sent = (Instant, Instant);
+/// intended instant, when it was sent, and its kind (its request's index
+/// in the mix, [`RequestMix::kind`]).
+pub(super) type Sent = (Instant, Instant, usize);
 
 /// State one scenario's tasks share on a worker thread.
 #[derive(Clone)]
@@ -107,23 +108,31 @@ impl Shared {
         Some(request)
     }
 
-    /// Sends one request through the transport and records its outcome.
+    /// Sends one request of kind `kind` through the transport and records
+    /// its outcome.
     pub(super) async fn exchange(
         &self,
         request: Request,
+        kind: usize,
         intended: Instant,
         sent_at: Instant,
         queued: Option<Queued>,
     ) {
         let out = || self.went_out(intended);
         let exchanged = self.client.send(request, sent_at, queued, &out).await;
-        self.record(&exchanged, intended, sent_at);
+        self.record(&exchanged, kind, intended, sent_at);
     }
 
     /// Records one request's outcome and takes it out of the in-flight
     /// counts. One that never left the queue is unsent, booked with its
     /// arrival.
-    pub(super) fn record(&self, exchanged: &Exchanged, intended: Instant, sent_at: Instant) {
+    pub(super) fn record(
+        &self,
+        exchanged: &Exchanged,
+        kind: usize,
+        intended: Instant,
+        sent_at: Instant,
+    ) {
         let done = exchanged.answered.unwrap_or_else(Instant::now);
         let in_scenario = done.saturating_duration_since(self.scenario_start);
         let in_window = in_scenario >= self.warmup && in_scenario < self.duration;
@@ -149,6 +158,7 @@ impl Shared {
                 warmup,
                 in_window,
                 phases: exchanged.phases,
+                kind,
             },
         );
         self.done_one();
@@ -161,7 +171,7 @@ impl Shared {
     pub(super) async fn subscribe(
         &self,
         hook: &Hook,
-        request: Request,
+        (request, kind): (Request, usize),
         intended: Instant,
         until: Instant,
         stop: &CancellationToken,
@@ -189,6 +199,7 @@ impl Shared {
                         new_connection: opening.connect.is_some(),
                         reused: false,
                     },
+                    kind,
                 },
             );
         })

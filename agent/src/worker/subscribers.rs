@@ -30,13 +30,13 @@ impl Driver for Subscribers<'_> {
         let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };
-        let intended = arrival.intended;
+        let (intended, kind) = (arrival.intended, shared.mix.kind(arrival.seq));
         let (task_shared, hook) = (shared.clone(), self.hook.clone());
         let until = hook.until(intended, shared.scenario_start + shared.duration);
         let stop = self.stop.clone();
         tokio::task::spawn_local(async move {
             task_shared
-                .subscribe(&hook, request, intended, until, &stop)
+                .subscribe(&hook, (request, kind), intended, until, &stop)
                 .await;
         });
         Submitted::Sent

@@ -13,10 +13,10 @@ use super::ticks::TICK_SLACK;
 use crate::client::Queued;
 use crate::runners::{Runners, Seat};
 
-/// One arrival's request, as a runner takes it, with its intended instant,
-/// when it was sent, and its place in the worker's queue if it waited
-/// there for a connection.
-type Job = (Request, Instant, Instant, Option<Queued>);
+/// One arrival's request, as a runner takes it, with its kind (its index
+/// in the mix), its intended instant, when it was sent, and its place in
+/// the worker's queue if it waited there for a connection.
+type Job = (Request, usize, Instant, Instant, Option<Queued>);
 
 /// Sends through request tasks that stay for the next arrival (see
 /// [`crate::runners`]).
@@ -74,10 +74,11 @@ impl Driver for Tasks<'_> {
             return Submitted::Unrendered;
         };
         let (intended, now) = (arrival.intended, arrival.now);
+        let kind = shared.mix.kind(arrival.seq);
         let runners = &self.runners;
         if runners.must_hold(|| shared.client.free_connections()) {
-            runners.hold((request, intended, now, Some(shared.client.queue())));
-        } else if let Some(seat) = runners.offer((request, intended, now, None)) {
+            runners.hold((request, kind, intended, now, Some(shared.client.queue())));
+        } else if let Some(seat) = runners.offer((request, kind, intended, now, None)) {
             tokio::task::spawn_local(runner(shared.clone(), runners.clone(), seat));
         }
         Submitted::Sent
@@ -112,8 +113,8 @@ impl Driver for Tasks<'_> {
 /// A request task that stays for the next arrival (see [`crate::runners`]).
 async fn runner(shared: Shared, runners: Rc<Runners<Job>>, seat: Seat<Job>) {
     runners
-        .serve(seat, |(request, intended, sent_at, queued)| {
-            shared.exchange(request, intended, sent_at, queued)
+        .serve(seat, |(request, kind, intended, sent_at, queued)| {
+            shared.exchange(request, kind, intended, sent_at, queued)
         })
         .await;
 }

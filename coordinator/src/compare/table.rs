@@ -23,6 +23,10 @@ enum Read {
     Share(Figure),
     /// A figure of the subscription scenario of this name.
     Sse(String, SseFigure),
+    /// A figure of a request (scenario name, request name), or with
+    /// `share` its share, from the report's scenarios (the representative
+    /// run's, when repeated: runs keep no per-request figures).
+    Request(String, String, Figure, bool),
 }
 
 /// A row to be: its title, unit and what it reads.
@@ -135,7 +139,50 @@ fn lines(inputs: &[Input]) -> Vec<Line> {
             read: Read::Sse(name.to_string(), figure),
         }));
     }
+    f.extend(request_lines(inputs));
     f
+}
+
+/// Rows per request (`SCENARIO.REQUEST figure`) of the scenarios that mix
+/// several, in the first report's order, then any only later reports have.
+fn request_lines(inputs: &[Input]) -> Vec<Line> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for s in inputs
+        .iter()
+        .flat_map(|i| &i.report.scenarios)
+        .filter(|s| s.requests.len() > 1)
+    {
+        for q in &s.requests {
+            let key = (s.name.clone(), q.name.clone());
+            if !seen.contains(&key) {
+                seen.push(key);
+            }
+        }
+    }
+    let figures = [
+        (Figure::Completed, false),
+        (Figure::Throughput, false),
+        (Figure::Failures, true),
+        (Figure::Latency(Quantile::P50), false),
+        (Figure::Latency(Quantile::P99), false),
+        (Figure::Latency(Quantile::Max), false),
+    ];
+    let mut out = Vec::new();
+    for (scenario, request) in seen {
+        for (figure, share) in &figures {
+            let (label, unit) = if *share {
+                (figure.share_label(), Unit::Percent)
+            } else {
+                (figure.label(), figure.unit())
+            };
+            out.push(Line {
+                name: format!("{scenario}.{request} {label}"),
+                unit,
+                read: Read::Request(scenario.clone(), request.clone(), figure.clone(), *share),
+            });
+        }
+    }
+    out
 }
 
 /// What a report says about one figure: the value shown, and the
@@ -153,6 +200,21 @@ fn read(report: &Compared, read: &Read) -> Reading {
             spread(report, |t| figure.of(t), key.as_deref())
         }
         Read::Share(figure) => spread(report, |t| figure.share(t), None),
+        Read::Request(scenario, request, figure, share) => Reading {
+            value: report
+                .scenarios
+                .iter()
+                .find(|s| s.name == *scenario)
+                .and_then(|s| s.requests.iter().find(|q| q.name == *request))
+                .and_then(|q| {
+                    if *share {
+                        figure.share(q)
+                    } else {
+                        figure.of_request(q)
+                    }
+                }),
+            range: None,
+        },
         Read::Sse(name, figure) => Reading {
             value: report
                 .scenarios

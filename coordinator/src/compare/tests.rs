@@ -397,3 +397,40 @@ fn compare_labels_come_from_folder_or_stem() {
     assert_eq!(label_for(Path::new("/runs/baseline.json")), "baseline");
     assert_eq!(label_for(Path::new("b.json")), "b");
 }
+
+/// A scenario of several requests gets rows per request, read from each
+/// report's `scenarios[].requests[]`: a request one report lacks is `-`
+/// there, and failure % is the request's own.
+#[test]
+fn requests_of_a_mix_get_rows_of_their_own() {
+    let request = |name: &str, completed: u64, failures: u64, p99: f64| {
+        json!({"name": name, "completed": completed, "completed_in_window": completed,
+               "completed_ok_in_window": completed - failures, "failures": failures,
+               "throughput_rps": completed as f64 / 3.0, "throughput_ok_rps": 0.0,
+               "status": {}, "errors": {},
+               "latency_ms": {"p50": 1.0, "p90": 1.0, "p95": 1.0, "p99": p99, "p999": p99,
+                              "max": p99, "mean": 1.0, "count": completed}})
+    };
+    let mut a = report(10.0, 20.0, 300, json!({"200": 300}));
+    a["scenarios"][0]["requests"] =
+        json!([request("items", 200, 0, 5.0), request("cart", 100, 50, 8.0)]);
+    let mut b = report(10.0, 20.0, 300, json!({"200": 300}));
+    b["scenarios"][0]["requests"] =
+        json!([request("items", 300, 0, 10.0), request("search", 1, 0, 1.0)]);
+    let t = Table::build(&[input("a", a), input("b", b)]);
+    let p99 = t.row("default.items latency_ms p99").unwrap();
+    assert_eq!((p99.cell(0), p99.cell(1)), ("5.00".into(), "10.00".into()));
+    assert_eq!(p99.ratios[0].value, Some(2.0));
+    assert_eq!(
+        t.row("default.cart failure %").unwrap().value(0),
+        Some(50.0)
+    );
+    assert_eq!(t.row("default.cart completed").unwrap().cell(1), "-");
+    // A request only B has gets its rows too, after A's.
+    let search = t.row("default.search completed").unwrap();
+    assert_eq!((search.cell(0), search.cell(1)), ("-".into(), "1".into()));
+    let rows: Vec<&str> = t.rows.iter().map(|r| r.figure.as_str()).collect();
+    let at = |name: &str| rows.iter().position(|r| *r == name).unwrap();
+    assert!(at("default.items completed") < at("default.cart completed"));
+    assert!(at("default.cart completed") < at("default.search completed"));
+}

@@ -4,7 +4,7 @@
 use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass};
 
 use super::{Figure, Phase, Quantile, Source, SseFigure};
-use crate::report::model::{Percentiles, Phases, Scenario, Totals};
+use crate::report::model::{Percentiles, Phases, RequestReport, Scenario, Totals};
 
 impl Quantile {
     pub fn of(self, p: &Percentiles) -> f64 {
@@ -56,6 +56,55 @@ impl Figure {
             Figure::ErrorKind(kind) => counted(t.errors.get(kind)),
             Figure::Grpc(s) => counted(t.grpc.as_ref()?.status.get(s.as_str())),
         }
+    }
+}
+
+impl Figure {
+    /// This figure of one request of a scenario's mix
+    /// (`scenarios[].requests[]`); `None` for the figures a request does
+    /// not have: arrivals (intended, sent, unsent) and the service time
+    /// and phases are the scenario's.
+    pub fn of_request(&self, q: &RequestReport) -> Option<f64> {
+        if !self.is_per_request() {
+            return None;
+        }
+        let count = |n: u64| Some(n as f64);
+        let counted = |n: Option<&u64>| n.map(|n| *n as f64);
+        match self {
+            Figure::Completed => count(q.completed),
+            Figure::CompletedInWindow => count(q.completed_in_window),
+            Figure::Errors => count(q.errors.values().sum()),
+            Figure::Failures => count(q.failures),
+            Figure::Throughput => Some(q.throughput_rps),
+            Figure::ThroughputOk => Some(q.throughput_ok_rps),
+            Figure::Latency(quantile) => q.latency_ms.as_ref().map(|p| quantile.of(p)),
+            Figure::Status(code) => counted(q.status.get(code)),
+            Figure::ErrorKind(kind) => counted(q.errors.get(kind)),
+            Figure::Grpc(s) => counted(q.grpc_status.get(s.as_str())),
+            _ => None,
+        }
+    }
+
+    /// Whether a request of a mix has this figure (see
+    /// [`Figure::of_request`]): what a threshold on `SCENARIO.REQUEST`
+    /// may name.
+    pub fn is_per_request(&self) -> bool {
+        !matches!(
+            self,
+            Figure::Intended
+                | Figure::Sent
+                | Figure::Unsent
+                | Figure::InFlightAtEnd
+                | Figure::ServiceTime(_)
+                | Figure::Phase(..)
+                | Figure::ConnectionsOpened
+        )
+    }
+}
+
+impl Source for RequestReport {
+    fn get(&self, figure: &Figure) -> Option<f64> {
+        figure.of_request(self)
     }
 }
 

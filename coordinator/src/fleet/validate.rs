@@ -86,6 +86,9 @@ pub struct Ledger {
 #[derive(Debug)]
 pub struct Checks {
     scenarios: usize,
+    /// Requests in each scenario's mix: the indexes per-request figures
+    /// may name.
+    kinds: Vec<usize>,
     /// Highest interval index a snapshot may carry.
     last_interval: u64,
     ledgers: Vec<Ledger>,
@@ -97,6 +100,7 @@ impl Checks {
         let span = (spec.duration + spec.drain + INTERVAL_SLACK).as_nanos();
         Self {
             scenarios: spec.scenarios.len(),
+            kinds: spec.scenarios.iter().map(|s| s.requests.len()).collect(),
             last_interval: u64::try_from(span / interval).unwrap_or(u64::MAX),
             ledgers: Vec::new(),
         }
@@ -308,6 +312,7 @@ impl Checks {
         if let Some(f) = &s.sse {
             sse(f)?;
         }
+        requests::check(s, self.kinds.get(s.scenario as usize).copied().unwrap_or(0))?;
         for (field, v) in [("cpu_seconds", s.cpu_seconds), ("host_cpu", s.host_cpu)] {
             if !(0.0..=1e9).contains(&v) {
                 return Err(reject(
@@ -438,5 +443,6 @@ fn sum<'a>(field: &str, mut values: impl Iterator<Item = &'a u64>) -> Result<u64
         .ok_or_else(|| reject("count_overflow", format!("{field} overflow when summed")))
 }
 
+mod requests;
 #[cfg(test)]
 mod tests;

@@ -161,6 +161,8 @@ pub(super) fn request(
         .unwrap_or(1);
     RequestPlan {
         grpc: Some(name.clone()),
+        // Given by `names::assign` once every request is parsed.
+        name: String::new(),
         method: "POST".into(),
         path: format!("/{name}"),
         headers: r

@@ -16,6 +16,7 @@ mod check;
 mod files;
 mod grpc;
 mod model;
+mod names;
 mod overlay;
 mod parse;
 mod preview;

@@ -165,6 +165,8 @@ pub(super) struct RawSteps {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRequest {
+    /// The request's row in the report; derived when not given.
+    pub name: Option<Spanned<String>>,
     pub method: Option<String>,
     pub path: Option<String>,
     #[serde(default)]

@@ -13,6 +13,7 @@ use toml::Spanned;
 use super::check::Check;
 use super::files::{body_file, data_table};
 use super::grpc;
+use super::names;
 use super::raw::{RawData, RawRequest};
 use super::validated::{Data, RequestPlan};
 
@@ -58,6 +59,7 @@ pub(super) fn requests(
     if raw.is_empty() {
         return vec![RequestPlan {
             grpc: None,
+            name: "GET".into(),
             method: "GET".into(),
             path: String::new(),
             headers: Vec::new(),
@@ -75,11 +77,12 @@ pub(super) fn requests(
     ) {
         return Vec::new();
     }
-    let requests: Vec<RequestPlan> = raw
+    let mut requests: Vec<RequestPlan> = raw
         .iter()
         .enumerate()
         .map(|(k, r)| request(c, &format!("{at}[{k}]"), r, columns, base))
         .collect();
+    names::assign(c, &at, raw, &mut requests);
     // Agents deal arrivals to requests by an interleave of the weights.
     let total: u64 = requests.iter().map(|r| u64::from(r.weight)).sum();
     if total > MAX_TOTAL_WEIGHT {
@@ -184,6 +187,8 @@ fn request(
         .unwrap_or(1);
     RequestPlan {
         grpc: None,
+        // Given by `names::assign` once every request is parsed.
+        name: String::new(),
         method,
         path,
         headers: r

@@ -347,3 +347,75 @@ fn every_kind_of_mistake_is_reported_at_once() {
         ]
     );
 }
+
+/// Every request has a name in its assignment: the one given, or its
+/// method and path template; a derived name that repeats another gets its
+/// position, and a given name that repeats another is refused by field.
+#[test]
+fn requests_are_named_uniquely_within_their_scenario() {
+    let scenario = "[[scenario]]\nrate = 5\nduration = \"1s\"\n";
+    let plan = parse_str(&format!(
+        "{TARGET}{scenario}[[scenario.request]]\npath = \"/items/{{{{seq}}}}?u=1\"\n[[scenario.request]]\nname = \"cart\"\nmethod = \"post\"\npath = \"/cart\"\n[[scenario.request]]\npath = \"/items/{{{{seq}}}}?u=2\"\n"
+    ))
+    .unwrap();
+    let names: Vec<String> = plan.assignments("http://h:1")[0]
+        .requests
+        .iter()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["GET /items/{{seq}}", "cart", "GET /items/{{seq}} #2"]
+    );
+    let twice = "[[scenario.request]]\nname = \"a\"\npath = \"/x\"\n[[scenario.request]]\nname = \"a\"\npath = \"/y\"\n";
+    let errs = errors(&format!("{TARGET}{scenario}{twice}"));
+    assert!(
+        errs.iter()
+            .any(|e| e.field == "scenario[0].request[1].name" && e.message.contains("another")),
+        "{errs:?}"
+    );
+    let long = format!(
+        "[[scenario.request]]\nname = \"{}\"\n",
+        "n".repeat(loadfleet_proto::bounds::MAX_REQUEST_NAME_BYTES + 1)
+    );
+    let errs = errors(&format!("{TARGET}{scenario}{long}"));
+    assert!(
+        errs.iter()
+            .any(|e| e.field == "scenario[0].request[0].name"),
+        "{errs:?}"
+    );
+}
+
+/// A threshold may name a request of a scenario (`shop.cart.p99`) for the
+/// figures a request has; an unknown request or an arrival figure is
+/// refused by the plan check.
+#[test]
+fn thresholds_may_name_a_request() {
+    let body = "[[scenario]]\nname = \"shop\"\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\nname = \"items\"\npath = \"/items\"\n[[scenario.request]]\nname = \"cart\"\npath = \"/cart\"\n";
+    let with = |th: &str| format!("thresholds = [\"{th}\"]\n{TARGET}{body}");
+    for ok in [
+        "shop.cart.failures<1%",
+        "shop.items.p99<300ms",
+        "shop.unsent==0",
+    ] {
+        parse_str(&with(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for (bad, says) in [
+        ("shop.nope.p99<1ms", "neither a scenario"),
+        ("shop.cart.unsent==0", "check it on the scenario"),
+    ] {
+        let errs = errors(&with(bad));
+        assert!(
+            errs.iter().any(|e| e.message.contains(says)),
+            "{bad}: {errs:?}"
+        );
+    }
+    // Names with dots of their own: every split is tried.
+    let dotted = body
+        .replace("\"shop\"", "\"shop.v2\"")
+        .replace("\"items\"", "\"items.old\"");
+    parse_str(&format!(
+        "thresholds = [\"shop.v2.items.old.p99<1s\"]\n{TARGET}{dotted}"
+    ))
+    .unwrap_or_else(|e| panic!("dotted names: {e}"));
+}

@@ -154,12 +154,8 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
     }
     for th in &thresholds {
         if let Some(name) = th.scenario() {
-            if !scenarios.iter().any(|s| s.name == name) {
-                c.err(
-                    "thresholds",
-                    None,
-                    format!("{th} names scenario {name:?}, which the plan does not have"),
-                );
+            if let Some(problem) = super::names::threshold_scope(&scenarios, name, th.figure()) {
+                c.err("thresholds", None, format!("{th} {problem}"));
             }
         }
     }

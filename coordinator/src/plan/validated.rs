@@ -160,6 +160,9 @@ pub struct RequestPlan {
     /// call is a POST of `body` (its JSON message) to `path`
     /// (`/package.Service/Method`) with `headers` as its metadata.
     pub grpc: Option<String>,
+    /// Its row in the report: unique within the scenario (see
+    /// `plan::names`).
+    pub name: String,
     pub method: String,
     /// A path joined to the target URL, or an absolute URL.
     pub path: String,
@@ -271,6 +274,7 @@ impl Plan {
                         body: r.body.clone(),
                         weight: r.weight,
                         grpc_method: r.grpc.clone().unwrap_or_default(),
+                        name: r.name.clone(),
                     })
                     .collect(),
                 // Only scenarios that call gRPC carry the types.

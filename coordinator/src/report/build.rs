@@ -8,12 +8,15 @@ use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Phases, ProtocolInfo, Report,
-    RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::{IntervalAgg, Merged};
+use crate::figures::Source;
 use crate::fleet::RunResult;
+use crate::per_request::RequestMerged;
+use crate::thresholds::request_scopes;
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -153,6 +156,56 @@ fn grpc_of(m: &Merged) -> Option<Grpc> {
     })
 }
 
+/// Each request of a scenario's mix, named as in the plan, from its merged
+/// figures; throughput over the scenario's window of `window_s` seconds.
+fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec<RequestReport> {
+    let per_window = |n: u64| {
+        if window_s > 0.0 {
+            n as f64 / window_s
+        } else {
+            0.0
+        }
+    };
+    names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            let m = merged.get(k).cloned().unwrap_or_default();
+            RequestReport {
+                name: name.clone(),
+                completed: m.completed,
+                completed_in_window: m.completed_in_window,
+                completed_ok_in_window: m.completed_ok_in_window,
+                failures: m.failures(),
+                throughput_rps: per_window(m.completed_in_window),
+                throughput_ok_rps: per_window(m.completed_ok_in_window),
+                status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                errors: m.errors.clone(),
+                grpc_status: m.grpc_status.clone(),
+                latency_ms: percentiles(&m.latency),
+            }
+        })
+        .collect()
+}
+
+/// What a threshold scoped to `name` reads: the scenario of that name,
+/// else request `R` of scenario `S` for `S.R` (as the plan validator
+/// resolves it, `plan::names::threshold_scope`).
+fn scope<'a>(scenarios: &'a [Scenario], name: &str) -> Option<&'a dyn Source> {
+    if let Some(s) = scenarios.iter().find(|s| s.name == name) {
+        return Some(&s.totals);
+    }
+    request_scopes(name).find_map(|(scenario, request)| {
+        let q = scenarios
+            .iter()
+            .find(|s| s.name == scenario)?
+            .requests
+            .iter()
+            .find(|q| q.name == request)?;
+        Some(q as &dyn Source)
+    })
+}
+
 /// Builds the report and decides the verdicts.
 pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     // A run cut short only measured until it stopped: its windows end there,
@@ -206,6 +259,11 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .unwrap_or_default();
                     sse::report(&merged, send_time, result, 1.0)
                 }),
+                requests: requests_of(
+                    &info.requests,
+                    result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
+                    w.end_s - w.start_s,
+                ),
             }
         })
         .collect();
@@ -218,8 +276,8 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
         .thresholds
         .iter()
         .map(|th| {
-            let t = match th.scenario() {
-                Some(name) => scenarios.iter().find(|s| s.name == name).map(|s| &s.totals),
+            let t: Option<&dyn Source> = match th.scenario() {
+                Some(name) => scope(&scenarios, name),
                 None => Some(&totals),
             };
             match t {

@@ -151,6 +151,37 @@ pub struct Scenario {
     /// their first subscribe request (latency: time to subscribe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse: Option<SseReport>,
+    /// Each request of the scenario's mix apart, in the plan's order,
+    /// named as the plan names it (`[[scenario.request]] name`, or its
+    /// method and path). Their completions add up to the scenario's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestReport>,
+}
+
+/// One request of a scenario's mix (`scenarios[].requests[]`): its
+/// completions, with the words and rules of the scenario's own figures.
+/// Arrivals are dealt to requests by weight before they are sent, so
+/// intended/sent/unsent stay the scenario's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RequestReport {
+    pub name: String,
+    pub completed: u64,
+    pub completed_in_window: u64,
+    /// Of those, the 2xx (and gRPC OK) responses.
+    pub completed_ok_in_window: u64,
+    /// Transport errors, 4xx and 5xx answers, gRPC statuses other than OK.
+    pub failures: u64,
+    /// Completions inside the scenario's window / its length.
+    pub throughput_rps: f64,
+    pub throughput_ok_rps: f64,
+    pub status: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    /// gRPC calls by grpc-status; absent when none answered one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grpc_status: BTreeMap<String, u64>,
+    /// From the intended send time, every outcome together; null when
+    /// nothing of this request completed after the warm-up.
+    pub latency_ms: Option<Percentiles>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

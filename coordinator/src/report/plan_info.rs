@@ -98,6 +98,7 @@ impl PlanInfo {
                     Model::Closed { .. } => None,
                 },
                 sse_send_time: s.sse.as_ref().map(|sse| sse.send_time_source()),
+                requests: s.requests.iter().map(|r| r.name.clone()).collect(),
             })
             .collect();
         Self {
@@ -136,4 +137,6 @@ pub struct ScenarioInfo {
     /// Subscription scenarios: where events carry their send time ("none"
     /// when nowhere); `None` for request scenarios.
     pub sse_send_time: Option<String>,
+    /// The names of the requests of its mix, in the plan's order.
+    pub requests: Vec<String>,
 }

@@ -9,7 +9,7 @@ use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
 use super::model::Repeats;
-use super::model::{Grpc, Percentiles, Report};
+use super::model::{Grpc, Percentiles, Report, Scenario};
 use super::repeats::{Unit, COLUMNS};
 
 fn percentile_row(
@@ -229,7 +229,10 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
                 t.throughput_ok_rps
             )?;
             percentile_row(out, "", &t.latency_ms)?;
+            write_requests(out, s)?;
         }
+    } else if let Some(s) = r.scenarios.first() {
+        write_requests(out, s)?;
     }
     for s in &r.scenarios {
         if let Some(sse) = &s.sse {
@@ -275,6 +278,58 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             };
             writeln!(out, "  {mark} {} (actual {actual})", c.threshold)?;
         }
+    }
+    Ok(())
+}
+
+/// A scenario of several requests: one row per request of its mix, so a
+/// fast GET and a failing POST are not read as one average. Nothing for a
+/// scenario of one request, whose figures are the scenario's.
+fn write_requests(out: &mut impl Write, s: &Scenario) -> std::io::Result<()> {
+    if s.requests.len() <= 1 {
+        return Ok(());
+    }
+    let width = s
+        .requests
+        .iter()
+        .map(|q| q.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(8, 40);
+    writeln!(out)?;
+    writeln!(out, "  requests of {}:", s.name)?;
+    writeln!(
+        out,
+        "  {:<width$} {:>9} {:>9} {:>11} {:>9} {:>9} {:>9}  status",
+        "name", "completed", "failures", "req/s", "p50", "p99", "max"
+    )?;
+    for q in &s.requests {
+        let (p50, p99, max) = q
+            .latency_ms
+            .as_ref()
+            .map_or(("-".into(), "-".into(), "-".into()), |p| {
+                (ms(p.p50), ms(p.p99), ms(p.max))
+            });
+        let outcomes: Vec<String> = q
+            .status
+            .iter()
+            .chain(&q.errors)
+            .chain(&q.grpc_status)
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        writeln!(
+            out,
+            "  {:<width$} {:>9} {:>9} {:>11.1} {p50:>9} {p99:>9} {max:>9}  {}",
+            q.name,
+            q.completed,
+            q.failures,
+            q.throughput_rps,
+            if outcomes.is_empty() {
+                "-".into()
+            } else {
+                outcomes.join("  ")
+            }
+        )?;
     }
     Ok(())
 }

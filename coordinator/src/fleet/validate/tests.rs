@@ -7,6 +7,7 @@ use proptest::prelude::*;
 fn checks() -> Checks {
     Checks {
         scenarios: 1,
+        kinds: vec![2],
         last_interval: 100,
         ledgers: Vec::new(),
     }
@@ -200,5 +201,58 @@ proptest! {
             prop_assert!(intended <= MAX_SNAPSHOT_COUNT);
             prop_assert!(total.checked_add(intended).is_some());
         }
+    }
+}
+
+/// Per-request figures name a request of the mix, once each, and add up
+/// to the snapshot's own counts.
+#[test]
+fn per_request_figures_are_checked() {
+    let t = Merged::default();
+    let entry = |request, completed, code| v1::RequestFigures {
+        request,
+        completed,
+        status: [(code, completed)].into(),
+        ..Default::default()
+    };
+    let with = |requests: Vec<v1::RequestFigures>| v1::Snapshot {
+        requests,
+        ..honest(1)
+    };
+    let split = with(vec![entry(0, 3, 200), entry(1, 1, 200)]);
+    assert_eq!(checks().snapshot(0, &split, &t), Check::Accept);
+    let cases = [
+        ("request_out_of_range", with(vec![entry(2, 4, 200)])),
+        (
+            "request_out_of_order",
+            with(vec![entry(1, 2, 200), entry(0, 2, 200)]),
+        ),
+        (
+            "request_out_of_order",
+            with(vec![entry(0, 2, 200), entry(0, 2, 200)]),
+        ),
+        ("counts_disagree", with(vec![entry(0, 3, 200)])),
+        (
+            "count_out_of_range",
+            with(vec![entry(0, MAX_SNAPSHOT_COUNT + 1, 200)]),
+        ),
+        ("bad_status", with(vec![entry(0, 4, 42)])),
+        (
+            "unknown_error_kind",
+            with(vec![v1::RequestFigures {
+                errors: [("meteor".to_string(), 1)].into(),
+                ..entry(0, 4, 200)
+            }]),
+        ),
+        (
+            "counts_disagree",
+            with(vec![v1::RequestFigures {
+                completed_in_window: 5,
+                ..entry(0, 4, 200)
+            }]),
+        ),
+    ];
+    for (expected, s) in cases {
+        assert_eq!(what(checks().snapshot(0, &s, &t)), expected, "{s:?}");
     }
 }

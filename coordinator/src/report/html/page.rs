@@ -6,7 +6,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::chart::charts;
 use super::figures::{headline, subscriptions};
-use super::tables::{agents, outcomes, repeats, scenarios};
+use super::tables::{agents, outcomes, repeats, requests, scenarios};
 use crate::report::format::{protocol_line, secs, threshold_actual, utc};
 use crate::report::model::Report;
 
@@ -74,6 +74,7 @@ fn page(r: &Report, json: &str) -> Markup {
                 (headline(r))
                 (repeats(r))
                 (scenarios(r))
+                (requests(r))
                 (subscriptions(r))
                 (charts(r))
                 (outcomes(&r.totals))

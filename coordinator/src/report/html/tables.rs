@@ -87,6 +87,51 @@ pub(super) fn scenarios(r: &Report) -> Markup {
     }
 }
 
+/// Each scenario of several requests: one row per request of its mix,
+/// with its own outcomes, so a failing request is not averaged away.
+pub(super) fn requests(r: &Report) -> Markup {
+    let split: Vec<_> = r
+        .scenarios
+        .iter()
+        .filter(|s| s.requests.len() > 1)
+        .collect();
+    if split.is_empty() {
+        return html! {};
+    }
+    html! {
+        h2 { "Requests" }
+        table class="requests" {
+            tr {
+                th class="l" { "scenario" } th class="l" { "request" } th { "completed" }
+                th { "failures" } th { "throughput (req/s)" } th { "p50" } th { "p99" }
+                th { "max" } th class="l" { "outcomes" }
+            }
+            @for s in &split {
+                @for q in &s.requests {
+                    @let lat = |f: fn(&Percentiles) -> f64| {
+                        q.latency_ms.as_ref().map_or("–".into(), |p| ms(f(p)))
+                    };
+                    tr {
+                        td class="l" { (s.name) }
+                        td class="l" { (q.name) }
+                        td { (count(q.completed)) }
+                        td { (count(q.failures)) }
+                        td { (num(q.throughput_rps, 1)) }
+                        td { (lat(|p| p.p50)) }
+                        td { (lat(|p| p.p99)) }
+                        td { (lat(|p| p.max)) }
+                        td class="l" {
+                            @for (k, n) in q.status.iter().chain(&q.errors).chain(&q.grpc_status) {
+                                (k) ": " (count(*n)) " "
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Requests in, with what each status code, error kind and unsent reason
 /// amounts to as a share of what was intended.
 pub(super) fn outcomes(t: &Totals) -> Markup {

@@ -124,6 +124,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             offered_rps: Some(100.0),
             totals: t.clone(),
             sse: None,
+            requests: Vec::new(),
         }],
         totals: t,
         agents: vec![AgentReport {
@@ -354,4 +355,38 @@ fn completions_are_stacked_by_the_classes_the_run_had() {
     // Without per-class counts there is nothing to stack.
     let html = render(&report(4, 400)).unwrap();
     assert!(html.contains("no completions: nothing was answered or failed"));
+}
+
+/// A scenario of several requests gets the "Requests" table, a row per
+/// request with its own outcomes, escaped like all text; one of a single
+/// request gets none (its figures are the scenario's).
+#[test]
+fn a_mix_gets_a_requests_table() {
+    let request = |name: &str, code: &str, n: u64| crate::report::model::RequestReport {
+        name: name.into(),
+        completed: n,
+        completed_in_window: n,
+        completed_ok_in_window: 0,
+        failures: 0,
+        throughput_rps: 1.0,
+        throughput_ok_rps: 0.0,
+        status: [(code.to_string(), n)].into(),
+        errors: BTreeMap::new(),
+        grpc_status: BTreeMap::new(),
+        latency_ms: Some(pct(1.0, n)),
+    };
+    let mut r = report(3, 100);
+    r.scenarios[0].requests = vec![request("GET /items/{{seq}}", "200", 75)];
+    assert!(!render(&r).unwrap().contains("<h2>Requests</h2>"));
+    r.scenarios[0]
+        .requests
+        .push(request("<b>cart</b>", "404", 25));
+    let html = render(&r).unwrap();
+    assert!(html.contains("<h2>Requests</h2>"), "{html}");
+    assert!(
+        html.contains("GET /items/{{seq}}") && html.contains("404: 25"),
+        "{html}"
+    );
+    assert!(html.contains("&lt;b&gt;cart&lt;/b&gt;"), "{html}");
+    assert!(!html.contains("<b>cart"), "{html}");
 }

@@ -604,6 +604,7 @@ mod tests {
                 process: Some("uniform".into()),
                 offered_rps: Some(10.0),
                 sse_send_time: None,
+                requests: Vec::new(),
             }],
             duration: Duration::from_secs(10),
             drain: Duration::from_secs(1),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
 /// Intervals tracked per agent for the plan check: the longest scenario
 /// allowed, in seconds (the snapshot interval is a second).
@@ -163,31 +163,17 @@ impl Merged {
     pub fn by_class(&self) -> BTreeMap<OutcomeClass, u64> {
         let mut out: BTreeMap<OutcomeClass, u64> = BTreeMap::new();
         for (&code, &n) in &self.status {
-            *out.entry(class_of(code)).or_default() += n;
+            *out.entry(OutcomeClass::of_wire_status(code)).or_default() += n;
         }
         let errors = self.errors_total();
         if errors > 0 {
             out.insert(OutcomeClass::Error, errors);
         }
         for (name, &n) in &self.grpc_status {
-            *out.entry(grpc_class_of(name)).or_default() += n;
+            *out.entry(OutcomeClass::of_grpc_word(name)).or_default() += n;
         }
         out
     }
-}
-
-/// The class of a status code from the wire, where it is a `u32`: one too
-/// large for HTTP is not valid HTTP, like any other out-of-range code.
-pub fn class_of(code: u32) -> OutcomeClass {
-    u16::try_from(code).map_or(OutcomeClass::ServerError, OutcomeClass::of_status)
-}
-
-/// The latency class of a grpc-status name from the wire (checked against
-/// the vocabulary on arrival; an unknown one reads as UNKNOWN would).
-pub fn grpc_class_of(name: &str) -> OutcomeClass {
-    name.parse::<GrpcStatus>()
-        .unwrap_or(GrpcStatus::Unknown)
-        .class()
 }
 
 /// Both sides are auto-resizing, so `add` can only fail on a precision
@@ -621,9 +607,12 @@ mod tests {
             completed: n,
             completed_in_window: n / 2,
             status: [(code, n)].into_iter().collect(),
-            latency: [(class_of(code).to_string(), encode(&h).unwrap())]
-                .into_iter()
-                .collect(),
+            latency: [(
+                OutcomeClass::of_wire_status(code).to_string(),
+                encode(&h).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
             service_time: encode(&h).unwrap(),
             ..Default::default()
         }

@@ -9,8 +9,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{merge_into, new_histogram, CodecError};
 use loadfleet_proto::v1;
-
-use crate::aggregate::{class_of, grpc_class_of};
+use loadfleet_proto::vocab::OutcomeClass;
 
 /// One request's completions, all agents together.
 #[derive(Debug, Clone)]
@@ -80,13 +79,13 @@ impl RequestMerged {
         let answers: u64 = self
             .status
             .iter()
-            .filter(|(code, _)| class_of(**code).is_failure())
+            .filter(|(code, _)| OutcomeClass::of_wire_status(**code).is_failure())
             .map(|(_, n)| n)
             .sum();
         let grpc: u64 = self
             .grpc_status
             .iter()
-            .filter(|(name, _)| grpc_class_of(name).is_failure())
+            .filter(|(name, _)| OutcomeClass::of_grpc_word(name).is_failure())
             .map(|(_, n)| n)
             .sum();
         self.errors.values().sum::<u64>() + answers + grpc

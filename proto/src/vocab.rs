@@ -129,6 +129,22 @@ impl OutcomeClass {
         }
     }
 
+    /// The class of a status code as a snapshot carries it (a `u32`); one
+    /// too large for HTTP counts as a server error, as [`Self::of_status`]
+    /// counts any code outside 100..=599.
+    pub fn of_wire_status(code: u32) -> Self {
+        u16::try_from(code).map_or(OutcomeClass::ServerError, OutcomeClass::of_status)
+    }
+
+    /// The class of a grpc-status name as a snapshot carries it (checked
+    /// against the vocabulary on arrival; an unknown one reads as UNKNOWN
+    /// would).
+    pub fn of_grpc_word(name: &str) -> Self {
+        name.parse::<GrpcStatus>()
+            .unwrap_or(GrpcStatus::Unknown)
+            .class()
+    }
+
     /// Position in [`OutcomeClass::ALL`], for fixed-size per-class arrays on
     /// the request path.
     pub const fn index(self) -> usize {

@@ -24,5 +24,5 @@ pub mod verdicts;
 
 pub use build::build;
 pub use model::*;
-pub use plan_info::{Placement, PlanInfo, ScenarioInfo};
-pub use verdicts::{exit_status, FailureLimits};
+pub use plan_info::{FailureLimits, Placement, PlanInfo, ScenarioInfo};
+pub use verdicts::exit_status;

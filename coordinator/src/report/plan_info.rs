@@ -45,7 +45,7 @@ pub struct PlanInfo {
     /// TLS towards the target, as the report states it.
     pub tls: TlsInfo,
     /// When failures raise the FAILURES verdict.
-    pub failure_limits: super::verdicts::FailureLimits,
+    pub failure_limits: FailureLimits,
 }
 
 /// Where the agents ran relative to the target: shared hardware makes
@@ -139,4 +139,23 @@ pub struct ScenarioInfo {
     pub sse_send_time: Option<String>,
     /// The names of the requests of its mix, in the plan's order.
     pub requests: Vec<String>,
+}
+
+/// When failures (errors, 4xx and 5xx) make a run suspect: a warning above
+/// `warn` of the completions, an error above `error`. Settings, as a
+/// target that sheds load with 429s by design may fail often on purpose;
+/// shares of the completions, from 0 to 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FailureLimits {
+    pub warn: f64,
+    pub error: f64,
+}
+
+impl Default for FailureLimits {
+    fn default() -> Self {
+        Self {
+            warn: 0.05,
+            error: 0.5,
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use loadfleet_proto::vocab::{AgentStatus, GrpcStatus, UnsentReason, VerdictCode, VerdictLevel};
 
 use crate::report::model::{AgentReport, Totals, Verdict};
-use crate::report::plan_info::PlanInfo;
+use crate::report::plan_info::{FailureLimits, PlanInfo};
 
 /// Unsent arrivals above this share of the intended ones make the run
 /// degraded: the load offered was not the load planned.
@@ -118,25 +118,6 @@ pub(super) fn pool_verdict(t: &Totals, agents: &[AgentReport], info: &PlanInfo) 
         code: VerdictCode::GeneratorPool,
         message,
     })
-}
-
-/// When failures (errors, 4xx and 5xx) make a run suspect: a warning above
-/// `warn` of the completions, an error above `error`. Settings, as a
-/// target that sheds load with 429s by design may fail often on purpose;
-/// shares of the completions, from 0 to 1.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FailureLimits {
-    pub warn: f64,
-    pub error: f64,
-}
-
-impl Default for FailureLimits {
-    fn default() -> Self {
-        Self {
-            warn: 0.05,
-            error: 0.5,
-        }
-    }
 }
 
 /// Failures above the limits: the run's figures describe a target that

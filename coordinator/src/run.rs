@@ -119,8 +119,21 @@ fn agents(args: &RunArgs, plan: &plan::Plan) -> Result<(Option<u32>, usize), Err
 
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
+    run_steps(args, None).await
+}
+
+/// `run`, or with `search` the search's sequence of steps on the same
+/// fleet and target: the search picks each step's rate, and writes its
+/// own outputs instead of the one report.
+pub(crate) async fn run_steps(
+    args: RunArgs,
+    mut search: Option<crate::search::Driver>,
+) -> Result<u8, Error> {
     let console = Console::stderr();
     let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
+    if let Some(search) = &search {
+        search.prepare_plan(&mut plan)?;
+    }
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
     let token = match (&args.token, local) {
@@ -172,9 +185,13 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local, &console).await?,
     };
-    let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
-        std::env::var(k).ok()
-    })?;
+    let output_specs = match search {
+        // A search's steps are reports of their own, written to --out.
+        Some(_) => Vec::new(),
+        None => crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
+            std::env::var(k).ok()
+        })?,
+    };
     let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {
@@ -260,7 +277,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         warn: args.failures_warn,
         error: args.failures_error,
     };
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         scenarios: plan.assignments(&target),
         shares: plan.shares.clone(),
         duration: plan.duration(),
@@ -282,6 +299,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             args.agent_timeout
         },
     };
+    if let Some(search) = &mut search {
+        search.prepare_spec(&mut spec, &info, &out_dir, &console)?;
+    }
 
     // The control plane.
     let listen: SocketAddr = match (args.listen, local) {
@@ -351,30 +371,52 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let drain = spec.drain;
     // The live outputs: what is measured reaches --out as each second
     // settles, so it outlives a coordinator that is killed.
-    let (live, live_writer) = report::live::LiveOutputs::start(
-        &out_dir,
-        spec.repeats.max(1),
-        info.clone(),
-        console.clone(),
-    )?;
-    let output_labels = crate::output::RunLabels::new(
-        args.outputs.out_run_id.as_deref(),
-        args.plan.as_deref(),
-        &out_dir,
-        &info,
-        spec.repeats,
-    );
-    let (sink, outputs) = crate::output::start(&output_specs, &output_labels, Box::new(live))?;
+    // A search keeps each step's report instead (`search::Driver`).
+    let (sink, live_outputs) = match search {
+        Some(_) => (None, None),
+        None => {
+            let (live, live_writer) = report::live::LiveOutputs::start(
+                &out_dir,
+                spec.repeats.max(1),
+                info.clone(),
+                console.clone(),
+            )?;
+            let output_labels = crate::output::RunLabels::new(
+                args.outputs.out_run_id.as_deref(),
+                args.plan.as_deref(),
+                &out_dir,
+                &info,
+                spec.repeats,
+            );
+            let (sink, outputs) =
+                crate::output::start(&output_specs, &output_labels, Box::new(live))?;
+            (Some(sink), Some((live_writer, outputs)))
+        }
+    };
     let shown = console.clone();
     let fleet_outputs = fleet::Outputs {
         progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
-        sink: Some(sink),
+        sink,
         console: console.clone(),
     };
-    let results = fleet::run_with(spec.clone(), events_rx, interrupt, fleet_outputs).await;
+    let (results, search) = match search {
+        Some(search) => {
+            let (next, search) = search.into_next();
+            let results =
+                fleet::run_sequence(spec.clone(), events_rx, interrupt, fleet_outputs, next).await;
+            (results, Some(search))
+        }
+        None => (
+            fleet::run_with(spec.clone(), events_rx, interrupt, fleet_outputs).await,
+            None,
+        ),
+    };
     // The fleet is done with the live outputs: let them reach the disk.
-    live_writer.finish();
+    let outputs = live_outputs.map(|(live_writer, outputs)| {
+        live_writer.finish();
+        outputs
+    });
     if console.is_terminal() {
         // Ends the progress bar's line.
         console.line("");
@@ -394,6 +436,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         let _ = t.kill().await;
     }
 
+    let (Some(outputs), None) = (outputs, &search) else {
+        return match search {
+            Some(search) => search.finish(&results, &out_dir),
+            None => Err(anyhow::anyhow!("a run without its outputs").into()),
+        };
+    };
     let mut reports: Vec<report::Report> =
         results.iter().map(|r| report::build(r, &info)).collect();
     let (mut report, shown) = if reports.len() > 1 {

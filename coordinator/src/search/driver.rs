@@ -21,6 +21,10 @@ use crate::fleet::{NextSchedule, RunResult, RunSpec};
 use crate::plan::{Model, Plan};
 use crate::report::{self, PlanInfo};
 
+/// Runs of a step the fleet was held up in that are made again before
+/// the search stops on the generator.
+const GENERATOR_RETRIES: usize = 1;
+
 /// What `run` hands the search: see the module's comment.
 pub struct Driver {
     settings: Settings,
@@ -35,6 +39,8 @@ struct Current {
     purpose: Purpose,
     reports: Vec<report::Report>,
     results_passed: Vec<bool>,
+    /// Runs of this step the fleet was held up in and that were run again.
+    retried: Vec<String>,
 }
 
 struct State {
@@ -118,11 +124,6 @@ impl Driver {
         st.out_dir = out_dir.to_path_buf();
         st.console = console.clone();
         spec.repeats = MAX_RUNS;
-        let next = st.search.start();
-        match st.begin(next) {
-            Some(scenarios) => spec.scenarios = scenarios,
-            None => return Err(anyhow::anyhow!("the search ended before its first step").into()),
-        }
         console.line(&format!(
             "search: SLO {} between {} and {}; steps of {} after a {} warm-up, resolution {}%",
             self.settings
@@ -137,6 +138,11 @@ impl Driver {
             humantime::format_duration(self.settings.warmup),
             self.settings.course.resolution * 100.0
         ));
+        let next = st.search.start();
+        match st.begin(next) {
+            Some(scenarios) => spec.scenarios = scenarios,
+            None => return Err(anyhow::anyhow!("the search ended before its first step").into()),
+        }
         Ok(())
     }
 
@@ -245,6 +251,7 @@ impl State {
                     purpose,
                     reports: Vec::new(),
                     results_passed: Vec::new(),
+                    retried: Vec::new(),
                 });
                 Some(scaled(&self.base, self.base_rate, rate))
             }
@@ -262,6 +269,21 @@ impl State {
         let mut report = report::build(result, &info);
         report.scenarios.iter_mut().for_each(|s| s.load.clear());
         let early = judge::honesty(result, &report);
+        if let (Some(Judged::Generator(why)), true) = (&early, cur.retried.len() < GENERATOR_RETRIES) {
+            // A load machine held up once (another process, a noisy
+            // neighbour) is not yet the fleet's limit: the run is kept
+            // apart and made again; held up twice, the search stops.
+            let path = format!("step-{:02}/held-up-{}/report.json", cur.index, cur.retried.len() + 1);
+            self.keep(&path, &report);
+            self.console.line(&format!(
+                "search step {}: the fleet was held up ({why}); running it once more",
+                cur.index
+            ));
+            cur.retried.push(path);
+            let rate = cur.rate;
+            self.current = Some(cur);
+            return Some(scaled(&self.base, self.base_rate, rate));
+        }
         cur.results_passed
             .push(report.thresholds.iter().all(|c| c.passed));
         cur.reports.push(report);
@@ -311,6 +333,7 @@ impl State {
             figures: Figures::of(&shown),
             slo: shown.thresholds.clone(),
             verdicts: record::verdict_codes(cur.reports.iter()),
+            held_up: cur.retried.clone(),
         });
         let next = self.search.observe(judged);
         let (low, high) = self.search.bracket();

@@ -99,6 +99,10 @@ pub struct Step {
     pub slo: Vec<Checked>,
     /// The verdicts of the step's runs, `LEVEL CODE` each, once.
     pub verdicts: Vec<String>,
+    /// Reports of runs in which the fleet was held up and that were run
+    /// again (once per step): kept, never judged.
+    #[serde(default)]
+    pub held_up: Vec<String>,
 }
 
 /// A step's headline figures, as the report names them.

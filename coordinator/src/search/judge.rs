@@ -45,8 +45,12 @@ pub fn honesty(result: &RunResult, report: &Report) -> Option<Judged> {
         )));
     }
     // Saturation at the warning level is high agent CPU alone: no headroom,
-    // but the schedule was kept. Lag (the error level) means it was not.
-    if let Some(v) = verdict(VerdictCode::GeneratorSaturated, true) {
+    // but the schedule was kept. Lag (the error level) means it was not,
+    // unless arrivals met the in-flight cap: then the agents were waiting
+    // on answers that did not come back, the target's backlog, which the
+    // SLO judges (`unsent==0` makes it a failure of its own).
+    let backlog = report.totals.unsent.concurrency_limit > 0;
+    if let Some(v) = verdict(VerdictCode::GeneratorSaturated, true).filter(|_| !backlog) {
         return Some(Judged::Generator(format!(
             "GENERATOR_SATURATED: {}",
             v.message

@@ -9,7 +9,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::record::{rps, SearchRecord, Step};
 use crate::figures::Unit;
 use crate::report::format::{ms, num};
-use crate::report::html::{Chart, Series, XAxis, STYLE};
+use crate::report::html::{nice_scale, Chart, Series, XAxis, STYLE};
 use crate::thresholds::Threshold;
 
 /// Colours of the SLO lines, one per latency rule.
@@ -25,6 +25,8 @@ fn page(s: &SearchRecord) -> Markup {
     steps.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
     let end = steps.iter().map(|st| st.rate_rps).fold(0.0, f64::max) * 1.05;
     let x = XAxis::Rate { end };
+    // The SLO spans the whole axis, which ends at a round rate past `end`.
+    let axis_end = nice_scale(end).0;
     let at = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, Option<f64>)> {
         steps.iter().map(|st| (st.rate_rps, f(st))).collect()
     };
@@ -51,7 +53,7 @@ fn page(s: &SearchRecord) -> Markup {
         let mut line = Series::line(
             name,
             SLO_COLOURS[i % SLO_COLOURS.len()],
-            vec![(0.0, Some(rule.limit())), (end, Some(rule.limit()))],
+            vec![(0.0, Some(rule.limit())), (axis_end, Some(rule.limit()))],
         );
         line.dashed = true;
         latency.push(line);

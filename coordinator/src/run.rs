@@ -185,13 +185,16 @@ pub(crate) async fn run_steps(
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local, &console).await?,
     };
-    let output_specs = match search {
+    let mut output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
+        std::env::var(k).ok()
+    })?;
+    if search.is_some() && !output_specs.is_empty() {
         // A search's steps are reports of their own, written to --out.
-        Some(_) => Vec::new(),
-        None => crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
-            std::env::var(k).ok()
-        })?,
-    };
+        console.notice(
+            "live outputs ([[output]], --out-*) are not sent during a search; each step's report is kept in --out",
+        );
+        output_specs.clear();
+    }
     let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {

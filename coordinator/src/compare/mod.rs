@@ -41,7 +41,7 @@ pub fn run(args: &CompareArgs, out: &mut impl Write) -> Result<u8, Error> {
             "compare needs at least two reports, e.g. compare a/report.json b/report.json",
         ));
     }
-    if let Some(done) = crate::search::compare::run(&args.reports, out) {
+    if let Some(done) = crate::search::compare::run(&args.reports, args.json, out) {
         return done;
     }
     let mut inputs = Vec::with_capacity(args.reports.len());

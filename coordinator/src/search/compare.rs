@@ -22,9 +22,9 @@ fn search_file(path: &Path) -> Option<PathBuf> {
 
 /// With searches to compare, writes their ratio and gives the exit
 /// status; `None` when the first argument is not a search (a report).
-pub fn run(paths: &[PathBuf], out: &mut impl Write) -> Option<Result<u8, Error>> {
+pub fn run(paths: &[PathBuf], json: bool, out: &mut impl Write) -> Option<Result<u8, Error>> {
     let first = search_file(paths.first()?)?;
-    Some(compare(first, &paths[1..], out))
+    Some(compare(first, &paths[1..], json, out))
 }
 
 fn bad(msg: String) -> Error {
@@ -45,7 +45,23 @@ fn label(file: &Path) -> String {
     )
 }
 
-fn compare(first: PathBuf, rest: &[PathBuf], out: &mut impl Write) -> Result<u8, Error> {
+/// Capacity of `b` over that of `a`, and whether it is only a bound.
+fn ratio(a: &SearchRecord, b: &SearchRecord) -> Option<(f64, bool)> {
+    match (a.result.capacity_rps, b.result.capacity_rps) {
+        (Some(a_rate), Some(b_rate)) if a_rate > 0.0 => Some((
+            b_rate / a_rate,
+            a.result.lower_bound || b.result.lower_bound,
+        )),
+        _ => None,
+    }
+}
+
+fn compare(
+    first: PathBuf,
+    rest: &[PathBuf],
+    json: bool,
+    out: &mut impl Write,
+) -> Result<u8, Error> {
     let mut files = vec![first];
     for p in rest {
         files.push(search_file(p).ok_or_else(|| {
@@ -60,6 +76,29 @@ fn compare(first: PathBuf, rest: &[PathBuf], out: &mut impl Write) -> Result<u8,
         .map(|f| load(f).map(|s| (label(f), s)))
         .collect::<Result<_, _>>()?;
     let (base_label, base) = &searches[0];
+    if json {
+        let rows: Vec<serde_json::Value> = searches
+            .iter()
+            .map(|(l, s)| {
+                serde_json::json!({
+                    "label": l,
+                    "status": s.result.status,
+                    "capacity_rps": s.result.capacity_rps,
+                    "lower_bound": s.result.lower_bound,
+                    "slo": s.slo,
+                    "resolution": s.settings.resolution,
+                    "ratio": ratio(base, s).map(|r| r.0),
+                    "ratio_is_bound": ratio(base, s).map(|r| r.1),
+                    "same_slo": s.slo == base.slo,
+                })
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut *out, &serde_json::json!({ "searches": rows }))
+            .map_err(std::io::Error::from)?;
+        writeln!(out)?;
+        out.flush()?;
+        return Ok(0);
+    }
     writeln!(out, "capacity within the SLO")?;
     for (l, s) in &searches {
         let cap = match (s.result.capacity_rps, s.result.lower_bound) {
@@ -83,20 +122,24 @@ fn compare(first: PathBuf, rest: &[PathBuf], out: &mut impl Write) -> Result<u8,
                 base.slo.join(", ")
             )?;
         }
-        match (base.result.capacity_rps, s.result.capacity_rps) {
-            (Some(a), Some(b)) if a > 0.0 => {
-                let bound = if s.result.lower_bound || base.result.lower_bound {
+        match ratio(base, s) {
+            Some((r, bound)) => {
+                let bound = if bound {
                     " (a bound: one of them is a lower bound)"
                 } else {
                     ""
                 };
+                let within = if s.slo == base.slo {
+                    "within the same SLO"
+                } else {
+                    "within its own SLO"
+                };
                 writeln!(
                     out,
-                    "{l} sustains {:.2}× {base_label}'s rate within the same SLO{bound}",
-                    b / a
+                    "{l} sustains {r:.2}× {base_label}'s rate {within}{bound}"
                 )?;
             }
-            _ => writeln!(
+            None => writeln!(
                 out,
                 "{l} and {base_label}: no ratio, one search found no capacity"
             )?,

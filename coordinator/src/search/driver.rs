@@ -23,7 +23,7 @@ use crate::report::{self, PlanInfo};
 
 /// Runs of a step the fleet was held up in that are made again before
 /// the search stops on the generator.
-const GENERATOR_RETRIES: usize = 1;
+const GENERATOR_RETRIES: usize = 2;
 
 /// What `run` hands the search: see the module's comment.
 pub struct Driver {
@@ -268,12 +268,21 @@ impl State {
         let info = scaled_info(info, cur.rate / self.base_rate);
         let mut report = report::build(result, &info);
         report.scenarios.iter_mut().for_each(|s| s.load.clear());
-        let early = judge::honesty(result, &report);
-        if let (Some(Judged::Generator(why)), true) = (&early, cur.retried.len() < GENERATOR_RETRIES) {
-            // A load machine held up once (another process, a noisy
-            // neighbour) is not yet the fleet's limit: the run is kept
-            // apart and made again; held up twice, the search stops.
-            let path = format!("step-{:02}/held-up-{}/report.json", cur.index, cur.retried.len() + 1);
+        let early = judge::honesty(result, &report, &self.settings.slo);
+        if let (Some(Judged::Generator(why)), true) =
+            (&early, cur.retried.len() < GENERATOR_RETRIES)
+        {
+            if !judge::transient(why) {
+                return self.close(cur, early);
+            }
+            // A load machine held up (another process, a noisy neighbour)
+            // is not yet the fleet's limit: the run is kept apart and made
+            // again; held up every time, the search stops.
+            let path = format!(
+                "step-{:02}/held-up-{}/report.json",
+                cur.index,
+                cur.retried.len() + 1
+            );
             self.keep(&path, &report);
             self.console.line(&format!(
                 "search step {}: the fleet was held up ({why}); running it once more",
@@ -292,6 +301,16 @@ impl State {
             self.current = Some(cur);
             return Some(scaled(&self.base, self.base_rate, rate));
         }
+        self.close(cur, early)
+    }
+
+    /// The step's runs are in: keep its reports, judge it, and start what
+    /// the course asks for next.
+    fn close(
+        &mut self,
+        cur: Current,
+        early: Option<Judged>,
+    ) -> Option<Vec<v1::ScenarioAssignment>> {
         let dir = format!("step-{:02}", cur.index);
         let mut paths = Vec::new();
         let shown = if cur.reports.len() > 1 {

@@ -6,9 +6,11 @@
 use loadfleet_proto::vocab::{AgentStatus, UnsentReason, VerdictCode, VerdictLevel};
 
 use super::ladder::Judged;
+use crate::figures::Unit;
 use crate::fleet::RunResult;
 use crate::report::format::threshold_actual;
 use crate::report::model::{Checked, Report};
+use crate::thresholds::Threshold;
 
 /// Unsent reasons that say the target was slow, not the fleet short: an
 /// arrival past `--max-lag` behind, or one over the in-flight cap because
@@ -18,7 +20,7 @@ const TARGET_SIDE_UNSENT: [UnsentReason; 2] = [UnsentReason::Late, UnsentReason:
 
 /// What one run shows before its SLO is read: `Some` when it says nothing
 /// about the target's capacity.
-pub fn honesty(result: &RunResult, report: &Report) -> Option<Judged> {
+pub fn honesty(result: &RunResult, report: &Report, slo: &[Threshold]) -> Option<Judged> {
     if let Some(why) = &result.failure {
         return Some(Judged::Broken(why.clone()));
     }
@@ -50,7 +52,10 @@ pub fn honesty(result: &RunResult, report: &Report) -> Option<Judged> {
     // on answers that did not come back, the target's backlog, which the
     // SLO judges (`unsent==0` makes it a failure of its own).
     let backlog = report.totals.unsent.concurrency_limit > 0;
-    if let Some(v) = verdict(VerdictCode::GeneratorSaturated, true).filter(|_| !backlog) {
+    let explained = || target_beyond_lag(report, slo);
+    if let Some(v) =
+        verdict(VerdictCode::GeneratorSaturated, true).filter(|_| !backlog && !explained())
+    {
         return Some(Judged::Generator(format!(
             "GENERATOR_SATURATED: {}",
             v.message
@@ -80,6 +85,36 @@ pub fn honesty(result: &RunResult, report: &Report) -> Option<Judged> {
     }
     None
 }
+
+/// Whether the step broke a latency rule by more than the agents' worst
+/// send lag: latency runs from the intended send time, so a late agent
+/// adds at most its lag to any request, and a p99 of 540 ms against a
+/// 200 ms rule with 35 ms of lag is the target's, lag or not.
+fn target_beyond_lag(report: &Report, slo: &[Threshold]) -> bool {
+    let lag = report
+        .agents
+        .iter()
+        .filter_map(|a| a.lag_ms.as_ref().map(|l| l.max))
+        .fold(0.0, f64::max);
+    report.thresholds.iter().filter(|c| !c.passed).any(|c| {
+        slo.iter().any(|t| {
+            t.to_string() == c.threshold
+                && t.figure().unit() == Unit::Ms
+                && t.unit() == Unit::Ms.suffix()
+                && c.actual.is_some_and(|a| a - lag > t.limit())
+        })
+    })
+}
+
+/// Whether a generator limit may pass on its own: a load machine held up
+/// by something else (lag with its CPU free) can be over by the next run;
+/// a pool too small or an agent lost cannot.
+pub fn transient(why: &str) -> bool {
+    why.starts_with(SATURATED)
+}
+
+/// How a saturation's reason starts.
+const SATURATED: &str = "GENERATOR_SATURATED";
 
 /// The SLO's rules as the report checked them: a pass when all held, else
 /// a failure naming each broken rule and its figure.

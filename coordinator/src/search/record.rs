@@ -100,7 +100,7 @@ pub struct Step {
     /// The verdicts of the step's runs, `LEVEL CODE` each, once.
     pub verdicts: Vec<String>,
     /// Reports of runs in which the fleet was held up and that were run
-    /// again (once per step): kept, never judged.
+    /// again (at most twice per step): kept, never judged.
     #[serde(default)]
     pub held_up: Vec<String>,
 }

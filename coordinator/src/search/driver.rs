@@ -266,8 +266,7 @@ impl State {
             return None;
         };
         let info = scaled_info(info, cur.rate / self.base_rate);
-        let mut report = report::build(result, &info);
-        report.scenarios.iter_mut().for_each(|s| s.load.clear());
+        let report = report::build(result, &info);
         let early = judge::honesty(result, &report, &self.settings.slo);
         if let (Some(Judged::Generator(why)), true) =
             (&early, cur.retried.len() < GENERATOR_RETRIES)

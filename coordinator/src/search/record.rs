@@ -329,3 +329,72 @@ pub fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Result<()>
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_states_the_capacity_the_failure_and_the_resolution() {
+        let (r, verdicts) = result(
+            &Outcome::Capacity {
+                rate: 400.0,
+                failed: Some((420.0, "p99 412.0ms (SLO p99<300ms)".into())),
+                recovered: true,
+            },
+            0.05,
+        );
+        assert_eq!(
+            r.summary,
+            "sustains 400 req/s within the SLO (next step 420 req/s failed on p99 412.0ms (SLO p99<300ms)); resolution 5.0%"
+        );
+        assert_eq!(
+            (r.exit_status, r.lower_bound, verdicts.len()),
+            (0, false, 0)
+        );
+    }
+
+    #[test]
+    fn a_target_that_did_not_recover_gets_a_verdict() {
+        let (r, verdicts) = result(
+            &Outcome::Capacity {
+                rate: 400.0,
+                failed: Some((800.0, "p99".into())),
+                recovered: false,
+            },
+            0.05,
+        );
+        assert_eq!(r.recovered, Some(false));
+        assert_eq!(verdicts[0].code, "NOT_RECOVERED");
+    }
+
+    #[test]
+    fn undecided_searches_exit_3_with_their_lower_bound() {
+        let (r, _) = result(
+            &Outcome::Undecided {
+                rate: 800.0,
+                why: "GENERATOR_POOL: busy".into(),
+                kind: Undecided::Generator,
+                lower_bound: Some(400.0),
+            },
+            0.05,
+        );
+        assert_eq!(r.exit_status, 3);
+        assert!(r.lower_bound && r.capacity_rps == Some(400.0));
+        assert!(
+            r.summary
+                .starts_with("the fleet could not offer 800 req/s: add agents or cores")
+                && r.summary.ends_with("is 400 req/s (a lower bound)"),
+            "{}",
+            r.summary
+        );
+        let (r, _) = result(
+            &Outcome::FromFails {
+                rate: 50.0,
+                why: "p99".into(),
+            },
+            0.05,
+        );
+        assert_eq!((r.exit_status, r.status.as_str()), (1, "from_fails"));
+    }
+}

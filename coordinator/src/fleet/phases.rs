@@ -92,7 +92,7 @@ impl Fleet {
                 break;
             }
             if let Some(next) = self.next.as_mut() {
-                match self.results.last().and_then(|r| next(r)) {
+                match self.results.last().and_then(next) {
                     Some(scenarios) if scenarios.len() == self.spec.scenarios.len() => {
                         self.spec.scenarios = scenarios;
                     }

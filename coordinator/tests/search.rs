@@ -395,3 +395,98 @@ fn repeats_near_the_boundary_are_decided_by_their_medians() {
     // Ladder steps far from the boundary ran once.
     assert_eq!(steps[0]["runs_passed"].as_array().map(Vec::len), Some(1));
 }
+
+#[test]
+fn a_plan_sets_the_search_and_its_scenarios_keep_their_proportions() {
+    let dir = temp_dir("search-plan");
+    let plan = common::write_plan(
+        &dir,
+        r#"
+[target]
+url = "testbed"
+
+[search]
+slo = ["p99<500ms", "failures<1%"]
+from = 40
+to = 80
+
+[[scenario]]
+name = "browse"
+rate = 300
+duration = "10s"
+[[scenario.request]]
+path = "/browse"
+
+[[scenario]]
+name = "checkout"
+rate = 100
+duration = "10s"
+[[scenario.request]]
+path = "/checkout"
+"#,
+    );
+    let plan = plan.to_string_lossy().into_owned();
+    let (status, output, s, dir) = search("search-plan-run", &[&plan]);
+    if !found_or_held_up(status, &output, &s, 80.0) {
+        return;
+    }
+    // --to passed: a capacity of at least 80 req/s, said to be a bound.
+    assert_eq!(capacity(&s), 80.0, "{output}");
+    assert_eq!(s["result"]["lower_bound"], true);
+    assert!(output.contains("sustains at least 80 req/s"), "{output}");
+    assert_eq!(s["slo"], serde_json::json!(["p99<500ms", "failures<1%"]));
+    // The first step ran both scenarios at 40 req/s together, 3 to 1.
+    let report = common::read_report(&dir.join("step-01"));
+    let offered: Vec<f64> = report["scenarios"]
+        .as_array()
+        .expect("scenarios")
+        .iter()
+        .map(|sc| f(&sc["offered_rps"]))
+        .collect();
+    assert_eq!(offered.len(), 2, "{report}");
+    assert!(
+        (offered[0] - 30.0).abs() < 0.5 && (offered[1] - 10.0).abs() < 0.5,
+        "{offered:?}"
+    );
+}
+
+#[test]
+fn a_search_without_an_slo_or_with_run_only_flags_is_refused_by_name() {
+    for (args, says) in [
+        (vec!["search", "--to", "100"], "search needs an SLO"),
+        (
+            vec![
+                "search",
+                "--slo",
+                "p99<1s",
+                "--to",
+                "100",
+                "--duration",
+                "5s",
+            ],
+            "use --step",
+        ),
+        (
+            vec![
+                "search",
+                "--slo",
+                "p99<1s",
+                "--to",
+                "100",
+                "--threshold",
+                "p99<1s",
+            ],
+            "--slo",
+        ),
+        (
+            vec!["search", "--slo", "p99<1s", "--from", "100", "--to", "50"],
+            "must be above --from",
+        ),
+    ] {
+        let mut cmd = coordinator();
+        cmd.args(&args);
+        let (status, output) = run(cmd, "coordinator search", Duration::from_secs(20));
+        assert_eq!(status.code(), Some(2), "{args:?}: {output}");
+        assert!(output.contains(says), "{args:?}: {output}");
+    }
+}

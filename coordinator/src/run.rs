@@ -439,11 +439,13 @@ pub(crate) async fn run_steps(
         let _ = t.kill().await;
     }
 
-    let (Some(outputs), None) = (outputs, &search) else {
-        return match search {
-            Some(search) => search.finish(&results, &out_dir),
-            None => Err(anyhow::anyhow!("a run without its outputs").into()),
-        };
+    // A search writes its own outputs; a run always has its live ones.
+    let outputs = match (search, outputs) {
+        (Some(search), _) => return search.finish(&results, &out_dir),
+        (None, Some(outputs)) => outputs,
+        (None, None) => {
+            return Err(anyhow::anyhow!("the run's live outputs were not started").into())
+        }
     };
     let mut reports: Vec<report::Report> =
         results.iter().map(|r| report::build(r, &info)).collect();

@@ -268,12 +268,11 @@ impl State {
         let info = scaled_info(info, cur.rate / self.base_rate);
         let report = report::build(result, &info);
         let early = judge::honesty(result, &report, &self.settings.slo);
-        if let (Some(Judged::Generator(why)), true) =
-            (&early, cur.retried.len() < GENERATOR_RETRIES)
-        {
-            if !judge::transient(why) {
-                return self.close(cur, early);
-            }
+        let held_up = match &early {
+            Some(Judged::Generator(why)) if judge::transient(why) => Some(why),
+            _ => None,
+        };
+        if let (Some(why), true) = (held_up, cur.retried.len() < GENERATOR_RETRIES) {
             // A load machine held up (another process, a noisy neighbour)
             // is not yet the fleet's limit: the run is kept apart and made
             // again; held up every time, the search stops.

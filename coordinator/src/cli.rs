@@ -24,11 +24,15 @@ pub struct Cli {
 pub enum Command {
     /// Run a load test with a local or remote fleet of agents.
     Run(Box<RunArgs>),
-    /// Find the highest open rate the target sustains within an SLO: steps
-    /// of rising rate on one fleet, doubling then bisecting (docs/search.md).
+    /// Find the highest open rate the target sustains within an SLO.
+    ///
+    /// Steps of rising rate on one fleet, doubling then bisecting; the
+    /// guide is docs/search.md.
     Search(Box<SearchArgs>),
     /// Compare two or more report.json files side by side, with ratios to
-    /// the first (or two search.json files: the ratio of their capacities).
+    /// the first.
+    ///
+    /// Given search.json files, the ratio of their capacities instead.
     Compare(CompareArgs),
     /// Check or preview a plan file without sending anything.
     #[command(subcommand)]
@@ -60,8 +64,8 @@ pub enum PlanCommand {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Reports to compare (report.json files, or the folders holding them);
-    /// ratios are relative to the first.
+    /// Reports to compare (report.json files, or the folders holding them;
+    /// or search.json files); ratios are relative to the first.
     #[arg(required = true, num_args = 2.., value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
     /// Print the comparison as JSON instead of a table.

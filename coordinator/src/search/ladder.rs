@@ -408,6 +408,36 @@ mod tests {
             }
         }
 
+        /// Whatever a target answers, in any order (a flaky one, a
+        /// generator that gives out half-way), the search ends in a bounded
+        /// number of steps, never asks for a rate outside from..to, and
+        /// ends undecided exactly when a step said nothing of the target.
+        #[test]
+        fn any_answers_end_the_search(
+            answers in proptest::collection::vec(0u8..10, 1..80),
+            from in 1.0f64..100.0,
+            span in 2.0f64..100.0,
+        ) {
+            let to = from * span;
+            let mut s = Search::new(Course { from, to, resolution: 0.05, repeat: 2 });
+            let mut next = s.start();
+            let mut said_nothing = false;
+            for (n, a) in answers.iter().cycle().enumerate() {
+                prop_assert!(n < 200, "no end after 200 steps");
+                let Next::Step { rate, runs, .. } = next else { break };
+                prop_assert!(rate >= from - 1e-9 && rate <= to + 1e-9, "{rate}");
+                prop_assert!(runs == 1 || runs == 2);
+                let judged = match a {
+                    0 => { said_nothing = true; Judged::Generator("limit".into()) }
+                    1..=5 => Judged::Pass,
+                    _ => Judged::Fail("slo".into()),
+                };
+                next = s.observe(judged);
+            }
+            let Next::Done(o) = next else { unreachable!("the loop ends only when done") };
+            prop_assert_eq!(matches!(o, Outcome::Undecided { .. }), said_nothing);
+        }
+
         /// The midpoint always lies strictly inside the gap.
         #[test]
         fn the_midpoint_is_inside(low in 0.1f64..1e6, gap in 1e-3f64..1e6) {

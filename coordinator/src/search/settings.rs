@@ -185,7 +185,7 @@ fn read_table(path: &Path) -> Result<RawSearch, Error> {
         None => Ok(RawSearch::default()),
         Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
             error::flags(format!(
-                "{}: [search]: {} (keys: slo, from, to, resolution, step, warmup, repeat)",
+                "{}: [search]: {}",
                 path.display(),
                 e.message()
             ))

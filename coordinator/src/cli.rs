@@ -24,8 +24,15 @@ pub struct Cli {
 pub enum Command {
     /// Run a load test with a local or remote fleet of agents.
     Run(Box<RunArgs>),
+    /// Find the highest open rate the target sustains within an SLO.
+    ///
+    /// Steps of rising rate on one fleet, doubling then bisecting; the
+    /// guide is docs/search.md.
+    Search(Box<SearchArgs>),
     /// Compare two or more report.json files side by side, with ratios to
     /// the first.
+    ///
+    /// Given search.json files, the ratio of their capacities instead.
     Compare(CompareArgs),
     /// Check or preview a plan file without sending anything.
     #[command(subcommand)]
@@ -57,13 +64,39 @@ pub enum PlanCommand {
 
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// Reports to compare (report.json files, or the folders holding them);
-    /// ratios are relative to the first.
+    /// Reports to compare (report.json files, or the folders holding them;
+    /// or search.json files); ratios are relative to the first.
     #[arg(required = true, num_args = 2.., value_name = "REPORT")]
     pub reports: Vec<PathBuf>,
     /// Print the comparison as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// A rule every step must keep, in the --threshold language, e.g.
+    /// 'p99<300ms', 'failures<1%', 'unsent==0' (repeatable; plan:
+    /// `[search] slo = [...]`).
+    #[arg(long = "slo", value_name = "EXPR")]
+    pub slo: Vec<crate::thresholds::Threshold>,
+    /// The first rate tried, req/s fleet-wide (default 10).
+    #[arg(long, value_parser = crate::search::settings_rate)]
+    pub from: Option<f64>,
+    /// The highest rate tried, req/s fleet-wide.
+    #[arg(long, value_parser = crate::search::settings_rate)]
+    pub to: Option<f64>,
+    /// Bisection stops when the last pass and the first failure are this
+    /// close, as a share of the rate (default 5%).
+    #[arg(long, value_parser = crate::search::settings_percent)]
+    pub resolution: Option<f64>,
+    /// The measured window of each step, after its --warmup (default 30s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub step: Option<Duration>,
+    /// The run's flags: the plan, the fleet, the target. --repeat N runs
+    /// each step near the boundary N times; the medians decide.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Args)]

@@ -23,5 +23,6 @@ pub mod plan;
 pub mod plan_cmd;
 pub mod report;
 pub mod run;
+pub mod search;
 pub mod sse;
 pub mod thresholds;

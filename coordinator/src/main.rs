@@ -33,6 +33,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => loadfleet_coordinator::run::run(*args).await,
+            Command::Search(args) => loadfleet_coordinator::search::search(*args).await,
             Command::Compare(args) => {
                 loadfleet_coordinator::compare::run(&args, &mut std::io::stdout().lock())
             }

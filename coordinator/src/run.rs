@@ -134,8 +134,21 @@ fn min_agents(args: &RunArgs, plan: &plan::Plan, expect: usize) -> Result<usize,
 
 /// Runs the whole command; the value is the process exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Error> {
+    run_steps(args, None).await
+}
+
+/// `run`, or with `search` the search's sequence of steps on the same
+/// fleet and target: the search picks each step's rate, and writes its
+/// own outputs instead of the one report.
+pub(crate) async fn run_steps(
+    args: RunArgs,
+    mut search: Option<crate::search::Driver>,
+) -> Result<u8, Error> {
     let console = Console::stderr();
     let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
+    if let Some(search) = &search {
+        search.prepare_plan(&mut plan)?;
+    }
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
     let token = match (&args.token, local) {
@@ -187,9 +200,16 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local, &console).await?,
     };
-    let output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
+    let mut output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
         std::env::var(k).ok()
     })?;
+    if search.is_some() && !output_specs.is_empty() {
+        // A search's steps are reports of their own, written to --out.
+        console.notice(
+            "live outputs ([[output]], --out-*) are not sent during a search; each step's report is kept in --out",
+        );
+        output_specs.clear();
+    }
     let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {
@@ -275,7 +295,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         warn: args.failures_warn,
         error: args.failures_error,
     };
-    let spec = RunSpec {
+    let mut spec = RunSpec {
         scenarios: plan.assignments(&target),
         shares: plan.shares.clone(),
         duration: plan.duration(),
@@ -298,6 +318,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
             args.agent_timeout
         },
     };
+    if let Some(search) = &mut search {
+        search.prepare_spec(&mut spec, &info, &out_dir, &console)?;
+    }
 
     // The control plane.
     let listen: SocketAddr = match (args.listen, local) {
@@ -367,30 +390,52 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let drain = spec.drain;
     // The live outputs: what is measured reaches --out as each second
     // settles, so it outlives a coordinator that is killed.
-    let (live, live_writer) = report::live::LiveOutputs::start(
-        &out_dir,
-        spec.repeats.max(1),
-        info.clone(),
-        console.clone(),
-    )?;
-    let output_labels = crate::output::RunLabels::new(
-        args.outputs.out_run_id.as_deref(),
-        args.plan.as_deref(),
-        &out_dir,
-        &info,
-        spec.repeats,
-    );
-    let (sink, outputs) = crate::output::start(&output_specs, &output_labels, Box::new(live))?;
+    // A search keeps each step's report instead (`search::Driver`).
+    let (sink, live_outputs) = match search {
+        Some(_) => (None, None),
+        None => {
+            let (live, live_writer) = report::live::LiveOutputs::start(
+                &out_dir,
+                spec.repeats.max(1),
+                info.clone(),
+                console.clone(),
+            )?;
+            let output_labels = crate::output::RunLabels::new(
+                args.outputs.out_run_id.as_deref(),
+                args.plan.as_deref(),
+                &out_dir,
+                &info,
+                spec.repeats,
+            );
+            let (sink, outputs) =
+                crate::output::start(&output_specs, &output_labels, Box::new(live))?;
+            (Some(sink), Some((live_writer, outputs)))
+        }
+    };
     let shown = console.clone();
     let fleet_outputs = fleet::Outputs {
         progress: Box::new(move |p: &Progress| print_progress(&shown, p, drain)),
         metrics,
-        sink: Some(sink),
+        sink,
         console: console.clone(),
     };
-    let results = fleet::run_with(spec.clone(), events_rx, interrupt, fleet_outputs).await;
+    let (results, search) = match search {
+        Some(search) => {
+            let (next, search) = search.into_next();
+            let results =
+                fleet::run_sequence(spec.clone(), events_rx, interrupt, fleet_outputs, next).await;
+            (results, Some(search))
+        }
+        None => (
+            fleet::run_with(spec.clone(), events_rx, interrupt, fleet_outputs).await,
+            None,
+        ),
+    };
     // The fleet is done with the live outputs: let them reach the disk.
-    live_writer.finish();
+    let outputs = live_outputs.map(|(live_writer, outputs)| {
+        live_writer.finish();
+        outputs
+    });
     if console.is_terminal() {
         // Ends the progress bar's line.
         console.line("");
@@ -410,6 +455,14 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         let _ = t.kill().await;
     }
 
+    // A search writes its own outputs; a run always has its live ones.
+    let outputs = match (search, outputs) {
+        (Some(search), _) => return search.finish(&results, &out_dir),
+        (None, Some(outputs)) => outputs,
+        (None, None) => {
+            return Err(anyhow::anyhow!("the run's live outputs were not started").into())
+        }
+    };
     let mut reports: Vec<report::Report> =
         results.iter().map(|r| report::build(r, &info)).collect();
     let (mut report, shown) = if reports.len() > 1 {

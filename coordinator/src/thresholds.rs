@@ -190,6 +190,12 @@ impl Threshold {
         &self.figure
     }
 
+    /// The limit the figure is held to, in [`Threshold::unit`] (a latency
+    /// in milliseconds): where a chart draws the rule.
+    pub fn limit(&self) -> f64 {
+        self.value
+    }
+
     /// The unit its figure is in (see [`Checked::unit`]).
     pub fn unit(&self) -> &'static str {
         if self.percent {

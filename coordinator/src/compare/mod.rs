@@ -41,6 +41,9 @@ pub fn run(args: &CompareArgs, out: &mut impl Write) -> Result<u8, Error> {
             "compare needs at least two reports, e.g. compare a/report.json b/report.json",
         ));
     }
+    if let Some(done) = crate::search::compare::run(&args.reports, args.json, out) {
+        return done;
+    }
     let mut inputs = Vec::with_capacity(args.reports.len());
     for path in &args.reports {
         let (file, report) = load(path)?;

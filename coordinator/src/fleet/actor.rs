@@ -75,6 +75,8 @@ pub(super) struct Fleet {
     pub(super) out: Outputs,
     /// Finished runs, in order.
     pub(super) results: Vec<RunResult>,
+    /// Picks each next run's scenarios ([`super::run_sequence`]).
+    pub(super) next: Option<super::NextSchedule>,
 }
 
 impl Fleet {
@@ -97,6 +99,7 @@ impl Fleet {
             last_progress: Instant::now(),
             out,
             results: Vec::new(),
+            next: None,
         }
     }
 

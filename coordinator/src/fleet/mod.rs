@@ -240,3 +240,24 @@ pub async fn run_with(
 ) -> Vec<RunResult> {
     actor::Fleet::new(spec, events, out).run(stop).await
 }
+
+/// After each run, the scenarios of the next one, or `None` to end: how a
+/// caller that decides as it goes (`search`) runs schedules of its own
+/// choosing on one fleet. The scenarios must be the spec's, in the same
+/// order (their rates may differ).
+pub type NextSchedule = Box<dyn FnMut(&RunResult) -> Option<Vec<v1::ScenarioAssignment>> + Send>;
+
+/// Like [`run_with`], but after every run `next` picks the next run's
+/// scenarios, up to `spec.repeats` runs: the agents stay joined and their
+/// clocks probed between runs, and each run has fresh connections.
+pub async fn run_sequence(
+    spec: RunSpec,
+    events: mpsc::Receiver<FleetEvent>,
+    stop: impl Future<Output = ()>,
+    out: Outputs,
+    next: NextSchedule,
+) -> Vec<RunResult> {
+    let mut fleet = actor::Fleet::new(spec, events, out);
+    fleet.next = Some(next);
+    fleet.run(stop).await
+}

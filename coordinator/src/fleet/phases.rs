@@ -73,9 +73,11 @@ impl Fleet {
                 {
                     return Err(Halt::Stopped);
                 }
-                self.out
-                    .console
-                    .line(&format!("run {} of {}", run + 1, self.spec.repeats));
+                if self.next.is_none() {
+                    self.out
+                        .console
+                        .line(&format!("run {} of {}", run + 1, self.spec.repeats));
+                }
             }
             let expect = self.spec.expect_agents;
             if run > 0 && self.agents.promote_standby(expect, &self.out.console) > 0 {
@@ -88,6 +90,14 @@ impl Fleet {
             self.close_run(failure);
             if last {
                 break;
+            }
+            if let Some(next) = self.next.as_mut() {
+                match self.results.last().and_then(next) {
+                    Some(scenarios) if scenarios.len() == self.spec.scenarios.len() => {
+                        self.spec.scenarios = scenarios;
+                    }
+                    _ => break,
+                }
             }
         }
         Ok(())

@@ -22,6 +22,9 @@ pub(super) struct RawPlan {
     /// `[[output]]` tables: read and checked by `crate::output::config`.
     #[serde(default, rename = "output")]
     pub _output: Option<serde::de::IgnoredAny>,
+    /// `[search]`: read and checked by `crate::search::settings`.
+    #[serde(default, rename = "search")]
+    pub _search: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]

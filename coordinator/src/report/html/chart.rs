@@ -243,24 +243,26 @@ pub(super) fn curve_points(t: &Totals) -> (Vec<(f64, Option<f64>)>, u32) {
 }
 
 #[derive(Debug, Clone, Copy)]
-enum XAxis {
+pub(crate) enum XAxis {
     /// Seconds from the common start, 0..end.
     Seconds { end: f64 },
+    /// Offered rate in req/s, 0..end (`search`'s knee chart).
+    Rate { end: f64 },
     /// Decades of 1/(1-percentile), 0..decades.
     LogPercentile { decades: u32 },
 }
 
-struct Series<'a> {
-    name: &'a str,
-    color: &'a str,
-    dashed: bool,
-    markers: bool,
+pub(crate) struct Series<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) color: &'a str,
+    pub(crate) dashed: bool,
+    pub(crate) markers: bool,
     /// Stroke width in pixels. Wide strokes are drawn first, so a series
     /// that usually coincides with another (sent under completed) shows as
     /// a band around it instead of disappearing.
-    width: f64,
+    pub(crate) width: f64,
     /// x and y; a missing y breaks the line.
-    points: Vec<(f64, Option<f64>)>,
+    pub(crate) points: Vec<(f64, Option<f64>)>,
     /// A layer of a stacked chart: filled down to its floor.
     area: Option<Area<'a>>,
 }
@@ -273,7 +275,7 @@ struct Area<'a> {
 }
 
 impl<'a> Series<'a> {
-    fn line(name: &'a str, color: &'a str, points: Vec<(f64, Option<f64>)>) -> Self {
+    pub(crate) fn line(name: &'a str, color: &'a str, points: Vec<(f64, Option<f64>)>) -> Self {
         Self {
             name,
             color,
@@ -286,12 +288,12 @@ impl<'a> Series<'a> {
     }
 }
 
-struct Chart<'a> {
-    title: &'a str,
-    y_label: &'a str,
-    x: XAxis,
-    bands: Vec<(f64, f64, &'static str)>,
-    series: Vec<Series<'a>>,
+pub(crate) struct Chart<'a> {
+    pub(crate) title: &'a str,
+    pub(crate) y_label: &'a str,
+    pub(crate) x: XAxis,
+    pub(crate) bands: Vec<(f64, f64, &'static str)>,
+    pub(crate) series: Vec<Series<'a>>,
 }
 
 // The drawing's own size: the page scales it to its width (style
@@ -308,7 +310,7 @@ impl Chart<'_> {
     /// Draws the chart as one SVG element, top to bottom in paint order
     /// (frame, bands, grid and ticks, series, legend). The steps share one
     /// coordinate mapping, so they stay in one function.
-    fn render(&self, no_data: &str) -> Markup {
+    pub(crate) fn render(&self, no_data: &str) -> Markup {
         let ys = || {
             self.series
                 .iter()
@@ -323,7 +325,7 @@ impl Chart<'_> {
         // 5% headroom, so a series at its maximum is not drawn on the frame.
         let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
         let (x0, x1, x_ticks): (f64, f64, Vec<(f64, String)>) = match self.x {
-            XAxis::Seconds { end } => {
+            XAxis::Seconds { end } | XAxis::Rate { end } => {
                 let (top, step) = nice_scale(end);
                 let ticks = ticks(top, step)
                     .into_iter()
@@ -352,6 +354,7 @@ impl Chart<'_> {
             .collect();
         let x_label = match self.x {
             XAxis::Seconds { .. } => "seconds from the start",
+            XAxis::Rate { .. } => "offered rate (req/s)",
             XAxis::LogPercentile { .. } => "percentile (log scale of 1/(1−p))",
         };
         // Filled layers first, then wide strokes, dashed ones last (on

@@ -21,4 +21,6 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use chart::{nice_scale, Chart, Series, XAxis};
+pub(crate) use page::STYLE;
 pub use page::{render, write_html};

@@ -23,7 +23,7 @@ pub fn render(r: &Report) -> std::io::Result<String> {
 
 // Charts are scaled to the page's width (`svg.chart`), one per row, so a
 // wide window shows the seconds of a long run apart.
-const STYLE: &str = "\
+pub(crate) const STYLE: &str = "\
 *{box-sizing:border-box}\
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:0;padding:24px 32px;color:#1d1d1f;background:#fff;line-height:1.4;max-width:1800px}\
 h1{font-size:24px;margin:0 0 4px}\

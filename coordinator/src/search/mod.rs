@@ -1,0 +1,36 @@
+//! `loadfleet-coordinator search`: the highest open rate a target sustains
+//! within its SLO, found by running steps of rising rate on one fleet.
+//!
+//! [`settings`] turns flags and the plan's `[search]` table into the
+//! course; [`ladder`] decides, as pure functions, which rate comes next;
+//! [`judge`] reads a step's report into pass, fail or "no verdict on the
+//! target" (the generator was the limit, no experiment happened);
+//! [`driver`] is the glue the fleet calls between runs; [`record`] writes
+//! `search.json` and the text summary, [`html`] the knee chart, and
+//! [`compare`] sets two searches side by side. The guide is
+//! `docs/search.md`.
+
+pub mod compare;
+mod driver;
+mod html;
+mod judge;
+pub mod ladder;
+pub mod record;
+mod settings;
+
+pub use driver::Driver;
+pub use settings::{percent as settings_percent, rate as settings_rate, Settings};
+
+use crate::cli::SearchArgs;
+use crate::error::Error;
+
+/// Runs the whole command; the value is the process exit status (0 a
+/// capacity was found, 1 even `--from` failed the SLO, 3 undecided).
+pub async fn search(args: SearchArgs) -> Result<u8, Error> {
+    let settings = Settings::resolve(&args)?;
+    let mut run = args.run;
+    settings.lay_over(&mut run.flags);
+    // `--repeat` repeats steps near the boundary, not the whole search.
+    run.repeat = 1;
+    crate::run::run_steps(run, Some(Driver::new(settings))).await
+}

@@ -338,6 +338,11 @@ impl RequestMix {
             .then_some(first)
     }
 
+    /// How many requests the mix has.
+    pub fn kinds(&self) -> usize {
+        self.specs.len()
+    }
+
     /// Which of the mix's requests arrival `seq` is (its index in the
     /// assignment): what its outcome is recorded under, a table lookup.
     pub fn kind(&self, seq: u64) -> usize {

@@ -85,7 +85,9 @@ async fn run_scenarios(
     let worker_in_flight = Rc::new(Cell::new(0u64));
     for sc in scenarios {
         let shared = Shared {
-            recorder: Rc::new(RefCell::new(Recorder::new(sc.index))),
+            recorder: Rc::new(RefCell::new(
+                Recorder::new(sc.index).split_by_request(sc.mix.kinds() > 1),
+            )),
             in_flight: Rc::new(Cell::new(0)),
             held: Rc::new(Cell::new(0)),
             worker_in_flight: worker_in_flight.clone(),

@@ -156,6 +156,20 @@ fn grpc_of(m: &Merged) -> Option<Grpc> {
     })
 }
 
+/// The one request of a mix of one: the scenario's completions, with its
+/// measured latency over every outcome class.
+fn sole_request(m: &Merged) -> RequestMerged {
+    RequestMerged {
+        completed: m.completed,
+        completed_in_window: m.completed_in_window,
+        completed_ok_in_window: m.completed_ok_in_window,
+        status: m.status.clone(),
+        errors: m.errors.clone(),
+        grpc_status: m.grpc_status.clone(),
+        latency: m.latency_all(),
+    }
+}
+
 /// Each request of a scenario's mix, named as in the plan, from its merged
 /// figures; throughput over the scenario's window of `window_s` seconds.
 fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec<RequestReport> {
@@ -259,11 +273,17 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .unwrap_or_default();
                     sse::report(&merged, send_time, result, 1.0)
                 }),
-                requests: requests_of(
-                    &info.requests,
-                    result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
-                    w.end_s - w.start_s,
-                ),
+                requests: if info.requests.len() == 1 {
+                    // Agents keep no split for a mix of one: its figures
+                    // are the scenario's.
+                    requests_of(&info.requests, &[sole_request(&m)], w.end_s - w.start_s)
+                } else {
+                    requests_of(
+                        &info.requests,
+                        result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
+                        w.end_s - w.start_s,
+                    )
+                },
             }
         })
         .collect();

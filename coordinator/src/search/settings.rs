@@ -184,11 +184,7 @@ fn read_table(path: &Path) -> Result<RawSearch, Error> {
     match table.get("search") {
         None => Ok(RawSearch::default()),
         Some(v) => v.clone().try_into().map_err(|e: toml::de::Error| {
-            error::flags(format!(
-                "{}: [search]: {}",
-                path.display(),
-                e.message()
-            ))
+            error::flags(format!("{}: [search]: {}", path.display(), e.message()))
         }),
     }
 }

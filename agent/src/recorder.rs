@@ -335,11 +335,13 @@ impl Recorder {
         &mut self.open[offset]
     }
 
-    /// An arrival handed to the transport: intended now, sent once it
-    /// leaves the agent's queue ([`Self::went_out`]); `in_flight` counts it.
-    pub fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64) {
+    /// An arrival handed to the transport: intended now, and sent now when
+    /// `out` (it left at once), otherwise once it leaves the agent's queue
+    /// ([`Self::went_out`]); `in_flight` counts it.
+    pub fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64, out: bool) {
         let i = self.at(interval);
         i.intended += 1;
+        i.sent += u64::from(out);
         i.max_in_flight = i.max_in_flight.max(in_flight);
         record(&mut i.lag, lag_micros);
     }

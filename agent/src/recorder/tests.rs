@@ -7,7 +7,7 @@ use std::time::Duration;
 #[test]
 fn events_land_in_their_intervals_and_flush_in_order() {
     let mut r = Recorder::new(2);
-    r.arrival(0, 10, 4);
+    r.arrival(0, 10, 4, false);
     r.went_out(0);
     r.arrival_unsent(1, UnsentReason::ConcurrencyLimit);
     r.completed(1, done(Outcome::Status(200), 1500, 900, None, true));
@@ -71,7 +71,7 @@ fn done(
 #[test]
 fn peak_in_flight_is_never_below_the_gauges() {
     let mut r = Recorder::new(0);
-    r.arrival(0, 10, 5);
+    r.arrival(0, 10, 5, false);
     r.went_out(0);
     let first = r.flush(1, Gauge::new(912, Duration::ZERO));
     assert_eq!((first[0].in_flight, first[0].max_in_flight), (912, 912));

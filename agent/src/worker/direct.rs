@@ -143,9 +143,10 @@ impl Driver for Direct<'_> {
         let Some(request) = request else {
             return Submitted::Unrendered;
         };
-        shared.mark_sent(interval, lag);
         let kind = shared.mix.kind(seq);
-        pool.submit(request, now, (intended, now, kind), &mut self.done);
+        // Counted before the outcomes it may have ended with at once.
+        let out = pool.submit(request, now, (intended, now, kind), &mut self.done);
+        shared.hand_over(interval, lag, out);
         take_up(pool, shared, &mut self.done);
         Submitted::Sent
     }

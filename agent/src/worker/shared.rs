@@ -63,13 +63,22 @@ impl Shared {
     /// counted intended; it counts as sent once it leaves the agent's queue
     /// ([`Self::went_out`]).
     pub(super) fn mark_sent(&self, interval: u64, lag: Duration) {
+        self.hand_over(interval, lag, false);
+    }
+
+    /// An arrival handed to the transport now, `out` when it is already on
+    /// the wire (or opening its connection): then it counts as sent at
+    /// once, in one step, the common case of the loop's own pool.
+    pub(super) fn hand_over(&self, interval: u64, lag: Duration, out: bool) {
         let in_flight = self.in_flight.get() + 1;
         self.in_flight.set(in_flight);
         self.worker_in_flight.set(self.worker_in_flight.get() + 1);
-        self.held.set(self.held.get() + 1);
+        if !out {
+            self.held.set(self.held.get() + 1);
+        }
         self.recorder
             .borrow_mut()
-            .arrival(interval, lag.as_micros() as u64, in_flight);
+            .arrival(interval, lag.as_micros() as u64, in_flight, out);
     }
 
     /// The arrival intended at `intended` left the agent's queue: it is on

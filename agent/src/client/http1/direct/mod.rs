@@ -110,14 +110,16 @@ impl<T: Copy + 'static> DirectPool<T> {
 
     /// Sends a request now: onto an idle connection, or a new one if a slot
     /// is free; otherwise it waits, oldest first, for the next connection
-    /// freed. Its outcome comes out of a later [`Self::drive`].
+    /// freed. Its outcome comes out of a later [`Self::drive`]. True when it
+    /// left at once; one that waits is handed out by
+    /// [`Self::take_went_out`] when it leaves.
     pub fn submit(
         self: &Rc<Self>,
         request: Outgoing,
         sent_at: Instant,
         tag: T,
         done: &mut Vec<(T, Exchanged)>,
-    ) {
+    ) -> bool {
         let job = Job {
             request,
             sent_at,
@@ -130,13 +132,11 @@ impl<T: Copy + 'static> DirectPool<T> {
                 job,
                 _queued: queued,
             });
-            return;
+            return false;
         }
         if let Some(token) = state.ledger.take_newest_idle() {
-            state.went_out.push(job.tag);
             self.put_on_wire(&mut state, token, job, sent_at, None, done);
         } else if state.ledger.take_slot() {
-            state.went_out.push(job.tag);
             drop(state);
             self.dial(job, None);
         } else {
@@ -145,7 +145,9 @@ impl<T: Copy + 'static> DirectPool<T> {
                 job,
                 _queued: queued,
             });
+            return false;
         }
+        true
     }
 
     /// Takes up everything that happened since the last call, up to `now`:

@@ -41,9 +41,9 @@ pub(super) struct State<T> {
     /// what is already in their sockets, so the next drive reads them
     /// first.
     pub(super) unfinished: Vec<(usize, bool)>,
-    /// Requests that left the queue (went onto a connection, or began
-    /// opening one) since the caller last took them: from then on they
-    /// count as sent.
+    /// Requests that waited and then left the queue (went onto a
+    /// connection, or began opening one) since the caller last took them:
+    /// from then on they count as sent.
     pub(super) went_out: Vec<T>,
 }
 

@@ -81,14 +81,14 @@ pub struct SearchArgs {
     #[arg(long = "slo", value_name = "EXPR")]
     pub slo: Vec<crate::thresholds::Threshold>,
     /// The first rate tried, req/s fleet-wide (default 10).
-    #[arg(long, value_parser = crate::search::settings_rate)]
+    #[arg(long, value_parser = rate)]
     pub from: Option<f64>,
     /// The highest rate tried, req/s fleet-wide.
-    #[arg(long, value_parser = crate::search::settings_rate)]
+    #[arg(long, value_parser = rate)]
     pub to: Option<f64>,
     /// Bisection stops when the last pass and the first failure are this
     /// close, as a share of the rate (default 5%).
-    #[arg(long, value_parser = crate::search::settings_percent)]
+    #[arg(long, value_parser = percent)]
     pub resolution: Option<f64>,
     /// The measured window of each step, after its --warmup (default 30s).
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -180,8 +180,9 @@ pub struct RunArgs {
     pub testbed_pool_timeout: Duration,
 }
 
-/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1.
-fn percent(s: &str) -> Result<f64, String> {
+/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1: the
+/// one reading of a percentage, for flags and plan keys alike.
+pub fn percent(s: &str) -> Result<f64, String> {
     let n: f64 = s
         .trim()
         .trim_end_matches('%')
@@ -192,4 +193,11 @@ fn percent(s: &str) -> Result<f64, String> {
         return Err(format!("{s:?} is out of range; use 0% to 100%"));
     }
     Ok(n / 100.0)
+}
+
+/// A rate flag: `500` or `500/s`.
+pub fn rate(s: &str) -> Result<f64, String> {
+    s.trim_end_matches("/s")
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))
 }

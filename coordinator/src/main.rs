@@ -33,7 +33,10 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => loadfleet_coordinator::run::run(*args).await,
-            Command::Search(args) => loadfleet_coordinator::search::search(*args).await,
+            Command::Search(args) => match loadfleet_coordinator::search::prepare(*args) {
+                Ok((run, driver)) => loadfleet_coordinator::run::run_steps(run, Some(driver)).await,
+                Err(e) => Err(e),
+            },
             Command::Compare(args) => {
                 loadfleet_coordinator::compare::run(&args, &mut std::io::stdout().lock())
             }

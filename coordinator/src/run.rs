@@ -140,7 +140,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
 /// `run`, or with `search` the search's sequence of steps on the same
 /// fleet and target: the search picks each step's rate, and writes its
 /// own outputs instead of the one report.
-pub(crate) async fn run_steps(
+pub async fn run_steps(
     args: RunArgs,
     mut search: Option<crate::search::Driver>,
 ) -> Result<u8, Error> {

@@ -19,18 +19,19 @@ pub mod record;
 mod settings;
 
 pub use driver::Driver;
-pub use settings::{percent as settings_percent, rate as settings_rate, Settings};
+pub use settings::Settings;
 
-use crate::cli::SearchArgs;
+use crate::cli::{RunArgs, SearchArgs};
 use crate::error::Error;
 
-/// Runs the whole command; the value is the process exit status (0 a
+/// The flags of the search's runs and the driver that picks each step:
+/// `run::run_steps` runs them (the command's exit status is then 0 a
 /// capacity was found, 1 even `--from` failed the SLO, 3 undecided).
-pub async fn search(args: SearchArgs) -> Result<u8, Error> {
+pub fn prepare(args: SearchArgs) -> Result<(RunArgs, Driver), Error> {
     let settings = Settings::resolve(&args)?;
     let mut run = args.run;
     settings.lay_over(&mut run.flags);
     // `--repeat` repeats steps near the boundary, not the whole search.
     run.repeat = 1;
-    crate::run::run_steps(run, Some(Driver::new(settings))).await
+    Ok((run, Driver::new(settings)))
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ladder::Course;
-use crate::cli::SearchArgs;
+use crate::cli::{percent, SearchArgs};
 use crate::error::{self, Error};
 use crate::plan::Overlay;
 use crate::thresholds::Threshold;
@@ -187,25 +187,4 @@ fn read_table(path: &Path) -> Result<RawSearch, Error> {
             error::flags(format!("{}: [search]: {}", path.display(), e.message()))
         }),
     }
-}
-
-/// `5%` or `5` as a fraction.
-pub fn percent(s: &str) -> Result<f64, String> {
-    let n: f64 = s
-        .trim()
-        .trim_end_matches('%')
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5%"))?;
-    if !n.is_finite() || n <= 0.0 || n > 100.0 {
-        return Err(format!("{s:?} is out of range; use above 0% up to 100%"));
-    }
-    Ok(n / 100.0)
-}
-
-/// A rate flag: `500` or `500/s`.
-pub fn rate(s: &str) -> Result<f64, String> {
-    s.trim_end_matches("/s")
-        .parse()
-        .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))
 }

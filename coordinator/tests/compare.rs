@@ -28,10 +28,11 @@ fn real_run(out: &Path, delay: &str) {
         &format!("coordinator ({delay})"),
         Duration::from_secs(60),
     );
-    // 0, or 1/3 would mean a broken run, which compare would flag; the
-    // ratio below needs a real one.
-    assert_eq!(status.code(), Some(0), "{output}");
+    // The ratio below needs a real run: a clean one, or one a stall of the
+    // shared machine made the agent late in, which the report rightly says
+    // (GENERATOR_SATURATED) and which still measured both delays.
     assert!(out.join("report.json").is_file(), "{output}");
+    assert_ok_or_saturated(status, &read_report(out), &output);
 }
 
 /// The figure's cells in a text table row: `label  a  b  ratio`.

@@ -306,7 +306,9 @@ fn a_late_agent_is_told_it_has_no_share_and_waits_for_the_next_run() {
     late.wait_for_line("standing by", Duration::from_secs(20));
     c.wait_for_line("joined late", Duration::from_secs(20));
     let (status, output) = c.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
+    // A stall of the shared machine may rightly make the agent late
+    // (GENERATOR_SATURATED); anything else is a failure.
+    assert_ok_or_saturated(status, &read_report(&out), &output);
     let (_, late_output) = late.wait(Duration::from_secs(20));
     assert!(
         late_output.contains("no share of the running schedule"),

@@ -112,6 +112,21 @@ impl PhaseHistograms {
     }
 }
 
+/// A short list of counts as the wire's map of words.
+fn by_word<K: Copy>(
+    list: &[(K, u64)],
+    word: impl Fn(K) -> &'static str,
+) -> std::collections::HashMap<String, u64> {
+    list.iter()
+        .map(|&(k, n)| (word(k).to_string(), n))
+        .collect()
+}
+
+/// A short list of status counts as the wire's map of codes.
+fn by_code(list: &[(u16, u64)]) -> std::collections::HashMap<u32, u64> {
+    list.iter().map(|&(c, n)| (u32::from(c), n)).collect()
+}
+
 /// Adds one to the count for `key` in a short list (a handful of distinct
 /// keys per interval, so a linear scan beats hashing).
 fn bump<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K) {
@@ -167,29 +182,13 @@ impl Interval {
             interval_index: index,
             intended: self.intended,
             sent: self.sent,
-            unsent: self
-                .unsent
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_string(), n))
-                .collect(),
+            unsent: by_word(&self.unsent, |k| k.as_str()),
             completed: self.completed,
             completed_in_window: self.completed_in_window,
             completed_ok_in_window: self.completed_ok_in_window,
-            status: self
-                .status
-                .iter()
-                .map(|&(c, n)| (u32::from(c), n))
-                .collect(),
-            grpc_status: self
-                .grpc
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_string(), n))
-                .collect(),
-            errors: self
-                .errors
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_string(), n))
-                .collect(),
+            status: by_code(&self.status),
+            grpc_status: by_word(&self.grpc, |k| k.as_str()),
+            errors: by_word(&self.errors, |k| k.as_str()),
             latency,
             service_time: encode_or_empty(&self.service_time),
             warmup_latency: encode_or_empty(&self.warmup_latency),

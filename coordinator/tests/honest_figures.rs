@@ -10,18 +10,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-fn verdict<'a>(r: &'a Value, code: &str) -> Option<&'a Value> {
-    r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .find(|v| v["code"] == code)
-}
-
-fn count_of(map: &Value, key: &str) -> u64 {
-    map.get(key).map_or(0, u)
-}
-
 /// The testbed's pool of 10 at 100 ms answers 100 req/s; 300 req/s from
 /// two agents whose pools are capped at 64 connections each cannot reach
 /// its pool's queue: the agents' 128 connections make it a closed model,

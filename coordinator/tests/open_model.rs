@@ -9,18 +9,6 @@ use std::process::ExitStatus;
 use common::*;
 use serde_json::Value;
 
-fn verdict<'a>(r: &'a Value, code: &str) -> Option<&'a Value> {
-    r["verdicts"]
-        .as_array()
-        .expect("verdicts")
-        .iter()
-        .find(|v| v["code"] == code)
-}
-
-fn count_of(map: &Value, key: &str) -> u64 {
-    map.get(key).map_or(0, u)
-}
-
 /// The run ended with exit 0, or 3 with no error verdict but those named
 /// (a stall of the shared test machine may rightly make an agent late).
 fn exit_allowing(status: ExitStatus, r: &Value, allowed: &[&str], output: &str) {

@@ -6,7 +6,7 @@ use loadfleet_proto::histogram::new_histogram;
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{ErrorKind, GrpcStatus};
 
-use super::{bump, encode_or_empty, record, Outcome};
+use super::{bump, by_code, by_word, encode_or_empty, record, Outcome};
 use loadfleet_proto::vocab::OutcomeClass;
 
 /// One request kind's completions in one interval: the scenario's outcome
@@ -89,21 +89,9 @@ impl KindFigures {
             completed: self.completed,
             completed_in_window: self.completed_in_window,
             completed_ok_in_window: self.completed_ok_in_window,
-            status: self
-                .status
-                .iter()
-                .map(|&(c, n)| (u32::from(c), n))
-                .collect(),
-            errors: self
-                .errors
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_string(), n))
-                .collect(),
-            grpc_status: self
-                .grpc
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_string(), n))
-                .collect(),
+            status: by_code(&self.status),
+            errors: by_word(&self.errors, |k| k.as_str()),
+            grpc_status: by_word(&self.grpc, |k| k.as_str()),
             latency: if self.latency.is_empty() {
                 Vec::new()
             } else {

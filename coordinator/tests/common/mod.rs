@@ -249,6 +249,20 @@ pub fn read_report(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&s).expect("report.json is JSON")
 }
 
+/// The report's verdict of `code`, if it has one.
+pub fn verdict<'a>(r: &'a serde_json::Value, code: &str) -> Option<&'a serde_json::Value> {
+    r["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .find(|v| v["code"] == code)
+}
+
+/// The count under `key` in a report's map of counts, 0 when absent.
+pub fn count_of(map: &serde_json::Value, key: &str) -> u64 {
+    map.get(key).map_or(0, u)
+}
+
 pub fn u(v: &serde_json::Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned number: {v}"))

@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -24,25 +22,6 @@ const TOKEN: &str = "faults-token";
 const RATE: &str = "200";
 const DURATION: &str = "8s";
 const PLANNED: u64 = 1600;
-
-/// Requests the testbed answered per source address (and in total).
-fn testbed_counts(addr: &str) -> std::collections::BTreeMap<String, u64> {
-    let mut s = TcpStream::connect(addr).expect("connect to the testbed");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(
-        s,
-        "GET /__stats HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("ask for stats");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read stats");
-    let body = text.split("\r\n\r\n").nth(1).expect("a body");
-    body.lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().parse().expect("a count")))
-        .collect()
-}
 
 /// A coordinator waiting for `agents` agents, aimed at the testbed.
 fn coordinator_for(
@@ -69,26 +48,6 @@ fn start_agent(control: &str, source: &str) -> Proc {
     cmd.args(["--coordinator", control, "--token", TOKEN])
         .args(["--bind", source, "--id", source, "--workers", "1"]);
     Proc::spawn(cmd, &format!("agent {source}"))
-}
-
-/// Waits until the coordinator's progress line shows at least `secs` of
-/// the run.
-/// The line is printed about once a second, not on each second, so a
-/// given second may never appear: read the elapsed time off each line.
-fn wait_for_run_second(c: &mut Proc, secs: u32) {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = c.wait_for_line("s/", left);
-        let elapsed = line
-            .trim_start_matches(['[', ' '])
-            .split('s')
-            .next()
-            .and_then(|t| t.parse::<f64>().ok());
-        if elapsed.is_some_and(|t| t >= f64::from(secs)) {
-            return;
-        }
-    }
 }
 
 /// What every mode must show: the plan's count intended, every arrival

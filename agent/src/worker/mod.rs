@@ -147,16 +147,8 @@ async fn run_scenarios(
                     interleave,
                     max_clients,
                 } => {
-                    closed::run(
-                        &plan,
-                        &population.stages,
-                        population.think,
-                        interleave,
-                        *max_clients,
-                        &shared,
-                        &stop,
-                    )
-                    .await
+                    let clients = (interleave, *max_clients);
+                    closed::run(&plan, population, clients, handovers, &shared, &stop).await
                 }
             }
             drain(&shared, plan.drain, &stop).await;

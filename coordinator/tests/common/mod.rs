@@ -4,7 +4,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -369,5 +370,45 @@ impl Silent {
     }
     pub fn connections(&self) -> usize {
         std::iter::from_fn(|| self.0.accept().ok()).count()
+    }
+}
+
+/// Requests the testbed answered per source address (and in total), from
+/// its `GET /__stats`: what really reached the target.
+pub fn testbed_counts(addr: &str) -> BTreeMap<String, u64> {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the testbed");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET /__stats HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("ask for stats");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read stats");
+    let body = text.split("\r\n\r\n").nth(1).expect("a body");
+    body.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().expect("a count")))
+        .collect()
+}
+
+/// Waits until the coordinator's progress line shows at least `secs` of
+/// the run.
+/// The line is printed about once a second, not on each second, so a
+/// given second may never appear: read the elapsed time off each line.
+pub fn wait_for_run_second(c: &mut Proc, secs: u32) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = c.wait_for_line("s/", left);
+        let elapsed = line
+            .trim_start_matches(['[', ' '])
+            .split('s')
+            .next()
+            .and_then(|t| t.parse::<f64>().ok());
+        if elapsed.is_some_and(|t| t >= f64::from(secs)) {
+            return;
+        }
     }
 }

@@ -73,6 +73,42 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
+/// What a capacity search varies from step to step.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Vary {
+    /// The open-model scenarios' arrival rate, scaled together.
+    Rate,
+    /// The closed-model scenarios' client count, scaled together.
+    Clients,
+}
+
+impl Vary {
+    /// An amount of what is varied, as the summary writes it: whole
+    /// requests or clients when it is one.
+    pub fn amount(self, v: f64) -> String {
+        let unit = match self {
+            Vary::Rate => "req/s",
+            Vary::Clients => "clients",
+        };
+        if (v - v.round()).abs() < 1e-6 {
+            format!("{v:.0} {unit}")
+        } else {
+            format!("{v:.1} {unit}")
+        }
+    }
+
+    /// What the steps are named by, in a sentence.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Vary::Rate => "rate",
+            Vary::Clients => "client count",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SearchArgs {
     /// A rule every step must keep, in the --threshold language, e.g.
@@ -80,10 +116,17 @@ pub struct SearchArgs {
     /// `[search] slo = [...]`).
     #[arg(long = "slo", value_name = "EXPR")]
     pub slo: Vec<crate::thresholds::Threshold>,
-    /// The first rate tried, req/s fleet-wide (default 10).
+    /// What is varied: `rate`, the open scenarios' rate, or `clients`,
+    /// the closed scenarios' population (default: `rate` when the plan has
+    /// an open scenario, else `clients`; plan: `[search] vary`).
+    #[arg(long, value_enum)]
+    pub vary: Option<Vary>,
+    /// The first step, fleet-wide: req/s, or clients with --vary clients
+    /// (default 10).
     #[arg(long, value_parser = rate)]
     pub from: Option<f64>,
-    /// The highest rate tried, req/s fleet-wide.
+    /// The highest step tried, fleet-wide: req/s, or clients with --vary
+    /// clients.
     #[arg(long, value_parser = rate)]
     pub to: Option<f64>,
     /// Bisection stops when the last pass and the first failure are this

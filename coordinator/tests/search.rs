@@ -41,14 +41,8 @@ fn search(test: &str, args: &[&str]) -> (ExitStatus, String, Value, std::path::P
 fn check_shape(s: &Value, dir: &Path) {
     assert_eq!(s["schema"], "loadfleet.search/v1");
     assert!(s["target"].is_string() && s["slo"].is_array());
-    for key in [
-        "from_rps",
-        "to_rps",
-        "resolution",
-        "step_s",
-        "warmup_s",
-        "drain_s",
-    ] {
+    assert!(["rate", "clients"].contains(&s["settings"]["varies"].as_str().unwrap_or("")));
+    for key in ["from", "to", "resolution", "step_s", "warmup_s", "drain_s"] {
         assert!(s["settings"][key].is_number(), "settings.{key}: {s}");
     }
     for key in ["repeat", "agents"] {
@@ -56,7 +50,7 @@ fn check_shape(s: &Value, dir: &Path) {
     }
     let r = &s["result"];
     assert!(["capacity", "from_fails", "undecided"].contains(&r["status"].as_str().unwrap_or("")));
-    for key in ["capacity_rps", "failed_rps", "stopped_rps"] {
+    for key in ["capacity", "failed_at", "stopped_at"] {
         assert!(r[key].is_number() || r[key].is_null(), "result.{key}");
     }
     for key in ["failed_why", "why"] {
@@ -71,7 +65,7 @@ fn check_shape(s: &Value, dir: &Path) {
     assert!(!steps.is_empty());
     for (i, st) in steps.iter().enumerate() {
         assert_eq!(st["index"], i + 1);
-        assert!(st["rate_rps"].is_number());
+        assert!(st["offered"].is_number());
         assert!(["ladder", "bisect", "recovery"].contains(&st["purpose"].as_str().unwrap_or("")));
         assert!(["pass", "fail", "generator", "no_experiment", "broken"]
             .contains(&st["judged"].as_str().unwrap_or("")));
@@ -105,7 +99,7 @@ fn check_shape(s: &Value, dir: &Path) {
 }
 
 fn capacity(s: &Value) -> f64 {
-    f(&s["result"]["capacity_rps"])
+    f(&s["result"]["capacity"])
 }
 
 /// True when the search found a capacity (exit 0). On a shared machine a
@@ -122,7 +116,7 @@ fn found_or_held_up(status: ExitStatus, output: &str, s: &Value, most: f64) -> b
                     w.starts_with("GENERATOR_SATURATED") || w.contains("was lost")
                 }) =>
         {
-            let proven = s["result"]["capacity_rps"].as_f64().unwrap_or(0.0);
+            let proven = s["result"]["capacity"].as_f64().unwrap_or(0.0);
             assert!(proven <= most, "proved {proven} above {most}: {output}");
             eprintln!("the agents were held up by this machine; the search stopped honestly");
             false
@@ -156,7 +150,7 @@ fn finds_the_testbed_pool_capacity_and_draws_the_knee() {
     let cap = capacity(&s);
     assert!((360.0..=440.0).contains(&cap), "capacity {cap}: {output}");
     assert_eq!(s["result"]["status"], "capacity");
-    let failed = f(&s["result"]["failed_rps"]);
+    let failed = f(&s["result"]["failed_at"]);
     assert!(
         failed > cap && failed - cap <= 0.05 * cap + 1e-9,
         "{failed} vs {cap}"
@@ -312,7 +306,7 @@ fn a_closed_port_is_no_experiment_not_a_capacity_of_zero() {
     assert_eq!(status.code(), Some(3), "{output}");
     assert_eq!(s["result"]["status"], "undecided");
     assert_eq!(s["result"]["undecided"], "no_experiment");
-    assert!(s["result"]["capacity_rps"].is_null(), "{s}");
+    assert!(s["result"]["capacity"].is_null(), "{s}");
     assert!(output.contains("NO_EXPERIMENT"), "{output}");
 }
 
@@ -394,6 +388,88 @@ fn repeats_near_the_boundary_are_decided_by_their_medians() {
     }
     // Ladder steps far from the boundary ran once.
     assert_eq!(steps[0]["runs_passed"].as_array().map(Vec::len), Some(1));
+}
+
+/// A closed population searched on its client count: the testbed admits
+/// 20 requests at once and turns the 21st away at once (429), and a closed
+/// client with no think time keeps exactly one request out, so 20 clients
+/// pass `failures<1%` and 21 do not.
+#[test]
+fn a_closed_population_is_searched_on_its_clients() {
+    let (mut testbed, addr) = common::start_testbed(&[
+        "--delay",
+        "50ms",
+        "--admission",
+        "20",
+        "--admission-timeout",
+        "0s",
+    ]);
+    let url = format!("http://{addr}/");
+    let (status, output, s, dir) = search(
+        "search-clients",
+        &[
+            "--vary",
+            "clients",
+            "--slo",
+            "failures<1%",
+            "--from",
+            "4",
+            "--to",
+            "100",
+            "--url",
+            &url,
+        ],
+    );
+    let _ = testbed.child.kill();
+    if !found_or_held_up(status, &output, &s, 20.0) {
+        return;
+    }
+    assert_eq!(s["settings"]["varies"], "clients", "{output}");
+    assert_eq!(capacity(&s), 20.0, "{output}");
+    assert_eq!(f(&s["result"]["failed_at"]), 21.0, "{output}");
+    assert!(
+        output.contains(
+            "sustains 20 clients within the SLO (next step 21 clients failed on failures"
+        ),
+        "{output}"
+    );
+    assert!(
+        output.contains("search step 1: 4 clients → pass"),
+        "{output}"
+    );
+    // Each step ran the closed scenario at the step's client count.
+    let report = common::read_report(&dir.join("step-01"));
+    assert_eq!(report["scenarios"][0]["model"], "closed", "{report}");
+    let html = std::fs::read_to_string(dir.join("search.html")).expect("search.html");
+    assert!(
+        html.contains("latency against clients"),
+        "the knee is drawn against clients"
+    );
+}
+
+/// What `--vary` names must be in the plan: refused by name otherwise.
+#[test]
+fn a_search_on_what_the_plan_lacks_is_refused_by_name() {
+    let dir = temp_dir("search-vary-refused");
+    let open = common::write_plan(
+        &dir,
+        "[target]\nurl = \"testbed\"\n[[scenario]]\nrate = 10\nduration = \"5s\"\n",
+    );
+    let mut cmd = coordinator();
+    cmd.arg("search")
+        .arg(&open)
+        .args(["--vary", "clients", "--slo", "p99<1s", "--to", "50"]);
+    let (status, output) = run(cmd, "coordinator search", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(
+        output.contains("--vary clients") && output.contains("no closed-model scenario"),
+        "{output}"
+    );
+    let mut cmd = coordinator();
+    cmd.args(["search", "--slo", "p99<1s", "--to", "50", "--clients", "5"]);
+    let (status, output) = run(cmd, "coordinator search", Duration::from_secs(20));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(output.contains("--vary clients"), "{output}");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::record::{rps, SearchRecord, SCHEMA};
+use super::record::{SearchRecord, SCHEMA};
 use crate::error::Error;
 
 /// The file a `compare` argument names when it is a search: a
@@ -47,7 +47,7 @@ fn label(file: &Path) -> String {
 
 /// Capacity of `b` over that of `a`, and whether it is only a bound.
 fn ratio(a: &SearchRecord, b: &SearchRecord) -> Option<(f64, bool)> {
-    match (a.result.capacity_rps, b.result.capacity_rps) {
+    match (a.result.capacity, b.result.capacity) {
         (Some(a_rate), Some(b_rate)) if a_rate > 0.0 => Some((
             b_rate / a_rate,
             a.result.lower_bound || b.result.lower_bound,
@@ -76,6 +76,16 @@ fn compare(
         .map(|f| load(f).map(|s| (label(f), s)))
         .collect::<Result<_, _>>()?;
     let (base_label, base) = &searches[0];
+    if let Some((l, s)) = searches
+        .iter()
+        .find(|(_, s)| s.settings.varies != base.settings.varies)
+    {
+        return Err(bad(format!(
+            "{l} searched {} and {base_label} {}: a ratio of the two means nothing; compare searches of the same kind",
+            s.settings.varies.noun(),
+            base.settings.varies.noun()
+        )));
+    }
     if json {
         let rows: Vec<serde_json::Value> = searches
             .iter()
@@ -83,7 +93,8 @@ fn compare(
                 serde_json::json!({
                     "label": l,
                     "status": s.result.status,
-                    "capacity_rps": s.result.capacity_rps,
+                    "varies": s.settings.varies,
+                    "capacity": s.result.capacity,
                     "lower_bound": s.result.lower_bound,
                     "slo": s.slo,
                     "resolution": s.settings.resolution,
@@ -101,9 +112,9 @@ fn compare(
     }
     writeln!(out, "capacity within the SLO")?;
     for (l, s) in &searches {
-        let cap = match (s.result.capacity_rps, s.result.lower_bound) {
-            (Some(c), false) => rps(c),
-            (Some(c), true) => format!("at least {}", rps(c)),
+        let cap = match (s.result.capacity, s.result.lower_bound) {
+            (Some(c), false) => s.settings.varies.amount(c),
+            (Some(c), true) => format!("at least {}", s.settings.varies.amount(c)),
             (None, _) => "-".into(),
         };
         writeln!(

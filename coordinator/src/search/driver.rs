@@ -13,8 +13,9 @@ use loadfleet_proto::v1::{self, scenario_assignment};
 
 use super::judge;
 use super::ladder::{Judged, Next, Outcome, Purpose, Search};
-use super::record::{self, rps, Figures, SearchRecord, SettingsRecord, Step, SCHEMA};
+use super::record::{self, Figures, SearchRecord, SettingsRecord, Step, SCHEMA};
 use super::settings::{Settings, MAX_RUNS};
+use crate::cli::Vary;
 use crate::console::Console;
 use crate::error::{self, Error};
 use crate::fleet::{NextSchedule, RunResult, RunSpec};
@@ -46,9 +47,11 @@ struct Current {
 struct State {
     settings: Settings,
     search: Search,
+    /// What the steps vary, once the plan is known.
+    vary: Vary,
     /// The plan's scenarios, at the plan's rates.
     base: Vec<v1::ScenarioAssignment>,
-    /// Their open rates added up (at each one's peak).
+    /// What is varied, added up over the scenarios (each at its peak).
     base_rate: f64,
     info: Option<PlanInfo>,
     out_dir: PathBuf,
@@ -66,6 +69,7 @@ impl Driver {
     pub fn new(settings: Settings) -> Driver {
         let state = State {
             search: Search::new(settings.course),
+            vary: settings.vary.unwrap_or(Vary::Rate),
             settings: settings.clone(),
             base: Vec::new(),
             base_rate: 0.0,
@@ -89,17 +93,41 @@ impl Driver {
     }
 
     /// The SLO becomes the plan's thresholds: each step's report checks
-    /// exactly its rules.
+    /// exactly its rules. What is varied is settled here: the open rate
+    /// when the plan has an open scenario, else the closed population,
+    /// unless `--vary` said.
     pub fn prepare_plan(&self, plan: &mut Plan) -> Result<(), Error> {
-        if !plan
-            .scenarios
-            .iter()
-            .any(|s| matches!(s.model, Model::Open(_)))
-        {
-            return Err(error::flags(
-                "search varies the open rate, and this plan has no open-model scenario: give its scenarios a rate (closed-model ones keep their clients)",
-            ));
+        let has = |open: bool| {
+            plan.scenarios
+                .iter()
+                .any(|s| matches!(s.model, Model::Open(_)) == open)
+        };
+        let vary = match self.settings.vary {
+            Some(v) => v,
+            None if has(true) => Vary::Rate,
+            None => Vary::Clients,
+        };
+        match vary {
+            Vary::Rate if !has(true) => {
+                return Err(error::flags(
+                    "search --vary rate varies the open rate, and this plan has no open-model scenario: give a scenario a rate, or search its clients with --vary clients",
+                ))
+            }
+            Vary::Clients if !has(false) => {
+                return Err(error::flags(
+                    "search --vary clients varies the closed population, and this plan has no closed-model scenario: give a scenario clients, or search the rate with --vary rate",
+                ))
+            }
+            Vary::Clients if self.settings.course.to > loadfleet_proto::bounds::MAX_CLIENTS => {
+                return Err(error::flags(format!(
+                    "--to {}: with --vary clients, at most {} clients",
+                    self.settings.course.to,
+                    loadfleet_proto::bounds::MAX_CLIENTS
+                )))
+            }
+            _ => {}
         }
+        self.state().vary = vary;
         plan.thresholds = self.settings.slo.clone();
         Ok(())
     }
@@ -113,11 +141,13 @@ impl Driver {
         console: &Console,
     ) -> Result<(), Error> {
         let mut st = self.state();
-        st.base_rate = open_rate(&spec.scenarios);
+        let vary = st.vary;
+        st.base_rate = offered(&spec.scenarios, vary);
         if st.base_rate <= 0.0 {
-            return Err(error::flags(
-                "search varies the open rate, and the plan's open scenarios have none above 0",
-            ));
+            return Err(error::flags(format!(
+                "search varies the {}, and the plan's scenarios have none above 0",
+                vary.noun()
+            )));
         }
         st.base = spec.scenarios.clone();
         st.info = Some(info.clone());
@@ -132,8 +162,8 @@ impl Driver {
                 .map(|t| t.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            rps(self.settings.course.from),
-            rps(self.settings.course.to),
+            vary.amount(self.settings.course.from),
+            vary.amount(self.settings.course.to),
             humantime::format_duration(self.settings.step),
             humantime::format_duration(self.settings.warmup),
             self.settings.course.resolution * 100.0
@@ -175,15 +205,17 @@ impl Driver {
                 "the fleet ended before the search decided (interrupted, or agents lost)".into(),
             ),
         };
-        let (result, verdicts) = record::result(&outcome, self.settings.course.resolution);
+        let vary = st.vary;
+        let (result, verdicts) = record::result(&outcome, self.settings.course.resolution, vary);
         let info = st.info.as_ref();
         let rec = SearchRecord {
             schema: SCHEMA.into(),
             target: info.map(|i| i.target.clone()).unwrap_or_default(),
             slo: self.settings.slo.iter().map(|t| t.to_string()).collect(),
             settings: SettingsRecord {
-                from_rps: self.settings.course.from,
-                to_rps: self.settings.course.to,
+                varies: vary,
+                from: self.settings.course.from,
+                to: self.settings.course.to,
                 resolution: self.settings.course.resolution,
                 step_s: self.settings.step.as_secs_f64(),
                 warmup_s: self.settings.warmup.as_secs_f64(),
@@ -236,7 +268,7 @@ impl State {
                 let index = self.steps.len() + 1;
                 self.console.line(&format!(
                     "search step {index}: {} ({}{})",
-                    rps(rate),
+                    self.vary.amount(rate),
                     purpose_word(purpose),
                     if runs > 1 {
                         format!(", {runs} runs")
@@ -253,7 +285,7 @@ impl State {
                     results_passed: Vec::new(),
                     retried: Vec::new(),
                 });
-                Some(scaled(&self.base, self.base_rate, rate))
+                Some(scaled(&self.base, (self.base_rate, rate), self.vary))
             }
         }
     }
@@ -265,7 +297,7 @@ impl State {
         let (Some(mut cur), Some(info)) = (self.current.take(), self.info.as_ref()) else {
             return None;
         };
-        let info = scaled_info(info, cur.rate / self.base_rate);
+        let info = scaled_info(info, cur.rate / self.base_rate, self.vary);
         let report = report::build(result, &info);
         let early = judge::honesty(result, &report, &self.settings.slo);
         let held_up = match &early {
@@ -289,7 +321,7 @@ impl State {
             cur.retried.push(path);
             let rate = cur.rate;
             self.current = Some(cur);
-            return Some(scaled(&self.base, self.base_rate, rate));
+            return Some(scaled(&self.base, (self.base_rate, rate), self.vary));
         }
         cur.results_passed
             .push(report.thresholds.iter().all(|c| c.passed));
@@ -297,7 +329,7 @@ impl State {
         if early.is_none() && cur.reports.len() < cur.runs as usize {
             let rate = cur.rate;
             self.current = Some(cur);
-            return Some(scaled(&self.base, self.base_rate, rate));
+            return Some(scaled(&self.base, (self.base_rate, rate), self.vary));
         }
         self.close(cur, early)
     }
@@ -339,7 +371,7 @@ impl State {
         };
         self.steps.push(Step {
             index: cur.index,
-            rate_rps: cur.rate,
+            offered: cur.rate,
             purpose: cur.purpose,
             judged: word.into(),
             passed: judged == Judged::Pass,
@@ -357,7 +389,7 @@ impl State {
         self.console.line(&format!(
             "search step {}: {} → {word}{}{} · so far: {}{}",
             cur.index,
-            rps(cur.rate),
+            self.vary.amount(cur.rate),
             why.map(|w| format!(" ({w})")).unwrap_or_default(),
             if disagree {
                 " · its runs disagree, the medians decided"
@@ -366,9 +398,12 @@ impl State {
             },
             low.map_or("nothing passed yet".into(), |l| format!(
                 "sustains {}",
-                rps(l)
+                self.vary.amount(l)
             )),
-            high.map_or(String::new(), |h| format!(", fails at {}", rps(h)))
+            high.map_or(String::new(), |h| format!(
+                ", fails at {}",
+                self.vary.amount(h)
+            ))
         ));
         self.begin(next)
     }
@@ -408,36 +443,50 @@ fn write(
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// The open rate of the scenarios added up, each at its peak.
-pub fn open_rate(scenarios: &[v1::ScenarioAssignment]) -> f64 {
+/// The stages of what `vary` names in one scenario: the open schedule's,
+/// or the closed population's (whose `from_rps`/`to_rps` hold clients).
+fn varied_stages(s: &mut v1::ScenarioAssignment, vary: Vary) -> Option<&mut Vec<v1::Stage>> {
+    match (&mut s.model, vary) {
+        (Some(scenario_assignment::Model::Open(o)), Vary::Rate) => Some(&mut o.stages),
+        (Some(scenario_assignment::Model::Closed(c)), Vary::Clients) => Some(&mut c.stages),
+        _ => None,
+    }
+}
+
+/// What `vary` names, added up over the scenarios, each at its peak.
+pub fn offered(scenarios: &[v1::ScenarioAssignment], vary: Vary) -> f64 {
     scenarios
         .iter()
-        .filter_map(|s| match &s.model {
-            Some(scenario_assignment::Model::Open(o)) => o
-                .stages
+        .cloned()
+        .filter_map(|mut s| {
+            varied_stages(&mut s, vary)?
                 .iter()
                 .map(|st| st.from_rps.max(st.to_rps))
-                .reduce(f64::max),
-            _ => None,
+                .reduce(f64::max)
         })
         .sum()
 }
 
-/// The scenarios with every open rate scaled so they add up to `rate`, in
-/// the plan's proportions; closed scenarios as they are.
+/// The scenarios with what `vary` names scaled so it adds up to `rate`,
+/// in the plan's proportions; the other model's scenarios as they are.
+/// Client counts are rounded to whole clients, as only whole ones run.
 pub fn scaled(
     base: &[v1::ScenarioAssignment],
-    base_rate: f64,
-    rate: f64,
+    (base_rate, rate): (f64, f64),
+    vary: Vary,
 ) -> Vec<v1::ScenarioAssignment> {
     let factor = rate / base_rate;
+    let scale = |v: f64| match vary {
+        Vary::Rate => v * factor,
+        Vary::Clients => (v * factor).round(),
+    };
     base.iter()
         .cloned()
         .map(|mut s| {
-            if let Some(scenario_assignment::Model::Open(o)) = &mut s.model {
-                for st in &mut o.stages {
-                    st.from_rps *= factor;
-                    st.to_rps *= factor;
+            if let Some(stages) = varied_stages(&mut s, vary) {
+                for st in stages {
+                    st.from_rps = scale(st.from_rps);
+                    st.to_rps = scale(st.to_rps);
                 }
             }
             s
@@ -446,10 +495,12 @@ pub fn scaled(
 }
 
 /// The plan as the report states it, at the step's rate.
-fn scaled_info(info: &PlanInfo, factor: f64) -> PlanInfo {
+fn scaled_info(info: &PlanInfo, factor: f64, vary: Vary) -> PlanInfo {
     let mut info = info.clone();
-    for s in &mut info.scenarios {
-        s.offered_rps = s.offered_rps.map(|r| r * factor);
+    if vary == Vary::Rate {
+        for s in &mut info.scenarios {
+            s.offered_rps = s.offered_rps.map(|r| r * factor);
+        }
     }
     info
 }
@@ -476,6 +527,31 @@ mod tests {
         }
     }
 
+    /// A clients search scales the closed scenarios to whole clients in
+    /// the plan's proportions and leaves the open ones as they are.
+    #[test]
+    fn a_clients_search_scales_whole_clients_only() {
+        let closed = |n: f64| v1::ScenarioAssignment {
+            model: Some(scenario_assignment::Model::Closed(v1::ClosedModel {
+                stages: vec![v1::Stage {
+                    duration_ns: 1_000_000_000,
+                    from_rps: n,
+                    to_rps: n,
+                }],
+                think_ns: 0,
+            })),
+            ..Default::default()
+        };
+        let base = vec![closed(30.0), closed(10.0), open(&[(50.0, 50.0)])];
+        let total = offered(&base, Vary::Clients);
+        assert_eq!(total, 40.0);
+        let s = scaled(&base, (total, 21.0), Vary::Clients);
+        assert_eq!(offered(&s[..1], Vary::Clients), 16.0, "15.75 rounds to 16");
+        assert_eq!(offered(&s[1..2], Vary::Clients), 5.0, "5.25 rounds to 5");
+        assert_eq!(s[2], base[2], "the open scenario keeps its rate");
+        assert_eq!(offered(&s, Vary::Rate), 50.0);
+    }
+
     proptest! {
         /// Scaled scenarios add up to the asked rate and keep the plan's
         /// proportions between scenarios and stages.
@@ -484,11 +560,12 @@ mod tests {
             a in 1.0f64..1000.0, b in 1.0f64..1000.0, ramp in 0.0f64..1.0, rate in 1.0f64..1e5
         ) {
             let base = vec![open(&[(0.0, a * ramp), (a, a)]), open(&[(b, b)]), Default::default()];
-            let total = open_rate(&base);
+            let total = offered(&base, Vary::Rate);
             prop_assert!((total - (a + b)).abs() < 1e-9);
-            let s = scaled(&base, total, rate);
-            prop_assert!((open_rate(&s) - rate).abs() < 1e-6 * rate);
-            prop_assert!((open_rate(&s[..1]) / open_rate(&s[1..2]) - a / b).abs() < 1e-6 * a / b);
+            let s = scaled(&base, (total, rate), Vary::Rate);
+            let rate_of = |s: &[v1::ScenarioAssignment]| offered(s, Vary::Rate);
+            prop_assert!((rate_of(&s) - rate).abs() < 1e-6 * rate);
+            prop_assert!((rate_of(&s[..1]) / rate_of(&s[1..2]) - a / b).abs() < 1e-6 * a / b);
             prop_assert_eq!(&s[2], &base[2]);
         }
     }

@@ -6,7 +6,8 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::record::{rps, SearchRecord, Step};
+use super::record::{SearchRecord, Step};
+use crate::cli::Vary;
 use crate::figures::Unit;
 use crate::report::format::{ms, num};
 use crate::report::html::{nice_scale, Chart, Series, XAxis, STYLE};
@@ -22,13 +23,20 @@ pub fn render(s: &SearchRecord) -> String {
 
 fn page(s: &SearchRecord) -> Markup {
     let mut steps: Vec<&Step> = s.steps.iter().collect();
-    steps.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
-    let end = steps.iter().map(|st| st.rate_rps).fold(0.0, f64::max) * 1.05;
-    let x = XAxis::Rate { end };
+    steps.sort_by(|a, b| a.offered.total_cmp(&b.offered));
+    let end = steps.iter().map(|st| st.offered).fold(0.0, f64::max) * 1.05;
+    let x = match s.settings.varies {
+        Vary::Rate => XAxis::Rate { end },
+        Vary::Clients => XAxis::Clients { end },
+    };
+    let against = match s.settings.varies {
+        Vary::Rate => "offered rate",
+        Vary::Clients => "clients",
+    };
     // The SLO spans the whole axis, which ends at a round rate past `end`.
     let axis_end = nice_scale(end).0;
     let at = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, Option<f64>)> {
-        steps.iter().map(|st| (st.rate_rps, f(st))).collect()
+        steps.iter().map(|st| (st.offered, f(st))).collect()
     };
     let pct = |f: fn(&crate::report::model::Percentiles) -> f64| {
         at(&|st: &Step| st.figures.latency_ms.as_ref().map(f))
@@ -70,7 +78,7 @@ fn page(s: &SearchRecord) -> Markup {
     latency.push(failed);
     let window = s.settings.step_s + s.settings.warmup_s;
     let per_s = |n: u64| n as f64 / window.max(1e-9);
-    let mut offered = Series::line("offered", "#999999", at(&|st: &Step| Some(st.rate_rps)));
+    let mut offered = Series::line("offered", "#999999", at(&|st: &Step| Some(st.offered)));
     offered.dashed = true;
     let mut failed_rate = Series::line(
         "failing step",
@@ -103,15 +111,17 @@ fn page(s: &SearchRecord) -> Markup {
         ),
         failed_rate,
     ];
+    let latency_title = format!("latency against {against} (ms)");
+    let throughput_title = format!("throughput against {against} (req/s)");
     let latency_chart = Chart {
-        title: "latency against offered rate (ms)",
+        title: &latency_title,
         y_label: "ms",
         x,
         bands: Vec::new(),
         series: latency,
     };
     let throughput_chart = Chart {
-        title: "throughput against offered rate (req/s)",
+        title: &throughput_title,
         y_label: "req/s",
         x,
         bands: Vec::new(),
@@ -129,7 +139,7 @@ fn page(s: &SearchRecord) -> Markup {
                 h1 { "capacity search" }
                 p class="run" { "target " code { (s.target) } " · SLO " code { (s.slo.join(", ")) } }
                 p class="run" {
-                    "from " (rps(s.settings.from_rps)) " to " (rps(s.settings.to_rps))
+                    "from " (s.settings.varies.amount(s.settings.from)) " to " (s.settings.varies.amount(s.settings.to))
                     " · resolution " (num(s.settings.resolution * 100.0, 1)) "%"
                     " · steps of " (num(s.settings.step_s, 0)) "s after " (num(s.settings.warmup_s, 0)) "s warm-up"
                     " · repeat " (s.settings.repeat) " · " (s.settings.agents) " agent(s)"
@@ -155,7 +165,7 @@ fn page(s: &SearchRecord) -> Markup {
                         @for st in &s.steps {
                             tr {
                                 td { (st.index) }
-                                td { (rps(st.rate_rps)) }
+                                td { (s.settings.varies.amount(st.offered)) }
                                 td { (format!("{:?}", st.purpose).to_lowercase()) }
                                 td { (st.judged) @if st.repeats_disagree { " (runs disagree)" } }
                                 td { (num(st.figures.throughput_rps, 1)) }

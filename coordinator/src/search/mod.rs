@@ -1,5 +1,6 @@
-//! `loadfleet-coordinator search`: the highest open rate a target sustains
-//! within its SLO, found by running steps of rising rate on one fleet.
+//! `loadfleet-coordinator search`: the highest open rate (or closed
+//! population) a target sustains within its SLO, found by running steps of
+//! rising load on one fleet.
 //!
 //! [`settings`] turns flags and the plan's `[search]` table into the
 //! course; [`ladder`] decides, as pure functions, which rate comes next;
@@ -21,7 +22,7 @@ mod settings;
 pub use driver::Driver;
 pub use settings::Settings;
 
-use crate::cli::{RunArgs, SearchArgs};
+use crate::cli::{self, RunArgs, SearchArgs};
 use crate::error::Error;
 
 /// The flags of the search's runs and the driver that picks each step:
@@ -31,6 +32,11 @@ pub fn prepare(args: SearchArgs) -> Result<(RunArgs, Driver), Error> {
     let settings = Settings::resolve(&args)?;
     let mut run = args.run;
     settings.lay_over(&mut run.flags);
+    if settings.vary == Some(cli::Vary::Clients) && run.plan.is_none() {
+        // Without a plan the flags make the scenario: a closed one, whose
+        // client count each step then sets.
+        run.flags.clients = Some(settings.course.from.round().max(1.0) as u32);
+    }
     // `--repeat` repeats steps near the boundary, not the whole search.
     run.repeat = 1;
     Ok((run, Driver::new(settings)))

@@ -8,6 +8,7 @@ use loadfleet_proto::vocab::VerdictLevel;
 use serde::{Deserialize, Serialize};
 
 use super::ladder::{Outcome, Purpose, Undecided};
+use crate::cli::Vary;
 use crate::report::format::{ms, num};
 use crate::report::model::{Checked, Percentiles, Report, Warmup};
 
@@ -29,8 +30,11 @@ pub struct SearchRecord {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SettingsRecord {
-    pub from_rps: f64,
-    pub to_rps: f64,
+    /// `rate` (steps, `from`, `to`, capacities in req/s) or `clients`
+    /// (in clients).
+    pub varies: Vary,
+    pub from: f64,
+    pub to: f64,
     /// A fraction: 0.05 is 5%.
     pub resolution: f64,
     pub step_s: f64,
@@ -46,17 +50,17 @@ pub struct ResultRecord {
     /// `capacity`, `from_fails` or `undecided`.
     pub status: String,
     /// The highest rate that passed; with `undecided`, a lower bound.
-    pub capacity_rps: Option<f64>,
-    /// True when `capacity_rps` is only a lower bound (undecided, or `to`
+    pub capacity: Option<f64>,
+    /// True when `capacity` is only a lower bound (undecided, or `to`
     /// passed).
     pub lower_bound: bool,
     /// The lowest rate that failed the SLO, and the rules it broke.
-    pub failed_rps: Option<f64>,
+    pub failed_at: Option<f64>,
     pub failed_why: Option<String>,
     /// With `undecided`: `generator`, `no_experiment` or `broken`, the rate
     /// of the step that stopped the search, and why.
     pub undecided: Option<Undecided>,
-    pub stopped_rps: Option<f64>,
+    pub stopped_at: Option<f64>,
     pub why: Option<String>,
     /// After the first failure, the last passing rate was run again: did
     /// it pass? `null` when no step failed.
@@ -79,7 +83,7 @@ pub struct SearchVerdict {
 pub struct Step {
     /// 1-based, in the order run.
     pub index: usize,
-    pub rate_rps: f64,
+    pub offered: f64,
     pub purpose: Purpose,
     /// `pass`, `fail`, `generator`, `no_experiment` or `broken`.
     pub judged: String,
@@ -167,27 +171,23 @@ fn level(l: VerdictLevel) -> &'static str {
     }
 }
 
-/// A rate as the summary writes it: whole requests when it is one.
-pub fn rps(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-6 {
-        format!("{v:.0} req/s")
-    } else {
-        format!("{v:.1} req/s")
-    }
-}
-
 /// The result: what is written to `search.json` and the exit status.
-pub fn result(outcome: &Outcome, resolution: f64) -> (ResultRecord, Vec<SearchVerdict>) {
+pub fn result(
+    outcome: &Outcome,
+    resolution: f64,
+    vary: Vary,
+) -> (ResultRecord, Vec<SearchVerdict>) {
+    let rps = |v: f64| vary.amount(v);
     let within = format!("resolution {}%", num(resolution * 100.0, 1));
     let mut verdicts = Vec::new();
     let blank = ResultRecord {
         status: String::new(),
-        capacity_rps: None,
+        capacity: None,
         lower_bound: false,
-        failed_rps: None,
+        failed_at: None,
         failed_why: None,
         undecided: None,
-        stopped_rps: None,
+        stopped_at: None,
         why: None,
         recovered: None,
         summary: String::new(),
@@ -223,9 +223,9 @@ pub fn result(outcome: &Outcome, resolution: f64) -> (ResultRecord, Vec<SearchVe
             }
             ResultRecord {
                 status: "capacity".into(),
-                capacity_rps: Some(*rate),
+                capacity: Some(*rate),
                 lower_bound: failed.is_none(),
-                failed_rps: failed.as_ref().map(|f| f.0),
+                failed_at: failed.as_ref().map(|f| f.0),
                 failed_why: failed.as_ref().map(|f| f.1.clone()),
                 recovered: failed.as_ref().map(|_| *recovered),
                 summary,
@@ -235,7 +235,7 @@ pub fn result(outcome: &Outcome, resolution: f64) -> (ResultRecord, Vec<SearchVe
         }
         Outcome::FromFails { rate, why } => ResultRecord {
             status: "from_fails".into(),
-            failed_rps: Some(*rate),
+            failed_at: Some(*rate),
             failed_why: Some(why.clone()),
             summary: format!(
                 "fails the SLO at the first step already: {} failed on {why}; lower --from",
@@ -252,10 +252,11 @@ pub fn result(outcome: &Outcome, resolution: f64) -> (ResultRecord, Vec<SearchVe
         } => {
             let proven = match lower_bound {
                 Some(l) => format!(
-                    "the highest rate proven within the SLO is {} (a lower bound)",
+                    "the highest {} proven within the SLO is {} (a lower bound)",
+                    vary.noun(),
                     rps(*l)
                 ),
-                None => "no rate was proven within the SLO".into(),
+                None => format!("no {} was proven within the SLO", vary.noun()),
             };
             let head = match kind {
                 Undecided::Generator => format!(
@@ -273,10 +274,10 @@ pub fn result(outcome: &Outcome, resolution: f64) -> (ResultRecord, Vec<SearchVe
             };
             ResultRecord {
                 status: "undecided".into(),
-                capacity_rps: *lower_bound,
+                capacity: *lower_bound,
                 lower_bound: lower_bound.is_some(),
                 undecided: Some(*kind),
-                stopped_rps: Some(*rate),
+                stopped_at: Some(*rate),
                 why: Some(why.clone()),
                 summary: format!("{head}; {proven}"),
                 exit_status: 3,
@@ -297,7 +298,14 @@ pub fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Result<()>
     writeln!(
         out,
         "\n  {:>4} {:>12} {:<9} {:<13} {:>10} {:>10} {:>9} {:>8}  why",
-        "step", "rate", "purpose", "result", "done/s", "p99", "failures", "unsent"
+        "step",
+        s.settings.varies.noun().split(' ').next().unwrap_or("rate"),
+        "purpose",
+        "result",
+        "done/s",
+        "p99",
+        "failures",
+        "unsent"
     )?;
     for st in &s.steps {
         let result = if st.repeats_disagree {
@@ -314,7 +322,7 @@ pub fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Result<()>
             out,
             "  {:>4} {:>12} {:<9} {:<13} {:>10} {:>10} {:>8}% {:>8}  {}",
             st.index,
-            rps(st.rate_rps),
+            s.settings.varies.amount(st.offered),
             purpose,
             result,
             num(st.figures.throughput_rps, 1),
@@ -343,6 +351,7 @@ mod tests {
                 recovered: true,
             },
             0.05,
+            Vary::Rate,
         );
         assert_eq!(
             r.summary,
@@ -363,6 +372,7 @@ mod tests {
                 recovered: false,
             },
             0.05,
+            Vary::Rate,
         );
         assert_eq!(r.recovered, Some(false));
         assert_eq!(verdicts[0].code, "NOT_RECOVERED");
@@ -378,9 +388,10 @@ mod tests {
                 lower_bound: Some(400.0),
             },
             0.05,
+            Vary::Rate,
         );
         assert_eq!(r.exit_status, 3);
-        assert!(r.lower_bound && r.capacity_rps == Some(400.0));
+        assert!(r.lower_bound && r.capacity == Some(400.0));
         assert!(
             r.summary
                 .starts_with("the fleet could not offer 800 req/s: add agents or cores")
@@ -394,6 +405,7 @@ mod tests {
                 why: "p99".into(),
             },
             0.05,
+            Vary::Rate,
         );
         assert_eq!((r.exit_status, r.status.as_str()), (1, "from_fails"));
     }

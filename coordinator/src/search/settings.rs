@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ladder::Course;
-use crate::cli::{percent, SearchArgs};
+use crate::cli::{percent, SearchArgs, Vary};
 use crate::error::{self, Error};
 use crate::plan::Overlay;
 use crate::thresholds::Threshold;
@@ -39,12 +39,15 @@ struct RawSearch {
     step: Option<String>,
     warmup: Option<String>,
     repeat: Option<u32>,
+    vary: Option<Vary>,
 }
 
 /// Everything the search follows.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub slo: Vec<Threshold>,
+    /// `None` until the plan says: see `Driver::prepare_plan`.
+    pub vary: Option<Vary>,
     pub course: Course,
     /// The measured window of each step.
     pub step: Duration,
@@ -63,7 +66,7 @@ impl Settings {
         }
         if run.flags.rate.is_some() || run.flags.clients.is_some() {
             return Err(error::flags(
-                "search chooses the rate itself: use --from and --to instead of --rate (closed-model scenarios keep their plan's clients)",
+                "search chooses each step's load itself: use --from and --to instead of --rate or --clients (with --vary clients for a closed population)",
             ));
         }
         if !run.flags.thresholds.is_empty() {
@@ -101,13 +104,13 @@ impl Settings {
         let from = args.from.or(raw.from).unwrap_or(DEFAULT_FROM);
         let to = args.to.or(raw.to).ok_or_else(|| {
             error::flags(
-                "search needs --to, the highest rate to try in req/s, e.g. --to 5000 (or to = 5000 in the plan's [search] table)",
+                "search needs --to, the highest step to try (req/s, or clients with --vary clients), e.g. --to 5000 (or to = 5000 in the plan's [search] table)",
             )
         })?;
         for (name, v) in [("--from", from), ("--to", to)] {
             if !v.is_finite() || v <= 0.0 || v > loadfleet_proto::bounds::MAX_RATE {
                 return Err(error::flags(format!(
-                    "{name} {v}: a rate in req/s above 0 and at most {}",
+                    "{name} {v}: a rate in req/s (or clients) above 0 and at most {}",
                     loadfleet_proto::bounds::MAX_RATE
                 )));
             }
@@ -157,6 +160,7 @@ impl Settings {
         }
         Ok(Settings {
             slo,
+            vary: args.vary.or(raw.vary),
             course: Course {
                 from,
                 to,

@@ -248,6 +248,8 @@ pub(crate) enum XAxis {
     Seconds { end: f64 },
     /// Offered rate in req/s, 0..end (`search`'s knee chart).
     Rate { end: f64 },
+    /// Closed clients, 0..end (the knee chart of a search on clients).
+    Clients { end: f64 },
     /// Decades of 1/(1-percentile), 0..decades.
     LogPercentile { decades: u32 },
 }
@@ -325,7 +327,7 @@ impl Chart<'_> {
         // 5% headroom, so a series at its maximum is not drawn on the frame.
         let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
         let (x0, x1, x_ticks): (f64, f64, Vec<(f64, String)>) = match self.x {
-            XAxis::Seconds { end } | XAxis::Rate { end } => {
+            XAxis::Seconds { end } | XAxis::Rate { end } | XAxis::Clients { end } => {
                 let (top, step) = nice_scale(end);
                 let ticks = ticks(top, step)
                     .into_iter()
@@ -355,6 +357,7 @@ impl Chart<'_> {
         let x_label = match self.x {
             XAxis::Seconds { .. } => "seconds from the start",
             XAxis::Rate { .. } => "offered rate (req/s)",
+            XAxis::Clients { .. } => "clients",
             XAxis::LogPercentile { .. } => "percentile (log scale of 1/(1−p))",
         };
         // Filled layers first, then wide strokes, dashed ones last (on

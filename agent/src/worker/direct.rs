@@ -4,6 +4,7 @@
 //! subscription, every request HTTP/1.1 to one host, over plain TCP or TLS.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +13,12 @@ use super::driver::{Arrival, Driver, Sleep, Submitted, Waited};
 use super::plan::{Model, ScenarioPlan};
 use super::shared::{Sent, Shared};
 use super::ticks::TICK_SLACK;
+
+/// Longest a ticking loop keeps the worker's tasks waiting: they flush
+/// each interval's figures and take hand-overs, neither of which a few
+/// milliseconds delay; dials and queued requests are waited for driving
+/// the pool, which turns at once.
+const TOKIO_TURN: Duration = Duration::from_millis(10);
 use crate::client::{DirectPool, Exchanged, Fixed, Outgoing, Transport};
 
 /// The loop's own pool for `sc`, when it can use one (see the module doc).
@@ -44,6 +51,8 @@ pub(super) struct Direct<'a> {
     unread: bool,
     /// Outcomes the pool gave, to record.
     done: Vec<(Sent, Exchanged)>,
+    /// When the next tick gives the worker's tasks a turn.
+    turn_at: Instant,
     /// The pool's rendering of each request kind that never changes.
     fixed: Vec<Option<Fixed>>,
 }
@@ -62,15 +71,19 @@ impl<'a> Direct<'a> {
             ticks,
             unread: false,
             done: Vec::new(),
+            turn_at: Instant::now(),
             fixed: Vec::new(),
         }
     }
 
-    /// A tick: lets the worker's tasks (the flush, dials) run once, reads
-    /// the answers that came since the last one, and sleeps blind until the
-    /// wake-up, exact ones included. An answer's time is the kernel's stamp
-    /// of its arrival, deadlines included, so reading late costs the
-    /// measurement nothing and saves a wake-up per burst of answers.
+    /// A tick: reads the answers that came since the last one, and sleeps
+    /// blind until the wake-up, exact ones included. An answer's time is
+    /// the kernel's stamp of its arrival, deadlines included, so reading
+    /// late costs the measurement nothing and saves a wake-up per burst of
+    /// answers. The worker's tasks (the flush, hand-overs) get a turn at
+    /// most every [`TOKIO_TURN`]: a turn costs a look by tokio's reactor,
+    /// and between turns a tick reads the few exchanges on the wire blind
+    /// ([`DirectPool::read_on_wire`]) or looks at the pool's own set once.
     ///
     /// It waits driving the pool instead with less than [`TICK_SLACK`]
     /// left, while requests wait for a connection (the answers that free one
@@ -80,10 +93,24 @@ impl<'a> Direct<'a> {
     /// at once ([`Waited::Cut`]) so that arrival is not nearly a quantum
     /// late; the loop allows that once per tick.
     async fn tick(&mut self, sleep: Sleep<'_>, due: Option<Instant>) -> Waited {
-        // Also has tokio's reactor look at the sockets, so that the pool
-        // knows without a system call of its own whether any answer came.
-        tokio::task::yield_now().await;
-        if self.pool.has_news() {
+        let now = Instant::now();
+        if now >= self.turn_at {
+            // Also has tokio's reactor look at the sockets, so that the
+            // pool knows without a system call of its own whether any
+            // answer came.
+            // On a grid, so that turns come as often whatever the rate
+            // of ticks; a stall restarts it instead of turning back to back.
+            self.turn_at += TOKIO_TURN;
+            if self.turn_at <= now {
+                self.turn_at = now + TOKIO_TURN;
+            }
+            tokio::task::yield_now().await;
+            if self.pool.has_news() {
+                self.drive();
+            }
+        } else if self.pool.read_on_wire(now, &mut self.done) {
+            take_up(self.pool, self.shared, &mut self.done);
+        } else {
             self.drive();
         }
         let now = Instant::now();

@@ -111,6 +111,11 @@ impl<C, W> Ledger<C, W> {
         self.open > self.idle.len()
     }
 
+    /// Connections busy with an exchange or being opened.
+    pub(super) fn out(&self) -> usize {
+        self.open - self.idle.len()
+    }
+
     /// Idle connections.
     #[cfg(test)]
     pub(super) fn idle(&self) -> usize {

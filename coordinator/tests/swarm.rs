@@ -634,3 +634,63 @@ fn coordinator_killed(swarm: &mut Swarm, name: &str) {
         "the testbed saw the second run's requests and nothing else"
     );
 }
+
+/// `--token-file` on both binaries: with `--token` too, an empty file or a
+/// missing one, each refused up front (exit 2) with a message naming the
+/// flags and the fix; no Docker needed.
+#[test]
+fn token_file_is_refused_clearly() {
+    let dir = temp_dir("token-file");
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "\n").expect("write");
+    let good = dir.join("token");
+    std::fs::write(&good, "s3cret\n").expect("write");
+    let missing = dir.join("missing");
+    let runs: [(&str, &std::path::Path, Option<&str>, &[&str]); 3] = [
+        (
+            "both",
+            &good,
+            Some("s3cret"),
+            &["--token (LOADFLEET_TOKEN) and --token-file (LOADFLEET_TOKEN_FILE) are both set"],
+        ),
+        (
+            "empty",
+            &empty,
+            None,
+            &["--token-file", "is empty; write the shared secret into it"],
+        ),
+        ("missing", &missing, None, &["--token-file", "No such file"]),
+    ];
+    for (case, file, token, needles) in runs {
+        let mut coordinator = coordinator();
+        coordinator.args([
+            "run",
+            "--expect-agents",
+            "1",
+            "--url",
+            "http://127.0.0.1:9/",
+            "--duration",
+            "1s",
+        ]);
+        let mut agent = agent();
+        agent.args([
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--connect-timeout",
+            "1s",
+        ]);
+        for (what, mut cmd) in [("coordinator", coordinator), ("agent", agent)] {
+            cmd.env_remove("LOADFLEET_TOKEN")
+                .env("LOADFLEET_TOKEN_FILE", file);
+            if let Some(t) = token {
+                cmd.env("LOADFLEET_TOKEN", t);
+            }
+            let (status, output) = run(cmd, what, Duration::from_secs(30));
+            assert_eq!(status.code(), Some(2), "{what} {case}: {output}");
+            for n in needles {
+                assert!(output.contains(n), "{what} {case}: {n:?} in {output}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

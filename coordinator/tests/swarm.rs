@@ -527,6 +527,11 @@ fn agent_killed(swarm: &mut Swarm, name: &str) {
         "the restarted task {slot}.* is named as a latecomer: {late:?}\n{}",
         stack.tasks("agent")
     );
+    eprintln!(
+        "agent {victim_task} killed: {} of its {} arrivals booked agent_lost; late: {late:?}",
+        u(&lost["unsent"]),
+        u(&lost["intended"])
+    );
     let restarted = stack.containers("agent");
     assert!(
         restarted
@@ -693,4 +698,14 @@ fn token_file_is_refused_clearly() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The plan the stack's guide deploys is a valid plan.
+#[test]
+fn shipped_plan_checks() {
+    let mut cmd = coordinator();
+    cmd.args(["plan", "check"])
+        .arg(repo().join("deploy/swarm/plan.toml"));
+    let (status, output) = run(cmd, "plan check", Duration::from_secs(30));
+    assert!(status.success(), "{output}");
 }

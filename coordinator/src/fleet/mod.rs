@@ -139,10 +139,11 @@ impl AgentView {
     }
 }
 
-/// An agent that joined after the run's schedule was dealt: it got no
-/// share of it. The report names it, since under an orchestrator that
-/// restarts agents (swarm, Kubernetes) the replacement of a lost agent
-/// comes back as one of these, and a reader must see where it went.
+/// An agent that joined once the fleet was complete or its schedule
+/// dealt: it got no share of it. The report names it, since under an
+/// orchestrator that restarts agents (swarm, Kubernetes) the replacement
+/// of a lost agent comes back as one of these, and a reader must see
+/// where it went.
 #[derive(Debug, Clone)]
 pub struct LateAgent {
     pub id: String,
@@ -158,7 +159,7 @@ pub struct LateAgent {
 #[derive(Debug)]
 pub struct RunResult {
     pub agents: Vec<AgentView>,
-    /// Agents that joined while this run's schedule was dealt (the first
+    /// Agents that came too late for this run's schedule (the first
     /// [`registry::MAX_LATE`]).
     pub late_agents: Vec<LateAgent>,
     pub aggregate: Aggregate,

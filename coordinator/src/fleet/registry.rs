@@ -173,7 +173,8 @@ pub(super) const MAX_LATE: usize = 100;
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     agents: Vec<Agent>,
-    /// Who came while the current run's schedule was dealt, for its report.
+    /// Who came too late for the current run (the fleet complete or the
+    /// schedule dealt), for its report.
     late: Vec<LateAgent>,
 }
 

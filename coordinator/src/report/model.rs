@@ -355,8 +355,8 @@ pub struct Report {
     pub totals: Totals,
     pub scenarios: Vec<Scenario>,
     pub agents: Vec<AgentReport>,
-    /// Agents that joined after the schedule was dealt and got no share
-    /// of this run; absent when none did.
+    /// Agents that came once the fleet was complete or the schedule dealt,
+    /// with no share of this run; absent when none did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub late_agents: Vec<LateAgentReport>,
     pub intervals: Vec<IntervalReport>,

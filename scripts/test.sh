@@ -31,9 +31,12 @@ as_root() {
 # The programs the tests start, by the Debian package that ships them:
 # coordinator/tests/html.rs renders report.html in headless Chromium;
 # deploy.rs checks the systemd unit with systemd-analyze; containers.rs
-# needs the Docker engine and docker-compose; http2.rs serves HTTP/1.1, h2c
-# and h2 over TLS with nginx; faults.rs cuts agents off with ip and unshare
-# and pins them with taskset; the python3 scripts in tests/support need pip.
+# needs the Docker engine and docker-compose, swarm.rs the same engine in
+# a one-node swarm of its own (`docker swarm`, `stack` and `secret` are in
+# docker.io's CLI; it refuses an engine already in swarm mode); http2.rs
+# serves HTTP/1.1, h2c and h2 over TLS with nginx; faults.rs cuts agents
+# off with ip and unshare and pins them with taskset; the python3 scripts
+# in tests/support need pip.
 missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
 need chromium chromium

@@ -25,7 +25,13 @@ struct Cli {
     /// Shared secret the coordinator expects (prefer the environment variable:
     /// command lines are visible to other users).
     #[arg(long, env = "LOADFLEET_TOKEN", hide_env_values = true)]
-    token: String,
+    token: Option<String>,
+    /// Read the shared secret from this file instead (a Docker swarm or
+    /// Kubernetes secret), so it is in no environment or command line that
+    /// `docker inspect` or `ps` shows; a trailing newline is not part of it.
+    /// Not with --token.
+    #[arg(long, env = "LOADFLEET_TOKEN_FILE")]
+    token_file: Option<std::path::PathBuf>,
     /// Name in the report (default: host name and process id).
     #[arg(long, env = "LOADFLEET_AGENT_ID")]
     id: Option<String>,
@@ -167,11 +173,12 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
             humantime::format_duration(loadfleet_proto::bounds::MAX_WAKE_QUANTUM)
         );
     }
+    let token = token(&cli)?;
     let client_identity = client_identity(&cli)?;
     let open_files = open_files();
     Ok(AgentConfig {
         coordinator: cli.coordinator,
-        token: cli.token,
+        token,
         id: cli
             .id
             .unwrap_or_else(|| format!("{}-{}", sys::hostname(), std::process::id())),
@@ -197,6 +204,32 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         open_files,
         quiet: cli.quiet,
     })
+}
+
+/// The shared secret from --token or --token-file, exactly one of them:
+/// with two sources, a stale variable left in the environment could
+/// silently override the secret the operator meant.
+fn token(cli: &Cli) -> anyhow::Result<String> {
+    let path = match (&cli.token, &cli.token_file) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "--token (LOADFLEET_TOKEN) and --token-file (LOADFLEET_TOKEN_FILE) are both set; give the token one way: --token-file for a secret file, otherwise --token"
+        ),
+        (None, None) => anyhow::bail!(
+            "the shared secret is missing: give --token-file (or LOADFLEET_TOKEN_FILE) naming a file that holds it, or --token (or LOADFLEET_TOKEN)"
+        ),
+        (Some(t), None) if t.is_empty() => anyhow::bail!("--token must not be empty"),
+        (Some(t), None) => return Ok(t.clone()),
+        (None, Some(path)) => path,
+    };
+    let secret = sys::read_secret(path, loadfleet_proto::bounds::MAX_SECRET_BYTES)
+        .with_context(|| format!("--token-file {}", path.display()))?;
+    if secret.is_empty() {
+        anyhow::bail!(
+            "--token-file {} is empty; write the shared secret into it",
+            path.display()
+        );
+    }
+    Ok(secret)
 }
 
 /// Raises the open-file limit to the hard limit, and says so: each held

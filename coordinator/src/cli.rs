@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use loadfleet_proto::bounds;
 
+use crate::error::{self, Error};
 use crate::plan::Overlay;
 
 #[derive(Debug, Parser)]
@@ -180,6 +182,12 @@ pub struct RunArgs {
     /// a local run makes a random one.
     #[arg(long, env = "LOADFLEET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Read the shared secret from this file instead (a Docker swarm or
+    /// Kubernetes secret), so it is in no environment or command line that
+    /// `docker inspect` or `ps` shows; a trailing newline is not part of it.
+    /// Not with --token.
+    #[arg(long, env = "LOADFLEET_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Serve the control plane over TLS with this certificate chain (PEM);
     /// agents then dial https://HOST:PORT. Needs --tls-key.
     #[arg(long, requires = "tls_key")]
@@ -221,6 +229,34 @@ pub struct RunArgs {
     /// Wait timeout of the built-in testbed's pool.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub testbed_pool_timeout: Duration,
+}
+
+impl RunArgs {
+    /// The shared secret from --token or --token-file (`None`: neither).
+    /// Both at once is refused rather than one silently winning: with two
+    /// sources, a stale variable left in the environment could override the
+    /// secret the operator meant.
+    pub fn token(&self) -> Result<Option<String>, Error> {
+        match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => Err(error::flags(
+                "--token (LOADFLEET_TOKEN) and --token-file (LOADFLEET_TOKEN_FILE) are both set; give the token one way: --token-file for a secret file, otherwise --token",
+            )),
+            (Some(t), None) if t.is_empty() => Err(error::flags("--token must not be empty")),
+            (Some(t), None) => Ok(Some(t.clone())),
+            (None, Some(path)) => {
+                let token = loadfleet_sys::read_secret(path, bounds::MAX_SECRET_BYTES)
+                    .map_err(|e| error::flags(format!("--token-file {}: {e}", path.display())))?;
+                if token.is_empty() {
+                    return Err(error::flags(format!(
+                        "--token-file {} is empty; write the shared secret into it",
+                        path.display()
+                    )));
+                }
+                Ok(Some(token))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 /// A share written as a percentage, `5%` or `5`, as a fraction 0..=1: the

@@ -151,13 +151,12 @@ pub async fn run_steps(
     }
     let (local_agents, expect) = agents(&args, &plan)?;
     let local = local_agents.is_some();
-    let token = match (&args.token, local) {
-        (Some(t), _) if t.is_empty() => return Err(error::flags("--token must not be empty")),
-        (Some(t), _) => t.clone(),
+    let token = match (args.token()?, local) {
+        (Some(t), _) => t,
         (None, true) => random_token(),
         (None, false) => {
             return Err(error::flags(
-                "--token (or LOADFLEET_TOKEN) is required with --expect-agents (or the plan's [agents] expect), so strangers cannot join the run",
+                "--token (or LOADFLEET_TOKEN), or --token-file (or LOADFLEET_TOKEN_FILE), is required with --expect-agents (or the plan's [agents] expect), so strangers cannot join the run",
             ))
         }
     };

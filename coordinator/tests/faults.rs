@@ -273,9 +273,13 @@ fn a_late_agent_is_told_it_has_no_share_and_waits_for_the_next_run() {
         late_output.contains("no share of the running schedule"),
         "{late_output}"
     );
-    // Both runs had exactly one agent: the late one only stood by.
+    // Both runs had exactly one agent: the late one only stood by, and
+    // the report names it so.
     let report = read_report(&out);
     assert_eq!(u(&report["totals"]["intended"]), 150, "{output}");
+    let late_agents = report["late_agents"].as_array().expect("late_agents");
+    assert_eq!(late_agents.len(), 1, "{late_agents:?}");
+    assert_eq!(late_agents[0]["outcome"], "standby", "{late_agents:?}");
     assert_eq!(
         testbed_counts(&addr).get("127.0.0.3").copied().unwrap_or(0),
         0

@@ -421,6 +421,11 @@ async fn the_user_is_told_of_a_refused_and_a_lost_agent() {
     let results = actor.await.expect("the fleet actor did not panic");
 
     assert_eq!(results[0].agents[0].status(), AgentStatus::Lost);
+    // The refused latecomer is named for the report.
+    let late = &results[0].late_agents;
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(late[0].id, "late");
+    assert!(!late[0].stood_by);
     assert_eq!(
         console.lines(),
         [

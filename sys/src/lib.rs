@@ -14,6 +14,7 @@
 //! - [`timer::PreciseTimer`]: arrival instants kept to microseconds.
 //! - [`WatchedPoll`]: an epoll set of the caller's own, in tokio's reactor.
 //! - [`raise_open_files`]: room for tens of thousands of held streams.
+//! - [`read_secret`]: a token or password from a file (a Docker secret).
 //!
 //! Linux only, like the agent it serves.
 
@@ -27,6 +28,7 @@ mod limits;
 mod net;
 mod poll;
 mod read_buf;
+mod secret;
 pub mod timer;
 
 pub use cpus::{allowed_cpus, pin_to_cpus, CpuList};
@@ -37,6 +39,7 @@ pub use net::{
 };
 pub use poll::WatchedPoll;
 pub use read_buf::recv_stamped_buf;
+pub use secret::read_secret;
 
 use nix::errno::Errno;
 

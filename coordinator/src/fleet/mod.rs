@@ -139,10 +139,29 @@ impl AgentView {
     }
 }
 
+/// An agent that joined once the fleet was complete or its schedule
+/// dealt: it got no share of it. The report names it, since under an
+/// orchestrator that restarts agents (swarm, Kubernetes) the replacement
+/// of a lost agent comes back as one of these, and a reader must see
+/// where it went.
+#[derive(Debug, Clone)]
+pub struct LateAgent {
+    pub id: String,
+    pub host: String,
+    pub peer: Option<SocketAddr>,
+    /// It waits for a later run (`--repeat`); otherwise it was refused.
+    pub stood_by: bool,
+    /// What it was told.
+    pub reason: String,
+}
+
 /// How one run went, for the report.
 #[derive(Debug)]
 pub struct RunResult {
     pub agents: Vec<AgentView>,
+    /// Agents that came too late for this run's schedule (the first
+    /// [`registry::MAX_LATE`]).
+    pub late_agents: Vec<LateAgent>,
     pub aggregate: Aggregate,
     /// Set when the run could not be carried out (too few agents, ...).
     pub failure: Option<String>,

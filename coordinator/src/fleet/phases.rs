@@ -368,6 +368,7 @@ impl Fleet {
                 .filter(|a| !a.unused())
                 .map(Agent::view)
                 .collect(),
+            late_agents: self.agents.take_late(),
             aggregate,
             failure,
             cut_short: cut_short && started,

@@ -83,6 +83,7 @@ impl Fleet {
             agents_expected,
             agents_joined,
             agents: agents.iter().map(Agent::view).collect(),
+            late_agents: agents.late().to_vec(),
             aggregate,
             failure: None,
             // As if cut short here: windows end now, figures are partial.

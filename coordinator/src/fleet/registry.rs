@@ -12,7 +12,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use super::{AgentTx, AgentView, LastSeen, Loss, RunSpec};
+use super::{AgentTx, AgentView, LastSeen, LateAgent, Loss, RunSpec};
 use crate::console::Console;
 
 /// An agent that stays silent this long is lost. Agents heartbeat twice a
@@ -164,21 +164,30 @@ impl Agent {
     }
 }
 
+/// Most latecomers one run's report names: an agent that a supervisor
+/// restarts in a loop must not grow the report without end.
+pub(super) const MAX_LATE: usize = 100;
+
 /// Every agent that ever joined, by index: an index, once given, names
 /// the same agent to the end (its stream's events carry it).
 #[derive(Debug, Default)]
-pub(super) struct Registry(Vec<Agent>);
+pub(super) struct Registry {
+    agents: Vec<Agent>,
+    /// Who came too late for the current run (the fleet complete or the
+    /// schedule dealt), for its report.
+    late: Vec<LateAgent>,
+}
 
 impl Deref for Registry {
     type Target = [Agent];
     fn deref(&self) -> &[Agent] {
-        &self.0
+        &self.agents
     }
 }
 
 impl DerefMut for Registry {
     fn deref_mut(&mut self) -> &mut [Agent] {
-        &mut self.0
+        &mut self.agents
     }
 }
 
@@ -229,6 +238,7 @@ impl Registry {
                     "refused agent {} from {:?}: {why}",
                     agent.hello.agent_id, agent.peer
                 ));
+                self.note_late(&agent, false, &why);
                 let _ = reply.send(Err(Status::resource_exhausted(why)));
                 return;
             }
@@ -240,12 +250,13 @@ impl Registry {
                 "agent {} joined late: {why}",
                 agent.hello.agent_id
             ));
+            self.note_late(&agent, true, &why);
             let standby = coordinator_message::Kind::Standby(v1::Standby { reason: why });
             if agent.tx.try_send(Ok(msg(standby))).is_err() || reply.send(Ok(index)).is_err() {
                 return;
             }
             agent.link = Link::Standby;
-            self.0.push(agent);
+            self.agents.push(agent);
             return;
         }
         console.line(&format!(
@@ -264,14 +275,36 @@ impl Registry {
         if agent.tx.try_send(Ok(msg(welcome))).is_err() || reply.send(Ok(index)).is_err() {
             return;
         }
-        self.0.push(agent);
+        self.agents.push(agent);
+    }
+
+    fn note_late(&mut self, agent: &Agent, stood_by: bool, reason: &str) {
+        if self.late.len() < MAX_LATE {
+            self.late.push(LateAgent {
+                id: agent.hello.agent_id.clone(),
+                host: agent.hello.host.clone(),
+                peer: agent.peer,
+                stood_by,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// The latecomers of the running run so far, for a partial report.
+    pub(super) fn late(&self) -> &[LateAgent] {
+        &self.late
+    }
+
+    /// The latecomers of the run that ends, for its report.
+    pub(super) fn take_late(&mut self) -> Vec<LateAgent> {
+        std::mem::take(&mut self.late)
     }
 
     /// Agent `i`'s stream ended. Returns the loss when that loses it: an
     /// agent that had finished its run has only left, and one standing by
     /// is simply dropped.
     pub(super) fn gone(&mut self, i: usize, loss: Loss) -> Option<Loss> {
-        let a = self.0.get_mut(i)?;
+        let a = self.agents.get_mut(i)?;
         if a.alive() && a.finished.is_some() {
             a.link = Link::Left;
         } else if a.standing_by() {
@@ -288,7 +321,7 @@ impl Registry {
     pub(super) fn promote_standby(&mut self, expect: usize, console: &Console) -> usize {
         let mut needed = expect.saturating_sub(self.alive());
         let mut promoted = 0;
-        for (i, a) in self.0.iter_mut().enumerate() {
+        for (i, a) in self.agents.iter_mut().enumerate() {
             if needed == 0 {
                 break;
             }
@@ -318,7 +351,7 @@ impl Registry {
     /// Keeps agents that stand by alive with heartbeats, and lets go of
     /// those that went silent or stopped reading.
     pub(super) fn beat_standby(&mut self, now_ns: u64) {
-        for a in self.0.iter_mut().filter(|a| a.standing_by()) {
+        for a in self.agents.iter_mut().filter(|a| a.standing_by()) {
             let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns });
             if a.seen.silence() > AGENT_SILENCE || a.offer(hb).is_err() {
                 a.link = Link::Dropped;
@@ -330,7 +363,7 @@ impl Registry {
     /// At the end of the fleet: every stream is ended, and those that
     /// stood by are told no run had room for them.
     pub(super) fn hang_up_all(&mut self) {
-        for a in &mut self.0 {
+        for a in &mut self.agents {
             if a.standing_by() {
                 let _ = a.offer(coordinator_message::Kind::Stop(v1::Stop {
                     reason: "the test ended before a run had room for this agent".into(),
@@ -342,7 +375,7 @@ impl Registry {
 
     /// Forgets what the finished run said of every agent.
     pub(super) fn new_run(&mut self) {
-        for a in &mut self.0 {
+        for a in &mut self.agents {
             a.new_run();
         }
     }

@@ -525,19 +525,9 @@ fn split_userinfo(url: &str) -> (String, Option<Secret>) {
 }
 
 fn read_secret(path: &Path, what: &str) -> Result<Secret, Error> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))?
-        .len();
-    if len > bounds::MAX_SECRET_BYTES {
-        return Err(error::flags(format!(
-            "{what} {}: {len} bytes is no credential; at most {}",
-            path.display(),
-            bounds::MAX_SECRET_BYTES
-        )));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))?;
-    Ok(Secret(text.trim_end_matches(['\r', '\n']).to_string()))
+    loadfleet_sys::read_secret(path, bounds::MAX_SECRET_BYTES)
+        .map(Secret)
+        .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))
 }
 
 fn header_value(v: &str, base: &Path, what: &str) -> Result<Secret, Error> {

@@ -7,8 +7,8 @@ use loadfleet_proto::histogram::percentiles;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
 use super::model::{
-    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, Phases, ProtocolInfo, Report,
-    RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
+    ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
@@ -342,6 +342,17 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
         scenarios,
         totals,
         agents,
+        late_agents: result
+            .late_agents
+            .iter()
+            .map(|a| LateAgentReport {
+                id: a.id.clone(),
+                host: a.host.clone(),
+                peer: a.peer.map(|p| p.to_string()),
+                outcome: if a.stood_by { "standby" } else { "refused" }.to_string(),
+                reason: a.reason.clone(),
+            })
+            .collect(),
         intervals,
         repeats: None,
     }

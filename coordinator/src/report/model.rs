@@ -197,6 +197,19 @@ pub struct Lag {
     pub max: f64,
 }
 
+/// An agent that came too late for the run (`late_agents[]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LateAgentReport {
+    pub id: String,
+    pub host: String,
+    pub peer: Option<String>,
+    /// `standby` (it waits for the next `--repeat`) or `refused` (no later
+    /// run was planned).
+    pub outcome: String,
+    /// What the coordinator told it.
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentReport {
     pub id: String,
@@ -342,6 +355,10 @@ pub struct Report {
     pub totals: Totals,
     pub scenarios: Vec<Scenario>,
     pub agents: Vec<AgentReport>,
+    /// Agents that came once the fleet was complete or the schedule dealt,
+    /// with no share of this run; absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late_agents: Vec<LateAgentReport>,
     pub intervals: Vec<IntervalReport>,
     /// With --repeat: every run's headline figures and their median/min/max.
     #[serde(skip_serializing_if = "Option::is_none")]

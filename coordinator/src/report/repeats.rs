@@ -169,6 +169,12 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
             })
             .collect()
     };
+    // Latecomers of every run: one that stood by in run 1 may fill a
+    // lost agent's place in run 2, and the reader needs both facts.
+    let late_agents = reports
+        .iter()
+        .flat_map(|r| r.late_agents.iter().cloned())
+        .collect();
     let mut main = reports
         .into_iter()
         .nth(representative)
@@ -176,6 +182,7 @@ pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize
     main.verdicts = verdicts;
     main.partial = partial;
     main.thresholds = checked;
+    main.late_agents = late_agents;
     main.repeats = Some(Repeats {
         count,
         representative,

@@ -263,6 +263,13 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             lag
         )?;
     }
+    for a in &r.late_agents {
+        writeln!(
+            out,
+            "  {:<18} {:<9} joined late, no share of this run",
+            a.id, a.outcome
+        )?;
+    }
     if let Some(rep) = &r.repeats {
         write_repeats(out, rep)?;
     }

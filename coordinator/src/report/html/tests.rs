@@ -157,6 +157,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             status: AgentStatus::Finished,
             lost_reason: None,
         }],
+        late_agents: Vec::new(),
         intervals: (0..intervals)
             .map(|i| IntervalReport {
                 t: i as f64,

@@ -55,6 +55,7 @@ fn result(n: u64, latency_us: u64, lag_us: u64, cpu_seconds: f64, rtt_ms: u64) -
             handed_over_at: None,
             messages_after_loss: 0,
         }],
+        late_agents: Vec::new(),
         aggregate,
         failure: None,
         cut_short: false,

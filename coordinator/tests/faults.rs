@@ -286,6 +286,45 @@ fn a_late_agent_is_told_it_has_no_share_and_waits_for_the_next_run() {
     );
 }
 
+/// The replacement an orchestrator starts for a killed agent stands by
+/// and takes the lost one's place in the next run: its clock is probed
+/// then, and it sends its share, so the second run is whole.
+#[test]
+fn a_replacement_agent_fills_the_lost_place_in_the_next_run() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let out = temp_dir("replace");
+    let mut c = coordinator_for(&addr, 2, &out, ("50", "3s"), &["--repeat", "2"]);
+    let control = control_url(&mut c);
+    let _a = start_agent(&control, "127.0.0.2");
+    let b = start_agent(&control, "127.0.0.3");
+    wait_for_run_second(&mut c, 1);
+    signal(b.pid(), nix::sys::signal::Signal::SIGKILL as i32);
+    let mut replacement = start_agent(&control, "127.0.0.4");
+    replacement.wait_for_line("standing by", Duration::from_secs(20));
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the first run lost an agent: {output}"
+    );
+    let report = read_report(&out);
+    let runs = report["repeats"]["runs"].as_array().expect("repeats.runs");
+    assert_eq!(runs.len(), 2, "{output}");
+    assert!(count_of(&runs[0]["unsent"], "agent_lost") > 0, "{output}");
+    assert_eq!(u(&runs[1]["intended"]), 150, "{output}");
+    assert_eq!(
+        u(&runs[1]["unsent"]["total"]),
+        0,
+        "the second run is whole: {output}"
+    );
+    assert!(!output.contains("did not answer clock probes"), "{output}");
+    assert_eq!(
+        testbed_counts(&addr).get("127.0.0.4").copied().unwrap_or(0),
+        75,
+        "the replacement sent half of the second run"
+    );
+}
+
 /// A network namespace joined to this one by a veth pair, removed on drop
 /// (deleting the namespace deletes both ends of the pair).
 struct Netns {

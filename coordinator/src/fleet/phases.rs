@@ -81,7 +81,11 @@ impl Fleet {
             }
             let expect = self.spec.expect_agents;
             if run > 0 && self.agents.promote_standby(expect, &self.out.console) > 0 {
+                // The agents that take a lost one's place have no clock
+                // sample yet: their pongs count only in the probing phase.
+                self.phase = Phase::Probing;
                 self.probe_clocks(stop).await?;
+                self.phase = Phase::Running(run);
             }
             let (failure, stopped) = self.one_run(stop).await;
             let last = failure.is_some()

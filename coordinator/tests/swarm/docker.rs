@@ -133,7 +133,7 @@ impl Swarm {
 
     /// Deploys the stack as `name`, the plan `plan` (rate and duration),
     /// three agents; returns where its report lands and the testbed's port.
-    pub fn deploy(&mut self, name: &str, plan: &str) -> Stack {
+    pub fn deploy(&mut self, name: &str, plan: &str, repeat: u32) -> Stack {
         let out = temp_dir(&format!("swarm-{name}"));
         self.dirs.push(out.clone());
         let plan_file = write_plan(&out, plan);
@@ -146,6 +146,7 @@ impl Swarm {
             ("AGENTS", "3".into()),
             ("MIN_AGENTS", "3".into()),
             ("AGENT_TIMEOUT", "60s".into()),
+            ("REPEAT", repeat.to_string()),
             // One node holds all three.
             ("AGENTS_PER_NODE", "3".into()),
             ("TOKEN_SECRET", self.secret.clone()),

@@ -5,15 +5,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 #[test]
 fn compose_fleet_runs_across_containers() {
@@ -26,17 +21,7 @@ fn compose_fleet_runs_across_containers() {
         "this test needs a running Docker engine and docker-compose (the rust-docker machines have both)"
     );
     let tag = format!("loadfleet:test-{}", std::process::id());
-    let bins = bin("loadfleet-agent")
-        .parent()
-        .expect("binary folder")
-        .to_path_buf();
-    let mut build = Command::new("bash");
-    build
-        .arg(repo().join("deploy/container/build.sh"))
-        .arg(&bins)
-        .arg(&tag);
-    let (status, output) = run(build, "image build", Duration::from_secs(300));
-    assert!(status.success(), "{output}");
+    build_image(&tag);
 
     let out = temp_dir("compose");
     let project = format!("lf{}", std::process::id());

@@ -77,12 +77,7 @@ fn check_accounting(report: &serde_json::Value, status: std::process::ExitStatus
         .map(|a| u(&a["intended"]))
         .sum();
     assert_eq!(per_agent, PLANNED, "per agent too");
-    let lost = report["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .find(|a| a["status"] == "lost")
-        .expect("one agent lost");
+    let lost = lost_agent(report);
     assert_eq!(lost["source"], "127.0.0.3");
     let verdict = report["verdicts"]
         .as_array()

@@ -85,12 +85,7 @@ fn redistribute_keeps_a_closed_population_after_an_agent_is_killed() {
         after < before * 1.15,
         "no client runs twice: {before:.1} before, {after:.1} after\n{output}"
     );
-    let lost = report["agents"]
-        .as_array()
-        .expect("agents")
-        .iter()
-        .find(|a| a["status"] == "lost")
-        .expect("one agent lost");
+    let lost = lost_agent(&report);
     assert_eq!(lost["source"], "127.0.0.3", "{output}");
 }
 

@@ -246,18 +246,24 @@ fn a_pool_twice_the_size_sustains_about_twice_and_compare_says_so() {
     assert!((1.6..=2.4).contains(&ratio), "{ratio}: {compared}");
 }
 
-#[test]
-fn admission_control_is_found_by_its_failures() {
-    // 429s after at most 100 ms: latency stays low, failures tell.
-    let (mut testbed, addr) = common::start_testbed(&[
+/// A testbed that works 50 ms on each request and admits 20 at once,
+/// turning others away (429) after `wait`; with its URL.
+fn admitting_20(wait: &str) -> (common::Proc, String) {
+    let (testbed, addr) = common::start_testbed(&[
         "--delay",
         "50ms",
         "--admission",
         "20",
         "--admission-timeout",
-        "100ms",
+        wait,
     ]);
-    let url = format!("http://{addr}/");
+    (testbed, format!("http://{addr}/"))
+}
+
+#[test]
+fn admission_control_is_found_by_its_failures() {
+    // 429s after at most 100 ms: latency stays low, failures tell.
+    let (mut testbed, url) = admitting_20("100ms");
     let (status, output, s, _) = search(
         "search-admission",
         &[
@@ -396,15 +402,7 @@ fn repeats_near_the_boundary_are_decided_by_their_medians() {
 /// pass `failures<1%` and 21 do not.
 #[test]
 fn a_closed_population_is_searched_on_its_clients() {
-    let (mut testbed, addr) = common::start_testbed(&[
-        "--delay",
-        "50ms",
-        "--admission",
-        "20",
-        "--admission-timeout",
-        "0s",
-    ]);
-    let url = format!("http://{addr}/");
+    let (mut testbed, url) = admitting_20("0s");
     let (status, output, s, dir) = search(
         "search-clients",
         &[

@@ -26,7 +26,7 @@ mod docker;
 use std::time::{Duration, Instant};
 
 use common::*;
-use docker::{docker, docker_try, lines, repo, Swarm};
+use docker::{docker, docker_try, lines, Swarm};
 
 /// The partition is exact: every agent's `intended` is its `sent +
 /// unsent`, and they add up to the totals, which add up too.

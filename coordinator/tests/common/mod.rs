@@ -412,3 +412,34 @@ pub fn wait_for_run_second(c: &mut Proc, secs: u32) {
         }
     }
 }
+
+/// The repository's root, for the deploy files the tests run.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds the `loadfleet` image tagged `tag` from this build's binaries
+/// with deploy/container/build.sh, as a user builds it.
+pub fn build_image(tag: &str) {
+    let bins = bin("loadfleet-agent")
+        .parent()
+        .expect("binary folder")
+        .to_path_buf();
+    let mut build = Command::new("bash");
+    build
+        .arg(repo().join("deploy/container/build.sh"))
+        .arg(&bins)
+        .arg(tag);
+    let (status, output) = run(build, "image build", Duration::from_secs(300));
+    assert!(status.success(), "{output}");
+}
+
+/// The one agent a report says was lost.
+pub fn lost_agent(report: &serde_json::Value) -> &serde_json::Value {
+    report["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["status"] == "lost")
+        .expect("one agent lost")
+}

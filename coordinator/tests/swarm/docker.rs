@@ -10,10 +10,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// Runs `docker ARGS` within `patience`; its stdout on success. Never
 /// panics, so the guard's `Drop` can use it too.
 pub fn docker_try(
@@ -108,17 +104,7 @@ impl Swarm {
 
     /// Builds the image from this build's binaries, as containers.rs does.
     pub fn build_image(&self) {
-        let bins = bin("loadfleet-agent")
-            .parent()
-            .expect("binary folder")
-            .to_path_buf();
-        let mut build = Command::new("bash");
-        build
-            .arg(repo().join("deploy/container/build.sh"))
-            .arg(&bins)
-            .arg(&self.tag);
-        let (status, output) = run(build, "image build", Duration::from_secs(300));
-        assert!(status.success(), "{output}");
+        build_image(&self.tag);
     }
 
     /// The token as a swarm secret, from a file ending in a newline (as

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::either::Either;
 
 use super::read::{arrived, give_buffer, take_buffer, READ_CHUNK, READ_MAX};
-use super::wire::{render, Fed, ResponseReader};
+use super::wire::{render, Fed, HeadMemo, ResponseReader};
 use crate::client::dial::Io;
 use crate::client::failure::ClientFailure;
 use crate::client::progress::Progress;
@@ -34,6 +34,8 @@ pub(super) struct Conn {
     /// Response bytes read but not yet consumed; allocated only while an
     /// answer is arriving (see [`Conn::readable`]).
     input: Vec<u8>,
+    /// The last head this connection's server sent, read once.
+    memo: HeadMemo,
     /// The connection cannot carry another request: the server said
     /// close, the body ran to the close, an exchange failed or stopped
     /// half-way, or the server sent something unasked.
@@ -57,6 +59,7 @@ impl Conn {
             io,
             out: Vec::with_capacity(512),
             input: Vec::new(),
+            memo: HeadMemo::default(),
             // Until an exchange completes, the connection is in an
             // unknown state; a lease dropped before then closes it.
             spent: false,
@@ -170,7 +173,8 @@ impl Conn {
             }
             let at = arrived(stamp.and_then(crate::sys::Arrival::instant), on_wire);
             last_at = Some(at);
-            match reader.feed(&self.input).map_err(ClientFailure::Wire)? {
+            let fed = reader.feed_remembering(&self.input, Some(&mut self.memo));
+            match fed.map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
                     saw(size, false);
                     self.input.drain(..used);

@@ -116,8 +116,9 @@ pub enum Fed {
 }
 
 /// Where in a response the reader is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum State {
+    #[default]
     Head,
     /// This many body bytes still to come.
     Length(u64),
@@ -131,6 +132,47 @@ enum State {
     Trailers,
     /// The body runs until the server closes the connection.
     UntilClose,
+}
+
+/// The last final head one connection's server sent, and what it said. A
+/// server sends the same head bytes answer after answer (until its `Date`
+/// turns, once a second), and comparing them costs a tenth of parsing them
+/// again; the same bytes always read the same, so nothing is lost.
+#[derive(Debug, Default)]
+pub struct HeadMemo {
+    /// The head, up to and with its blank line; empty until one is kept.
+    bytes: Vec<u8>,
+    /// Whether it answered a HEAD request, which frames the body apart.
+    head_request: bool,
+    status: u16,
+    keep_alive: bool,
+    state: State,
+}
+
+/// Heads longer than this are parsed every time: a memo is kept per
+/// connection, and typical heads are 100 to 300 bytes.
+const MEMO_MAX: usize = 512;
+
+impl HeadMemo {
+    /// The length of the head `buf` starts with, when it is the one kept.
+    fn matches(&self, buf: &[u8], head_request: bool) -> Option<usize> {
+        let n = self.bytes.len();
+        (n > 0 && head_request == self.head_request && buf.get(..n) == Some(&self.bytes[..]))
+            .then_some(n)
+    }
+
+    fn keep(&mut self, head: &[u8], reader: &ResponseReader) {
+        if head.len() > MEMO_MAX {
+            self.bytes.clear();
+            return;
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(head);
+        self.head_request = reader.head_request;
+        self.status = reader.status;
+        self.keep_alive = reader.keep_alive;
+        self.state = reader.state;
+    }
 }
 
 /// Reads one response from bytes fed in the order they arrived.
@@ -165,12 +207,36 @@ impl ResponseReader {
     /// Consumes what it can of `buf`, the bytes not yet consumed. `More(n)`
     /// with `n < buf.len()` means it needs more bytes after them (a head or
     /// line cut in two): the caller keeps `buf[n..]` and appends.
+    #[cfg(test)]
     pub fn feed(&mut self, buf: &[u8]) -> Result<Fed, WireError> {
+        self.feed_remembering(buf, None)
+    }
+
+    /// [`Self::feed`], taking a final head equal to the one `memo` kept
+    /// as read already, and keeping the head it parses there.
+    pub fn feed_remembering(
+        &mut self,
+        buf: &[u8],
+        mut memo: Option<&mut HeadMemo>,
+    ) -> Result<Fed, WireError> {
         let mut used = 0;
         loop {
             let rest = &buf[used..];
             match self.state {
                 State::Head => {
+                    let known = memo.as_deref().and_then(|m| {
+                        m.matches(rest, self.head_request)
+                            .map(|n| (n, m.status, m.keep_alive, m.state))
+                    });
+                    if let Some((n, status, keep_alive, state)) = known {
+                        used += n;
+                        (self.status, self.keep_alive, self.state) = (status, keep_alive, state);
+                        self.head_done = true;
+                        if let Some(done) = self.done_if_empty() {
+                            return Ok(Fed::Done(used, done));
+                        }
+                        continue;
+                    }
                     // Left uninitialised: filling 100 empty headers before
                     // each parse costs a third as much again as parsing a
                     // typical head.
@@ -199,6 +265,9 @@ impl ResponseReader {
                         continue;
                     }
                     self.begin_body(status, version, response.headers)?;
+                    if let Some(memo) = memo.as_deref_mut() {
+                        memo.keep(&rest[..n], self);
+                    }
                     if let Some(done) = self.done_if_empty() {
                         return Ok(Fed::Done(used, done));
                     }
@@ -672,5 +741,67 @@ mod tests {
             out,
             b"POST / HTTP/1.1\r\nhost: h\r\ncontent-length: 0\r\n\r\n"
         );
+    }
+
+    /// A connection's answers read with its head memo read exactly as
+    /// without: the same head again is taken from the memo, a changed one
+    /// (another length, a close, chunked, a HEAD request) parsed afresh.
+    #[test]
+    fn a_remembered_head_reads_as_a_parsed_one() {
+        let heads: [&[u8]; 5] = [
+            b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 3\r\n\r\nxyz",
+            b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 503 No\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        ];
+        let mut memo = HeadMemo::default();
+        for (i, &answer) in [0, 0, 1, 2, 2, 0, 3, 4, 4, 0]
+            .map(|k| heads[k])
+            .iter()
+            .enumerate()
+        {
+            for method in [Method::GET, Method::HEAD] {
+                let plain = ResponseReader::new(&method).feed(answer);
+                let remembered =
+                    ResponseReader::new(&method).feed_remembering(answer, Some(&mut memo));
+                assert_eq!(plain, remembered, "answer {i} to {method}");
+            }
+        }
+        let mut reader = ResponseReader::new(&Method::GET);
+        reader.feed_remembering(heads[0], Some(&mut memo)).ok();
+        assert_eq!(memo.matches(heads[1], false), Some(heads[1].len() - 3));
+        assert_eq!(memo.matches(heads[2], false), None);
+        assert_eq!(
+            memo.matches(heads[1], true),
+            None,
+            "a HEAD answer frames apart"
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever answers a connection gets, in whatever pieces, the memo
+        /// changes nothing a reader says.
+        #[test]
+        fn the_head_memo_never_changes_a_reading(
+            answers in proptest::collection::vec((0usize..4, 0usize..40, proptest::bool::ANY), 1..12),
+        ) {
+            let mut memo = HeadMemo::default();
+            for (kind, len, close) in answers {
+                let head = match kind {
+                    0 => format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n"),
+                    1 => "HTTP/1.1 204 No Content\r\n".to_string(),
+                    2 => format!("HTTP/1.0 200 OK\r\nContent-Length: {len}\r\n"),
+                    _ => "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n".to_string(),
+                };
+                let close = if close { "Connection: close\r\n" } else { "" };
+                let body = "b".repeat(len);
+                let bytes = format!("{head}{close}\r\n{body}");
+                let plain = ResponseReader::new(&Method::GET).feed(bytes.as_bytes());
+                let remembered = ResponseReader::new(&Method::GET)
+                    .feed_remembering(bytes.as_bytes(), Some(&mut memo));
+                proptest::prop_assert_eq!(plain, remembered);
+            }
+        }
     }
 }

@@ -183,7 +183,10 @@ impl<T: Copy + 'static> DirectPool<T> {
                         ex.chunk = (ex.chunk * 2).min(READ_MAX);
                     }
                     let spent = taken >= LOOK_BUDGET;
-                    match ex.reader.feed(&slot.input) {
+                    match ex
+                        .reader
+                        .feed_remembering(&slot.input, Some(&mut slot.memo))
+                    {
                         Ok(Fed::More(used)) => {
                             slot.input.drain(..used);
                             if ex.head_at.is_none() && ex.reader.head_done() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use mio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::client::http1::wire::ResponseReader;
+use crate::client::http1::wire::{HeadMemo, ResponseReader};
 
 /// One open connection.
 pub(super) struct Slot<T> {
@@ -22,6 +22,8 @@ pub(super) struct Slot<T> {
     /// Answer bytes read and not consumed; held only while an answer
     /// arrives.
     pub(super) input: Vec<u8>,
+    /// The last head this connection's server sent, read once.
+    pub(super) memo: HeadMemo,
     /// Opened and not used yet: its connect and TLS times, for the first
     /// request on it to report as its own.
     pub(super) fresh: Option<(Duration, Option<Duration>)>,

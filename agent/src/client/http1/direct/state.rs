@@ -84,6 +84,7 @@ impl<T> State<T> {
             tls,
             unsent: Vec::new(),
             input: Vec::new(),
+            memo: Default::default(),
             fresh: None,
             busy: None,
         };

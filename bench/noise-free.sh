@@ -37,7 +37,10 @@
 #        PARTS="http1 h2c grpc coordinator"
 #        FIGURES="instructions syscalls rusage"
 #        TOOLS="agent oha h2load"
-#        SWARM_SIZES="100 1000" SWARM_SECONDS="2 4"  (coordinator)
+#        SWARM_SIZES="100 1000"            coordinator, timed untraced
+#        SWARM_CALLGRIND="4 12"            coordinator, counted (callgrind keeps
+#                                          pace with few agents only)
+#        SWARM_SECONDS="2 6"               the two schedule lengths compared
 #        BIN_DIR=DIR                       measure another build (default:
 #                                          build and use target/release)
 #        TARGET_CPU=1 GEN_CPU=0

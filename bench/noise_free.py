@@ -261,13 +261,17 @@ def header():
                 for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "?")
     rev = version(["git", "-C", str(targets.ROOT), "rev-parse", "--short", "HEAD"])
+    # What the figures are of: the last change to the measured code, which
+    # a branch that only touches the benchmark does not move.
+    src = version(["git", "-C", str(targets.ROOT), "log", "-1", "--format=%h", "--",
+                   "agent", "coordinator", "proto", "sys", "testbed", "swarm", "Cargo.lock"])
     tools = [v for v in (version([OHA, "--version"]), version(["h2load", "--version"]),
                          version(["nginx", "-v"]), version(["valgrind", "--version"]),
                          version(["strace", "-V"])) if v]
     return [f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; "
             f"load average {os.getloadavg()[0]:.1f} at the start",
             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; loadfleet {rev} "
-            f"(binaries from {BIN}); " + ", ".join(tools),
+            f"(measured code last changed in {src}; binaries from {BIN}); " + ", ".join(tools),
             f"Layout: target on CPU {targets.TARGET_CPU}, generator on CPU {GEN_CPU}; "
             f"HTTP/1.1 {CONNECTIONS} connections, h2c {H2_CONNECTIONS} connection(s) "
             f"with up to {H2_STREAMS} streams (oha -p, h2load -m); runs of {SECONDS_RUN} s "

@@ -14,6 +14,11 @@ PROTOCOLS = {"http1": "HTTP/1.1 (nginx)", "h2c": "HTTP/2 h2c (nginx)",
 TOOL_NAMES = {("http1", "oha"): "oha -q", ("h2c", "oha"): "oha --http2 -q",
               ("h2c", "h2load"): "h2load --rps", "agent": "loadfleet agent"}
 TOOL_ORDER = ["agent", "oha", "h2load"]
+# nghttp2's h2load.cc: rps_watcher.repeat = std::max(0.01, 1. / config.rps).
+H2LOAD_NOTE = ("h2load's `--rps` paces each connection on a timer of at least 10 ms: at "
+               "1,000 req/s it sends 10 requests at once every 10 ms (each up to 10 ms late), so "
+               "a burst shares its wake-up and its writes (the agent wakes for arrivals 500 µs "
+               "apart, `--wake-quantum`).")
 # A run that completed less than this share of what it offered did not
 # hold its rate: its per-request figure is marked.
 HELD = 0.97
@@ -215,7 +220,7 @@ def coordinator_table(c, lengths):
              "A figure stands only where every agent finished and the merged report equalled "
              "what the swarm sent. Instructions under callgrind at small sizes only: slowed ~35 "
              "times the coordinator misses its own deadlines (a snapshot is taken 400 ms after "
-             "its second, an agent silent 2.5 s is lost) from about 100 agents on two vCPUs. "
+             "its second, an agent silent 2.5 s is lost) from a few tens of agents on two vCPUs. "
              "CPU from the untraced runs' rusage: 10 ms ticks, moves with the machine's load.", "",
              "| agents | " + " | ".join(f"instructions per agent-second, run {i + 1}" for i in runs)
              + " | " + " | ".join(f"CPU µs per agent-second (indicative), run {i + 1}" for i in runs)
@@ -258,6 +263,8 @@ def render(results, coordinator, low, high, fast, lengths):
             "strace", syscalls, 2,
             f"### Syscalls per request (strace -f -c, marginal {low:,} → {high:,} req/s)",
             "Every thread of the tool's process, failed calls included.")
+        if any(t == "h2load" for _, t in f.rows("strace")):
+            out += [H2LOAD_NOTE, ""]
         for proto in PROTOCOLS:
             out += f.syscall_breakdown(proto)
     if f.rows("rusage"):

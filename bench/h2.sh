@@ -42,6 +42,7 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2
 trap cleanup EXIT
 
 # --- nginx h2c on CPU 0 (bench/targets.py: the one nginx configuration) ---
+rm -f "$OUT/nginx.url"
 TARGET_CPU=0 python3 "$ROOT/bench/targets.py" nginx "$OUT/nginx" --http2 > "$OUT/nginx.url" &
 PIDS+=($!)
 for _ in $(seq 150); do
@@ -67,6 +68,8 @@ PY
 loadfleet_at() {
     local rate=$1 out=$2
     local cpu
+    # A report left by an earlier run must not stand in for this one.
+    rm -rf "$out"
     cpu=$(cpu_of "$BIN/loadfleet-coordinator" run --url "$URL" --http2 --rate "$rate" \
         --duration "${STEP_SECONDS}s" --local-agents 1 --connections "$CONNECTIONS" \
         --max-in-flight 10000 --drain 2s --out "$out")

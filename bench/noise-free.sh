@@ -75,14 +75,7 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-OHA_CACHE=${OHA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/loadfleet-bench}
-if command -v oha >/dev/null; then
-    OHA=$(command -v oha)
-else
-    OHA=$OHA_CACHE/bin/oha
-    [[ -x $OHA ]] || cargo install oha --locked --root "$OHA_CACHE"
-fi
-export OHA
+source "$ROOT/bench/ensure-oha.sh"
 
 if [[ -z ${BIN_DIR:-} ]]; then
     cargo build --release --bins -p loadfleet-coordinator -p loadfleet-agent \

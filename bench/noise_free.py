@@ -27,7 +27,6 @@ import noise_free_tables as tables  # noqa: E402
 HERE = Path(__file__).resolve().parent
 BIN = targets.BIN
 GEN_CPU = targets.GEN_CPU
-OHA = os.environ.get("OHA", "oha")
 
 LOW = int(os.environ.get("LOW", "200"))
 HIGH = int(os.environ.get("HIGH", "1000"))
@@ -136,7 +135,7 @@ def agent(proto, target, rate, seconds, mode, d):
 
 def oha(proto, target, rate, seconds, mode, d):
     conns = CONNECTIONS if proto == "http1" else H2_CONNECTIONS
-    cmd = ["taskset", "-c", GEN_CPU, *prefix(mode, d), OHA, "--no-tui", "--output-format", "json",
+    cmd = ["taskset", "-c", GEN_CPU, *prefix(mode, d), "oha", "--no-tui", "--output-format", "json",
            "-z", f"{seconds}s", "-c", str(conns), "--latency-correction", "-q", str(rate)]
     if proto == "h2c":
         cmd += ["--http2", "-p", str(H2_STREAMS)]
@@ -265,7 +264,7 @@ def header():
     # a branch that only touches the benchmark does not move.
     src = version(["git", "-C", str(targets.ROOT), "log", "-1", "--format=%h", "--",
                    "agent", "coordinator", "proto", "sys", "testbed", "swarm", "Cargo.lock"])
-    tools = [v for v in (version([OHA, "--version"]), version(["h2load", "--version"]),
+    tools = [v for v in (version(["oha", "--version"]), version(["h2load", "--version"]),
                          version(["nginx", "-v"]), version(["valgrind", "--version"]),
                          version(["strace", "-V"])) if v]
     return [f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; "

@@ -136,10 +136,13 @@ def serve_nginx(argv):
     if not argv or argv[0].startswith("-") or set(argv[1:]) - {"--http2"}:
         raise SystemExit("usage: targets.py nginx DIR [--http2]")
     p, url = start_nginx(argv[0], http2="--http2" in argv[1:])
+    # Only passed on: waiting for nginx here, inside a handler that
+    # interrupted the wait below, would deadlock on Popen's own lock.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop(p) or os._exit(0))
+        signal.signal(sig, lambda *_: p.send_signal(signal.SIGTERM))
     print(url, flush=True)
     p.wait()
+    children.remove(p)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@
 #   - context switches per request (ru_nvcsw + ru_nivcsw from wait4);
 #   - CPU seconds per 100,000 requests at FAST req/s (indicative);
 #   - the agent's send-lag p99 at LOW and FAST req/s (from its report);
-#   - the coordinator's instructions per merged agent snapshot at 100 and
-#     1,000 simulated agents (bench/scale.sh's swarm).
+#   - the coordinator's work per merged agent snapshot against
+#     bench/scale.sh's swarm: instructions at SWARM_CALLGRIND agents (under
+#     callgrind it misses its own deadlines from a few tens of agents), CPU
+#     untraced at SWARM_SIZES (100 and 1,000).
 # Instructions and syscalls are marginal: (count at HIGH - count at LOW) /
 # (requests at HIGH - at LOW), which leaves out start-up and what every
 # second costs whatever the rate. Context switches and CPU are per request
@@ -23,12 +25,13 @@
 # runs the agent under the counting tool, so only the agent is counted. oha
 # and h2load are counted as their one process.
 #
-# Targets: nginx `location / { return 200; }` (HTTP/1.1, and h2c by prior
-# knowledge), configured in a temp folder, started and stopped by PID; the
-# built-in testbed for gRPC (no gRPC generator that paces is packaged in
-# Debian, so the agent alone). Target on TARGET_CPU, generator on GEN_CPU.
+# Targets: nginx `location / { return 200 "ok\n"; }` (bench/targets.py;
+# HTTP/1.1, and h2c by prior knowledge), configured in a temp folder,
+# started and stopped by PID; the built-in testbed for gRPC (no gRPC
+# generator that paces is packaged in Debian, so the agent alone). Target
+# on TARGET_CPU, generator on GEN_CPU.
 #
-# Usage: bench/noise-free.sh            (~15 minutes on 2 vCPUs)
+# Usage: bench/noise-free.sh            (~10 minutes on 2 vCPUs)
 #   env: LOW=200 HIGH=1000 FAST=20000     rates (req/s)
 #        SECONDS_RUN=5 CG_SECONDS=5        run length, untraced and under callgrind
 #        RUNS=2                            runs of every figure

@@ -37,6 +37,8 @@ URL="http://$(sed -n 's/^listening on //p' "$OUT/testbed.out")"
 # One run: prints "unsent lag_p99_ms req_per_cpu_s ok".
 step() {
     local rate=$1 dir=$2
+    # A report left by an earlier run must not stand in for this one.
+    rm -rf "$dir"
     taskset -c 1 "$COORD" run --url "$URL" --reflection \
         --grpc-method loadfleet.testbed.v1.Testbed/Work --grpc-message '{"payload": "x"}' \
         --rate "$rate" --duration "${STEP_SECONDS}s" --local-agents 1 --max-in-flight 10000 \

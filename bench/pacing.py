@@ -79,7 +79,7 @@ def bunching(times):
 def main():
     ensure_tcpdump()
     peers.OUT.mkdir(parents=True, exist_ok=True)
-    url = peers.start_nginx()
+    _, url = peers.start_nginx(peers.OUT / "nginx")
     port = url.rsplit(":", 1)[1].strip("/")
     print(f"### Pacing on the wire at {RATE} req/s (middle 2 s of 4)\n")
     print("| tool | requests | bursts | requests per burst | pause p50 us | pause p99 us |")

@@ -10,18 +10,17 @@ two generators at once.
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("BIN_DIR", ROOT / "target" / "release"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from targets import (BIN, GEN_CPU, ROOT, TARGET_CPU, children,  # noqa: E402
+                     start_nginx, start_testbed, stop)
+
 OUT = ROOT / "bench" / "out" / "peers"
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -41,104 +40,10 @@ LADDER_SECONDS = int(os.environ.get("LADDER_SECONDS", "5"))
 MEMORY_SHORT = int(os.environ.get("MEMORY_SHORT", "60"))
 MEMORY_LONG = int(os.environ.get("MEMORY_LONG", "120"))
 PARTS = os.environ.get("PARTS", "peers tls ladder wall accuracy large memory").split()
-GEN_CPU = os.environ.get("GEN_CPU", "0")
-TARGET_CPU = os.environ.get("TARGET_CPU", "1")
 # Extra agent settings for every loadfleet run, e.g. LOADFLEET_WAKE_QUANTUM.
 if "--quick" in sys.argv:
     ROUNDS, SECONDS_RUN, LADDER, LADDER_SECONDS = 1, 3, [20000, 60000], 3
     MEMORY_SHORT, MEMORY_LONG = 5, 10
-
-children = []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_http(url, timeout=10.0):
-    import ssl
-    import urllib.request
-    # The TLS target's certificate is self-signed: only whether it answers
-    # matters here.
-    unchecked = ssl._create_unverified_context()
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            urllib.request.urlopen(url, timeout=1, context=unchecked).read()
-            return
-        except Exception:
-            time.sleep(0.1)
-    raise SystemExit(f"bench: {url} did not answer within {timeout}s")
-
-
-def start_nginx(tls=False, root=None):
-    """nginx `return 200` on TARGET_CPU, as (process, url); with `tls`, over
-    TLS with a self-signed certificate made here (the generators skip its
-    check); with `root`, serving that directory's files instead."""
-    d = OUT / ("nginx-tls" if tls else "nginx-files" if root else "nginx")
-    (d / "logs").mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    listen, certs = "", ""
-    if tls:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
-                        "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost"],
-                       check=True, capture_output=True)
-        listen = " ssl"
-        certs = f"ssl_certificate {d}/cert.pem; ssl_certificate_key {d}/key.pem;"
-    serve = f"root {root};" if root else 'return 200 "ok\\n";'
-    (d / "nginx.conf").write_text(f"""
-worker_processes 1;
-daemon off;
-error_log {d}/logs/error.log warn;
-pid {d}/nginx.pid;
-events {{ worker_connections 20000; }}
-http {{
-    access_log off;
-    keepalive_requests 10000000;
-    keepalive_timeout 300s;
-    sendfile on;
-    server {{
-        listen 127.0.0.1:{port}{listen} backlog=4096;
-        {certs}
-        location / {{ {serve} }}
-    }}
-}}
-""")
-    p = subprocess.Popen(["taskset", "-c", TARGET_CPU, "nginx", "-c", str(d / "nginx.conf"),
-                          "-p", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    children.append(p)
-    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/"
-    wait_http(url)
-    return p, url
-
-
-def start_testbed(*args):
-    p = subprocess.Popen([str(BIN / "loadfleet-testbed"), "--listen", "127.0.0.1:0",
-                          "--cpus", TARGET_CPU, "--workers", "1", *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    children.append(p)
-    line = p.stdout.readline()
-    if not line.startswith("listening on "):
-        raise SystemExit(f"bench: testbed said {line!r}")
-    return p, f"http://{line.split()[-1]}/"
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in children:
-        children.remove(p)
-
 
 def run_measured(cmd, stdout_path, watch_agent=False):
     """Runs cmd pinned to GEN_CPU; returns (cpu_seconds, wall, peak_agent_rss_kib).
@@ -369,7 +274,7 @@ def part_tls():
     self-signed P-256 certificate, whose check both tools skip), oha and
     loadfleet alternating at RATE. Encryption is work every generator does
     for every request, so the ratio says how much of the rest each adds."""
-    server, nginx = start_nginx(tls=True)
+    server, nginx = start_nginx(OUT / "nginx-tls", tls=True)
     say(f"### Over TLS: nginx https on CPU {TARGET_CPU}, each generator on CPU {GEN_CPU}, "
         f"{CONNECTIONS} connections, {SECONDS_RUN} s, {ROUNDS} alternating rounds")
     say()
@@ -565,7 +470,7 @@ def part_large():
     say()
     say("| answer | req/s | round | tool | p50 ms | p99 ms |")
     say("|---|---:|---:|---|---:|---:|")
-    nginx, url = start_nginx(root=www)
+    nginx, url = start_nginx(OUT / "nginx-files", root=www)
     try:
         for name, size, rate in cases:
             for rnd in range(2):
@@ -630,7 +535,7 @@ def main():
         f"at the open loop's 2,000 ticks a second (500 µs), {wake * 2000 / 1e4:.1f}% of a core; "
         f"it comes {late_p50:.0f} µs late (p50), {late_p99:.0f} µs (p99)")
     say()
-    _, nginx = start_nginx()
+    _, nginx = start_nginx(OUT / "nginx")
     try:
         runs = part_peers(nginx) if "peers" in PARTS else None
         if "tls" in PARTS:

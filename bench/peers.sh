@@ -34,8 +34,8 @@
 #        PARTS="peers tls ladder wall accuracy large memory" (any subset)
 #
 # Installs what is missing: nginx-light, wrk and openssl from Debian, oha with
-# `cargo install oha --locked` (no Debian package; ~4 minutes of compile on
-# two cores, once).
+# `cargo install oha --locked` into ~/.cache/loadfleet-bench
+# (bench/ensure-oha.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -52,9 +52,7 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
     apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
 fi
-if ! command -v oha >/dev/null; then
-    cargo install oha --locked
-fi
+source "$ROOT/bench/ensure-oha.sh"
 cargo build --release --bins -p loadfleet-coordinator -p loadfleet-agent -p loadfleet-testbed
 
 # 10,000 connections in the memory check need that many descriptors.

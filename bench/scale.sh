@@ -24,21 +24,32 @@
 # Usage: bench/scale.sh [N ...]             (default: 100 500 1000)
 #   DURATION=10s       length of the schedule
 #   PER_AGENT_RATE=1000  arrivals per agent per second (snapshot richness)
-# Writes bench/out/scale/<N>/ and the table bench/out/scale.md, the table
-# BENCHMARKS.md quotes. Not run in CI (a small version is
+#   BIN_DIR=DIR        measure that build (default: build target/release)
+#   COORDINATOR_WRAP="valgrind --tool=callgrind ..."  a command the
+#                      coordinator runs under, in the same process (how
+#                      bench/noise-free.sh counts its instructions)
+#   SCALE_OUT=DIR      where the runs go (default bench/out/scale)
+# Writes SCALE_OUT/<N>/ and the table SCALE_OUT.md (bench/out/scale.md, the
+# table BENCHMARKS.md quotes). Not run in CI (a small version is
 # coordinator/tests/scale.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT=$ROOT/bench/out/scale
+OUT=${SCALE_OUT:-$ROOT/bench/out/scale}
+TABLE=$OUT.md
 mkdir -p "$OUT"
 DURATION=${DURATION:-10s}
 PER_AGENT_RATE=${PER_AGENT_RATE:-1000}
 SIZES=("$@")
 [[ ${#SIZES[@]} -gt 0 ]] || SIZES=(100 500 1000)
 
-cargo build --release -p loadfleet-coordinator -p loadfleet-swarm
-BIN=$ROOT/target/release
+if [[ -n ${BIN_DIR:-} ]]; then
+    BIN=$BIN_DIR
+else
+    cargo build --release -p loadfleet-coordinator -p loadfleet-swarm
+    BIN=$ROOT/target/release
+fi
+read -r -a WRAP <<< "${COORDINATOR_WRAP:-}"
 
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; }
@@ -63,7 +74,7 @@ one() {
     rm -rf "$dir"; mkdir -p "$dir"
     local rate=$((n * PER_AGENT_RATE))
     /usr/bin/time -o "$dir/rusage" -f "%U %S %M %e" \
-        "$BIN/loadfleet-coordinator" run --url http://127.0.0.1:9/ --rate "$rate" \
+        "${WRAP[@]}" "$BIN/loadfleet-coordinator" run --url http://127.0.0.1:9/ --rate "$rate" \
         --duration "$DURATION" --expect-agents "$n" --listen 127.0.0.1:0 \
         --token scale-bench --agent-timeout 120s --out "$dir/report" \
         > "$dir/coordinator.out" 2> "$dir/coordinator.err" &
@@ -87,7 +98,7 @@ one() {
     wait "$tpid" || echo "coordinator exit $? (see $dir/coordinator.err)"
     wait "$spid" || true
     PIDS=()
-    python3 - "$dir" "$n" "$(getconf CLK_TCK)" <<'PY' >> "$ROOT/bench/out/scale.md"
+    python3 - "$dir" "$n" "$(getconf CLK_TCK)" <<'PY' >> "$TABLE"
 import json, sys
 d, n, hz = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 report = json.load(open(f"{d}/report/report.json"))
@@ -121,17 +132,17 @@ print(f"| {n} | {t['intended']:,} | {sent['distinct_values_per_snapshot']:.0f} |
       f"{int(maxrss_kib) / 1024:.0f} | {tm['last_hello_to_start_s']:.2f} | {tm['heartbeat_gap_max_ms']:.0f} | "
       f"{tm['heartbeat_gap_before_run_max_ms']:.0f} / {tm['heartbeat_gap_in_run_max_ms']:.0f} / {tm['heartbeat_gap_after_run_max_ms']:.0f} | {'yes' if not bad else 'NO: ' + ','.join(bad)} | {lost} | {float(wall):.1f} |")
 PY
-    tail -1 "$ROOT/bench/out/scale.md"
+    tail -1 "$TABLE"
 }
 
 {
-    echo "Machine: $(nproc) CPUs, $(uname -r); $(date -u +%F); loadfleet $(git rev-parse --short HEAD)"
+    echo "Machine: $(nproc) CPUs, $(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r); $(date -u +%F); loadfleet $(git rev-parse --short HEAD)"
     echo "Schedule: $DURATION at $PER_AGENT_RATE arrivals/s per agent; one snapshot per agent per second."
     echo
     echo "| agents | intended | distinct values / snapshot | coordinator CPU s (total) | cores over the run | cores, busiest second | peak RSS MiB | last hello → start s | max heartbeat gap ms | max gap before / in / after run ms | exact | lost | wall s |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|---:|---:|"
-} > "$ROOT/bench/out/scale.md"
+} > "$TABLE"
 for n in "${SIZES[@]}"; do
     one "$n"
 done
-cat "$ROOT/bench/out/scale.md"
+cat "$TABLE"

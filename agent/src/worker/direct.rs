@@ -53,6 +53,9 @@ pub(super) struct Direct<'a> {
     done: Vec<(Sent, Exchanged)>,
     /// When the next tick gives the worker's tasks a turn.
     turn_at: Instant,
+    /// When the loop last woke from a sleep (see
+    /// [`DirectPool::read_on_wire`]).
+    woke: Instant,
     /// The pool's rendering of each request kind that never changes.
     fixed: Vec<Option<Fixed>>,
 }
@@ -72,6 +75,7 @@ impl<'a> Direct<'a> {
             unread: false,
             done: Vec::new(),
             turn_at: Instant::now(),
+            woke: Instant::now(),
             fixed: Vec::new(),
         }
     }
@@ -108,7 +112,7 @@ impl<'a> Direct<'a> {
             if self.pool.has_news() {
                 self.drive();
             }
-        } else if self.pool.read_on_wire(now, &mut self.done) {
+        } else if self.pool.read_on_wire((now, self.woke), &mut self.done) {
             take_up(self.pool, self.shared, &mut self.done);
         } else {
             self.drive();
@@ -124,6 +128,7 @@ impl<'a> Direct<'a> {
             return Waited::from_woke(self.wait_driving(sleep).await);
         }
         sleep.blind().await;
+        self.woke = Instant::now();
         Waited::Woke
     }
 
@@ -142,6 +147,7 @@ impl<'a> Direct<'a> {
                     if pool.next_deadline().is_some_and(|at| at <= Instant::now()) {
                         self.drive();
                     }
+                    self.woke = Instant::now();
                     return waited;
                 }
                 _ = pool.news() => self.drive(),

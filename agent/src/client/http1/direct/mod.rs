@@ -205,9 +205,17 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// [`BLIND_READS`]) exchanges on the wire without looking at the epoll
     /// set first; false, having done nothing, where the set must be looked
     /// at: more exchanges out, a request's end waiting to be written, or
-    /// dials finished. What the set still holds for the sockets read here
-    /// is taken up, harmlessly, by the next drive.
-    pub fn read_on_wire(self: &Rc<Self>, now: Instant, done: &mut Vec<(T, Exchanged)>) -> bool {
+    /// dials finished. Exchanges put on the wire since `woke`, the loop's
+    /// last wake-up, are left to the next tick: sent a moment ago, their
+    /// answers are almost never in yet, and a read finding nothing is a
+    /// system call for nothing (their stamps keep their times exact). What
+    /// the set still holds for the sockets read here is taken up,
+    /// harmlessly, by the next drive.
+    pub fn read_on_wire(
+        self: &Rc<Self>,
+        (now, woke): (Instant, Instant),
+        done: &mut Vec<(T, Exchanged)>,
+    ) -> bool {
         if !self.dialed.borrow().is_empty() {
             return false;
         }
@@ -216,23 +224,23 @@ impl<T: Copy + 'static> DirectPool<T> {
         if out > BLIND_READS || !state.unfinished.is_empty() {
             return false;
         }
-        let mut busy = [0usize; BLIND_READS];
+        let mut busy = [(0usize, false); BLIND_READS];
         let mut found = 0;
         for (token, slot) in state.slots.iter().enumerate() {
             if found == out {
                 break;
             }
-            let Some(slot) = slot.as_ref().filter(|s| s.busy.is_some()) else {
+            let Some((slot, ex)) = slot.as_ref().and_then(|s| Some((s, s.busy.as_ref()?))) else {
                 continue;
             };
             if !slot.unsent.is_empty() {
                 return false;
             }
-            busy[found] = token;
+            busy[found] = (token, ex.on_wire < woke);
             found += 1;
         }
         let clocks = loadfleet_sys::Clocks::now();
-        for &token in &busy[..found] {
+        for &(token, _) in busy[..found].iter().filter(|(_, old)| *old) {
             self.read(&mut state, token, false, clocks.as_ref(), done);
         }
         self.expire(&mut state, now, done);

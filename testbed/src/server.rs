@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::sse::{self, Hub, SseBody};
-use crate::stamped::{LastArrival, Stamped};
+use crate::stamped::{AnswerTimes, LastArrival, Stamped};
 use crate::{Config, Limit};
 
 /// Every response the testbed gives: a short static plain-text body.
@@ -94,7 +94,8 @@ pub async fn serve(
         if let Err(err) = stream.set_nodelay(true) {
             debug!(%peer, %err, "could not set TCP_NODELAY");
         }
-        let (stream, arrivals) = Stamped::new(stream, shared.precise.is_some());
+        let answers = shared.precise.is_some().then_some(&shared.answers);
+        let (stream, arrivals) = Stamped::new(stream, answers);
         let service = Testbed {
             counter: shared.counter(peer.ip()),
             peer: peer.ip(),
@@ -161,6 +162,10 @@ pub(crate) struct Shared {
     /// Requests answered per source address, for `GET /__stats`: what a
     /// test compares with what the load generator says it sent.
     counts: Mutex<BTreeMap<IpAddr, Arc<AtomicU64>>>,
+    /// When, after its request came, each answer was written (with a
+    /// delay, where requests are stamped): the `answered_after_us` lines
+    /// of `GET /__stats`.
+    answers: Arc<AnswerTimes>,
     /// The event streams of `GET /sse` and `POST /broadcast`.
     sse: Arc<Hub>,
 }
@@ -176,6 +181,7 @@ impl Shared {
             trivial: config.is_trivial(),
             precise: None,
             counts: Mutex::new(BTreeMap::new()),
+            answers: Arc::new(AnswerTimes::new()),
             sse: Arc::new(Hub::new(config.sse.clone())),
         }
     }
@@ -187,7 +193,8 @@ impl Shared {
         Arc::clone(counts.entry(ip).or_default())
     }
 
-    /// `total N` then `ADDRESS N` per source, one per line.
+    /// `total N`, `ADDRESS N` per source, then the answers' times (see
+    /// [`AnswerTimes::stats`]), one `name value` per line.
     fn stats(&self) -> String {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let per: Vec<(IpAddr, u64)> = counts
@@ -199,6 +206,7 @@ impl Shared {
         for (ip, n) in per {
             text.push_str(&format!("{ip} {n}\n"));
         }
+        text.push_str(&self.answers.stats());
         text
     }
 

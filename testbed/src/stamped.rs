@@ -7,12 +7,17 @@
 //! testbed would see it in its tail as if it were its own. The kernel's
 //! receive stamp (`SO_TIMESTAMPNS`) says when the request came whatever
 //! the reader's wake-up.
+//!
+//! The same stamp, held against the first write that follows it, is the
+//! testbed's own measure of each answer's service time ([`AnswerTimes`]):
+//! the ground truth a generator's measured times are checked against.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 
+use hdrhistogram::Histogram;
 use loadfleet_sys::{recv_stamped_buf, stamp_arrivals, Arrival};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -34,6 +39,52 @@ impl LastArrival {
     fn set(&self, stamp: Option<Arrival>) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
     }
+
+    /// The stamp, cleared: an answer is timed once, by its first write.
+    fn take(&self) -> Option<Arrival> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// How long after each request reached the machine the testbed began
+/// writing its answer, in microseconds, for `GET /__stats`. Over HTTP/1.1,
+/// where a connection carries one request at a time, that is each answer's
+/// service time as the testbed saw it: a generator's service time is this
+/// plus two trips over loopback (a few microseconds each), whenever the
+/// generator got round to reading the answer.
+pub(crate) struct AnswerTimes(Mutex<Histogram<u64>>);
+
+impl AnswerTimes {
+    /// Up to an hour, to three significant digits.
+    pub(crate) fn new() -> Self {
+        let histogram = Histogram::new_with_bounds(1, 3_600_000_000, 3)
+            .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!("3 digits")));
+        AnswerTimes(Mutex::new(histogram))
+    }
+
+    fn record(&self, after: std::time::Duration) {
+        let us = u64::try_from(after.as_micros()).unwrap_or(u64::MAX);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .saturating_record(us.max(1));
+    }
+
+    /// `answered_after_us_count N`, then `_p50`, `_p99` and `_max`, one
+    /// per line; nothing before the first answer timed.
+    pub(crate) fn stats(&self) -> String {
+        let h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if h.is_empty() {
+            return String::new();
+        }
+        format!(
+            "answered_after_us_count {}\nanswered_after_us_p50 {}\nanswered_after_us_p99 {}\nanswered_after_us_max {}\n",
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        )
+    }
 }
 
 /// A TCP connection that reads with its arrival stamps when `last` is set,
@@ -42,13 +93,20 @@ impl LastArrival {
 pub(crate) struct Stamped {
     stream: TcpStream,
     last: Option<Arc<LastArrival>>,
+    /// Where each answer's time since its request's stamp goes.
+    answers: Option<Arc<AnswerTimes>>,
 }
 
 impl Stamped {
     /// `stream`, stamping its arrivals into a fresh [`LastArrival`] when
-    /// `stamp` (and the kernel agrees to), returned alongside.
-    pub(crate) fn new(stream: TcpStream, stamp: bool) -> (Self, Option<Arc<LastArrival>>) {
-        let last = stamp
+    /// there are `answers` to time (and the kernel agrees to), returned
+    /// alongside.
+    pub(crate) fn new(
+        stream: TcpStream,
+        answers: Option<&Arc<AnswerTimes>>,
+    ) -> (Self, Option<Arc<LastArrival>>) {
+        let last = answers
+            .is_some()
             .then(|| match stamp_arrivals(&stream) {
                 Ok(()) => Some(Arc::new(LastArrival::default())),
                 Err(err) => {
@@ -58,7 +116,26 @@ impl Stamped {
             })
             .flatten();
         let handle = last.clone();
-        (Self { stream, last }, handle)
+        let answers = last.as_ref().and(answers.cloned());
+        (
+            Self {
+                stream,
+                last,
+                answers,
+            },
+            handle,
+        )
+    }
+
+    /// Times the answer about to be written against the stamp of the
+    /// request it follows, if this is the first write since that request.
+    fn answering(&self) {
+        let (Some(last), Some(answers)) = (&self.last, &self.answers) else {
+            return;
+        };
+        if let Some(arrived) = last.take().and_then(Arrival::instant) {
+            answers.record(Instant::now().saturating_duration_since(arrived));
+        }
     }
 }
 
@@ -102,6 +179,7 @@ impl AsyncWrite for Stamped {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        self.answering();
         Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
@@ -110,6 +188,7 @@ impl AsyncWrite for Stamped {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        self.answering();
         Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
     }
 

@@ -8,6 +8,9 @@
 #   - user-space instructions per request (valgrind --tool=callgrind);
 #   - syscalls per request (strace -f -c), with the agent's and the peers'
 #     calls by syscall;
+#   - syscalls per request untraced (perf's in-kernel count of
+#     raw_syscalls:sys_enter), also between HIGH and FAST req/s, where
+#     strace's stops would slow a tool into other batches;
 #   - context switches per request (ru_nvcsw + ru_nivcsw from wait4);
 #   - CPU seconds per 100,000 requests at FAST req/s (indicative);
 #   - the agent's send-lag p99 at LOW and FAST req/s (from its report);
@@ -38,7 +41,7 @@
 #        CONNECTIONS=64                    HTTP/1.1 connections (every tool)
 #        H2_CONNECTIONS=1 H2_STREAMS=100   h2c connections; oha -p / h2load -m
 #        PARTS="http1 h2c grpc coordinator"
-#        FIGURES="instructions syscalls rusage"
+#        FIGURES="instructions syscalls perf rusage"
 #        TOOLS="agent oha h2load"
 #        SWARM_SIZES="100 1000"            coordinator, timed untraced
 #        SWARM_CALLGRIND="4 12"            coordinator, counted (callgrind keeps
@@ -50,8 +53,8 @@
 # e.g. the agent's HTTP/1.1 instructions alone, old build against new:
 #   PARTS=http1 FIGURES=instructions TOOLS=agent BIN_DIR=/old/target/release bench/noise-free.sh
 #
-# Installs what is missing (as root): nginx, valgrind, strace and
-# nghttp2-client (h2load) from Debian; oha with `cargo install oha --locked`
+# Installs what is missing (as root): nginx, valgrind, strace, linux-perf
+# and nghttp2-client (h2load) from Debian; oha with `cargo install oha --locked`
 # into OHA_CACHE (default ~/.cache/loadfleet-bench; a few minutes, once).
 # Prints Markdown tables and writes them to bench/out/noise-free.md; the runs
 # stay in a temp folder it names.
@@ -68,6 +71,7 @@ need_apt=()
 command -v nginx >/dev/null || need_apt+=(nginx)
 command -v valgrind >/dev/null || need_apt+=(valgrind)
 command -v strace >/dev/null || need_apt+=(strace)
+command -v perf >/dev/null || need_apt+=(linux-perf)
 command -v h2load >/dev/null || need_apt+=(nghttp2-client)
 if ((${#need_apt[@]})); then
     if [[ $EUID -ne 0 ]]; then

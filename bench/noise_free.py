@@ -42,14 +42,14 @@ SWARM_SIZES = [int(n) for n in os.environ.get("SWARM_SIZES", "100 1000").split()
 SWARM_CALLGRIND = [int(n) for n in os.environ.get("SWARM_CALLGRIND", "4 12").split()]
 SWARM_SECONDS = [int(s) for s in os.environ.get("SWARM_SECONDS", "2 6").split()]
 PARTS = os.environ.get("PARTS", "http1 h2c grpc coordinator").split()
-FIGURES = os.environ.get("FIGURES", "instructions syscalls rusage").split()
+FIGURES = os.environ.get("FIGURES", "instructions syscalls perf rusage").split()
 TOOLS = os.environ.get("TOOLS", "agent oha h2load").split()
 GRPC_METHOD = "loadfleet.testbed.v1.Testbed/Work"
 
 # Each figure's counting tool: the command a generator runs under, in the
 # same process (valgrind and strace trace what they start; rusage_of.py
 # waits for it).
-MODES = {"instructions": "callgrind", "syscalls": "strace", "rusage": "rusage"}
+MODES = {"instructions": "callgrind", "syscalls": "strace", "perf": "perf", "rusage": "rusage"}
 
 
 def log(msg):
@@ -61,6 +61,11 @@ def prefix(mode, d):
         return ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={d}/callgrind.%p"]
     if mode == "strace":
         return ["strace", "-f", "-c", "-U", "name,calls", "-o", f"{d}/strace.txt"]
+    if mode == "perf":
+        # Counted in the kernel as each call enters: the process runs at full
+        # speed, where strace's stops slow it so far that 20,000 req/s would
+        # come in other batches than untraced.
+        return ["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-o", f"{d}/perf.txt", "--"]
     return [sys.executable, str(HERE / "rusage_of.py"), f"{d}/rusage.json", "--"]
 
 
@@ -88,6 +93,12 @@ def read_count(mode, d):
             if len(f) == 2 and f[1].isdigit() and f[0] != "total":
                 calls[f[0]] = int(f[1])
         return calls
+    if mode == "perf":
+        for line in (d / "perf.txt").read_text().splitlines():
+            f = line.split(",")
+            if len(f) > 2 and f[2] == "raw_syscalls:sys_enter" and f[0].isdigit():
+                return int(f[0])
+        raise RuntimeError("perf counted no syscalls (see perf.txt)")
     return json.loads((d / "rusage.json").read_text())
 
 
@@ -122,7 +133,7 @@ def agent(proto, target, rate, seconds, mode, d):
     }[proto]
     # Traced, the agent runs many times slower: arrivals it is late for
     # still leave, so a run offers every request its rate asks for.
-    slow = ["--max-lag", "30s"] if mode != "rusage" else []
+    slow = ["--max-lag", "30s"] if mode in ("callgrind", "strace") else []
     cmd = ["taskset", "-c", GEN_CPU, str(BIN / "loadfleet-coordinator"), "run", *args,
            "--rate", str(rate), "--duration", f"{seconds}s", "--local-agents", "1",
            "--max-in-flight", "10000", "--drain", "3s", "--out", str(d / "report"), *slow]
@@ -185,7 +196,9 @@ def part_protocol(proto, target, tools, results, runs_dir):
         for run in range(RUNS):
             # Tools take turns, and the turn moves each round.
             for tool in tools[run % len(tools):] + tools[:run % len(tools)]:
-                if mode == "rusage":
+                if mode == "perf":
+                    rates = [LOW, HIGH, FAST]
+                elif mode == "rusage":
                     rates = [LOW, HIGH, FAST] if tool == "agent" else [HIGH, FAST]
                 else:
                     rates = [LOW, HIGH]
@@ -246,6 +259,15 @@ def coordinator_run(runs_dir, mode, n, secs, run):
     return r
 
 
+def perf_counts_syscalls():
+    try:
+        p = subprocess.run(["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "true"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0 and any(line.split(",")[0].isdigit() for line in p.stderr.splitlines())
+
+
 def version(cmd):
     try:
         p = subprocess.run(cmd, capture_output=True, text=True)
@@ -266,7 +288,7 @@ def header():
                    "agent", "coordinator", "proto", "sys", "testbed", "swarm", "Cargo.lock"])
     tools = [v for v in (version(["oha", "--version"]), version(["h2load", "--version"]),
                          version(["nginx", "-v"]), version(["valgrind", "--version"]),
-                         version(["strace", "-V"])) if v]
+                         version(["strace", "-V"]), version(["perf", "--version"])) if v]
     return [f"Machine: {os.cpu_count()} CPUs, {cpu}, Linux {os.uname().release}; "
             f"load average {os.getloadavg()[0]:.1f} at the start",
             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; loadfleet {rev} "
@@ -281,6 +303,10 @@ def main():
     runs_dir = Path(tempfile.mkdtemp(prefix="loadfleet-noise-free."))
     log(f"bench: runs in {runs_dir}")
     tools = [t for t in TOOLS if t in RUNNERS]
+    if "perf" in FIGURES and not perf_counts_syscalls():
+        log("bench: perf cannot count raw_syscalls:sys_enter here (needs linux-perf, tracefs and "
+            "root); the untraced syscall figure is left out")
+        FIGURES.remove("perf")
     results, coordinator = {}, {}
     started = []
     lines = header()

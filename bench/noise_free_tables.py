@@ -67,12 +67,14 @@ class Figures:
         have = {(k[0], k[1]) for k in self.r if k[2] == mode}
         return [(p, t) for p in PROTOCOLS for t in TOOL_ORDER if (p, t) in have]
 
-    def marginal(self, proto, tool, mode, run, metric):
+    def marginal(self, proto, tool, mode, run, metric, rates=None):
         """(metric at high - at low) / (requests at high - at low): the cost
         of one more request, free of start-up and of what every second
-        costs whatever the rate (ticks, snapshots)."""
-        lo = self.r.get((proto, tool, mode, self.low, run))
-        hi = self.r.get((proto, tool, mode, self.high, run))
+        costs whatever the rate (ticks, snapshots). `rates` is another
+        (low, high) pair."""
+        low, high = rates or (self.low, self.high)
+        lo = self.r.get((proto, tool, mode, low, run))
+        hi = self.r.get((proto, tool, mode, high, run))
         if not lo or not hi or hi["completed"] <= lo["completed"]:
             return None
         return (metric(hi["count"]) - metric(lo["count"])) / (hi["completed"] - lo["completed"])
@@ -97,6 +99,28 @@ class Figures:
             rel = "–" if tool == "agent" else ratio(agent, mean(vals))
             lines.append(f"| {PROTOCOLS[proto]} | {name(proto, tool)} | "
                          + " | ".join(fmt(v, digits) for v in vals) + f" | {rel} |")
+        return lines + [""]
+
+    def pairs_table(self, mode, metric, digits, title, note):
+        """Marginal figures between two pairs of rates (low → high, high →
+        fast), each run in its column, and the agent's against each peer."""
+        pairs = [(self.low, self.high), (self.high, self.fast)]
+        cols = [(pair, i) for pair in pairs for i in self.runs]
+        lines = [title, "", note, "",
+                 "| protocol | tool | " + " | ".join(f"{a:,} → {b:,} req/s, run {i + 1}"
+                                                   for (a, b), i in cols)
+                 + " | agent / this tool (" + ", ".join(f"{a:,} → {b:,}" for a, b in pairs) + ") |",
+                 "|---|---|" + "---:|" * len(cols) + "---:|"]
+        for proto, tool in self.rows(mode):
+            cells, rels = [], []
+            for pair in pairs:
+                vals = [self.marginal(proto, tool, mode, i, metric, pair) for i in self.runs]
+                cells += [fmt(v, 2) for v in vals]
+                agent = mean(self.marginal(proto, "agent", mode, i, metric, pair)
+                             for i in self.runs)
+                rels.append("–" if tool == "agent" else ratio(agent, mean(vals)))
+            lines.append(f"| {PROTOCOLS[proto]} | {name(proto, tool)} | " + " | ".join(cells)
+                         + " | " + " / ".join(rels) + " |")
         return lines + [""]
 
     def rate_table(self, rates, metric, digits, title, note, scale=1.0):
@@ -267,6 +291,14 @@ def render(results, coordinator, low, high, fast, lengths):
             out += [H2LOAD_NOTE, ""]
         for proto in PROTOCOLS:
             out += f.syscall_breakdown(proto)
+    if f.rows("perf"):
+        out += f.pairs_table(
+            "perf", lambda n: n, 2,
+            "### Syscalls per request, untraced (perf's in-kernel count, marginal)",
+            "`perf stat -e raw_syscalls:sys_enter` over every thread of the tool's process: "
+            "each call counted as it enters the kernel, the process running at full speed. "
+            f"Marginal between {low:,} and {high:,} req/s, and between {high:,} and "
+            f"{fast:,} req/s, where a tool shares its wake-ups among more requests.")
     if f.rows("rusage"):
         out += f.rate_table(
             [high, fast], switches, 3, "### Context switches per request",

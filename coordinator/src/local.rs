@@ -3,23 +3,34 @@
 //! the target and the generator at least do not share cores.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::error::{self, Error};
+
 /// Finds a sibling binary (built by the same workspace), or the one named
-/// by `LOADFLEET_<NAME>_BIN`.
-pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+/// by `LOADFLEET_<NAME>_BIN`. An empty variable counts as unset, as shells
+/// treat `VAR=`; one naming no file is refused by name before anything
+/// starts, rather than failing later as a bare "No such file".
+pub fn sibling_binary(name: &str) -> Result<PathBuf, Error> {
     let var = format!(
         "LOADFLEET_{}_BIN",
         name.trim_start_matches("loadfleet-").to_uppercase()
     );
-    if let Some(path) = std::env::var_os(&var) {
-        return Ok(PathBuf::from(path));
+    if let Some(path) = std::env::var_os(&var).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            return Err(error::flags(format!(
+                "{var} names {}, which is not a file; point it at a {name} binary, or unset it to use the one next to the coordinator",
+                path.display()
+            )));
+        }
+        return Ok(path);
     }
     let exe = std::env::current_exe().context("cannot locate the running coordinator binary")?;
     let dir = exe
@@ -31,10 +42,11 @@ pub fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
             return Ok(candidate);
         }
     }
-    bail!(
+    Err(anyhow!(
         "cannot find {name} next to the coordinator (looked in {}); build the whole workspace (cargo build --release) or set {var}",
         dir.display()
     )
+    .into())
 }
 
 /// CPUs this process may run on, in order; none if the kernel will not
@@ -72,13 +84,13 @@ pub fn cpu_list(cpus: &[usize]) -> String {
         .join(",")
 }
 
-/// Starts the testbed and waits for its `listening on ADDR` line.
+/// Starts the testbed `bin` and waits for its `listening on ADDR` line.
 pub async fn start_testbed(
+    bin: &Path,
     args: &[String],
     cpus: Option<&[usize]>,
 ) -> anyhow::Result<(Child, SocketAddr)> {
-    let bin = sibling_binary("loadfleet-testbed")?;
-    let mut cmd = Command::new(&bin);
+    let mut cmd = Command::new(bin);
     cmd.arg("--listen").arg("127.0.0.1:0").args(args);
     if let Some(cpus) = cpus {
         cmd.arg("--cpus").arg(cpu_list(cpus));
@@ -103,18 +115,18 @@ pub async fn start_testbed(
     Ok((child, addr))
 }
 
-/// Starts `n` agents dialing `coordinator`; agent `i` sends from 127.0.0.(2+i)
-/// so each looks like its own host to the target.
+/// Starts `n` agents (`bin`) dialing `coordinator`; agent `i` sends from
+/// 127.0.0.(2+i) so each looks like its own host to the target.
 pub fn start_agents(
+    bin: &Path,
     n: u32,
     coordinator: &str,
     token: &str,
     cpus: Option<&[usize]>,
 ) -> anyhow::Result<Vec<Child>> {
-    let bin = sibling_binary("loadfleet-agent")?;
     (0..n)
         .map(|i| {
-            let mut cmd = Command::new(&bin);
+            let mut cmd = Command::new(bin);
             cmd.arg("--coordinator")
                 .arg(coordinator)
                 .arg("--id")

@@ -209,6 +209,14 @@ pub async fn run_steps(
         );
         output_specs.clear();
     }
+    // The local programs are found before anything starts: one missing is
+    // said at once, not after the testbed or the coordinator came up.
+    let testbed_bin = (plan.target.url == plan::TESTBED_URL)
+        .then(|| local::sibling_binary("loadfleet-testbed"))
+        .transpose()?;
+    let agent_bin = local_agents
+        .map(|_| local::sibling_binary("loadfleet-agent"))
+        .transpose()?;
     let out_dir = prepare_out_dir(args.out.as_deref(), args.overwrite)?;
 
     let split = if local {
@@ -224,8 +232,8 @@ pub async fn run_steps(
         plan::TESTBED_URL => plan.target.latency_floor.or(Some(args.testbed_delay)),
         _ => plan.target.latency_floor,
     };
-    let target = match plan.target.url.as_str() {
-        plan::TESTBED_URL => {
+    let target = match &testbed_bin {
+        Some(bin) => {
             let mut tb_args = vec![
                 "--delay".to_string(),
                 humantime::format_duration(args.testbed_delay).to_string(),
@@ -242,7 +250,8 @@ pub async fn run_steps(
                 ]);
             }
             let (child, addr) =
-                local::start_testbed(&tb_args, split.as_ref().map(|s| s.target.as_slice())).await?;
+                local::start_testbed(bin, &tb_args, split.as_ref().map(|s| s.target.as_slice()))
+                    .await?;
             testbed = Some(child);
             console.line(&format!(
                 "testbed listening on {addr} ({})",
@@ -250,7 +259,7 @@ pub async fn run_steps(
             ));
             format!("http://{addr}/")
         }
-        url => url.to_string(),
+        None => plan.target.url.clone(),
     };
     if plan.target.grpc_source == Some(plan::GrpcSource::Reflection) && plan.has_grpc() {
         let descriptors = reflect(&plan, &target).await?;
@@ -352,9 +361,10 @@ pub async fn run_steps(
     ));
 
     let mut agents = Vec::new();
-    if let Some(n) = local_agents {
+    if let (Some(n), Some(bin)) = (local_agents, &agent_bin) {
         let url = format!("http://{bound}");
-        agents = local::start_agents(n, &url, &token, split.as_ref().map(|s| s.agents.as_slice()))?;
+        let cpus = split.as_ref().map(|s| s.agents.as_slice());
+        agents = local::start_agents(bin, n, &url, &token, cpus)?;
     }
 
     // Ctrl-C and SIGTERM (Kubernetes, docker stop) both cut the run short

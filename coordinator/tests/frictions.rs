@@ -522,3 +522,56 @@ fn a_slow_resolver_on_an_agent_stalls_nothing() {
     assert_eq!(u(&t["errors"]["dns"]), 100, "{t}\n{agent_output}");
     assert_eq!(u(&t["in_flight_at_end"]), 0, "{t}");
 }
+
+/// `LOADFLEET_AGENT_BIN` naming no file is refused by name before the
+/// testbed or the coordinator starts (exit 2), instead of a bare "No such
+/// file" once they were up; set but empty, as `VAR=` leaves it in a shell,
+/// it counts as unset and the agents next to the coordinator run.
+#[test]
+fn a_local_binary_variable_naming_no_file_is_refused_by_name() {
+    let dir = temp_dir("agent-bin");
+    let missing = dir.join("no-such-agent");
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--rate",
+        "20",
+        "--duration",
+        "1s",
+        "--local-agents",
+        "1",
+        "--out",
+    ])
+    .arg(dir.join("out"))
+    .env("LOADFLEET_AGENT_BIN", &missing);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(
+        output.contains(&format!("LOADFLEET_AGENT_BIN names {}", missing.display()))
+            && output.contains("unset it"),
+        "{output}"
+    );
+    assert!(
+        !output.contains("testbed listening") && !output.contains("coordinator listening"),
+        "nothing started: {output}"
+    );
+
+    let mut cmd = coordinator();
+    cmd.args([
+        "run",
+        "--rate",
+        "20",
+        "--duration",
+        "1s",
+        "--local-agents",
+        "1",
+        "--out",
+    ])
+    .arg(dir.join("empty"))
+    .env("LOADFLEET_AGENT_BIN", "");
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    assert!(
+        output.contains("agent local-0 finished"),
+        "{status:?}: {output}"
+    );
+}

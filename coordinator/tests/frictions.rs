@@ -530,21 +530,24 @@ fn a_slow_resolver_on_an_agent_stalls_nothing() {
 #[test]
 fn a_local_binary_variable_naming_no_file_is_refused_by_name() {
     let dir = temp_dir("agent-bin");
+    let local_run = |out: &str, agent_bin: &std::ffi::OsStr| {
+        let mut cmd = coordinator();
+        cmd.args([
+            "run",
+            "--rate",
+            "20",
+            "--duration",
+            "1s",
+            "--local-agents",
+            "1",
+            "--out",
+        ])
+        .arg(dir.join(out))
+        .env("LOADFLEET_AGENT_BIN", agent_bin);
+        run(cmd, "coordinator", Duration::from_secs(60))
+    };
     let missing = dir.join("no-such-agent");
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--rate",
-        "20",
-        "--duration",
-        "1s",
-        "--local-agents",
-        "1",
-        "--out",
-    ])
-    .arg(dir.join("out"))
-    .env("LOADFLEET_AGENT_BIN", &missing);
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    let (status, output) = local_run("out", missing.as_os_str());
     assert_eq!(status.code(), Some(2), "{output}");
     assert!(
         output.contains(&format!("LOADFLEET_AGENT_BIN names {}", missing.display()))
@@ -555,21 +558,7 @@ fn a_local_binary_variable_naming_no_file_is_refused_by_name() {
         !output.contains("testbed listening") && !output.contains("coordinator listening"),
         "nothing started: {output}"
     );
-
-    let mut cmd = coordinator();
-    cmd.args([
-        "run",
-        "--rate",
-        "20",
-        "--duration",
-        "1s",
-        "--local-agents",
-        "1",
-        "--out",
-    ])
-    .arg(dir.join("empty"))
-    .env("LOADFLEET_AGENT_BIN", "");
-    let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+    let (status, output) = local_run("empty", "".as_ref());
     assert!(
         output.contains("agent local-0 finished"),
         "{status:?}: {output}"

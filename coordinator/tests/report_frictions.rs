@@ -332,14 +332,15 @@ fn a_used_out_folder_needs_overwrite_which_clears_only_loadfleet_files() {
     assert!(output.contains("--out"), "{output}");
 }
 
-/// The README's "Defaults" section, as a user reads it.
+/// The "Defaults" section of the run guide (docs/run.md, which the README
+/// points to), as a user reads it.
 fn readme_defaults() -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("read README.md");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/run.md"))
+        .expect("read docs/run.md");
     let start = readme
-        .find("### Defaults")
-        .expect("README has a Defaults section");
-    let rest = &readme[start + 3..];
+        .find("## Defaults")
+        .expect("docs/run.md has a Defaults section");
+    let rest = &readme[start + 2..];
     let end = rest.find("\n#").unwrap_or(rest.len());
     rest[..end].to_string()
 }

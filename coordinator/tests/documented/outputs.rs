@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -13,7 +12,9 @@ use crate::nginx::Nginx;
 use crate::outputs_support::{prometheus, promql_value, Receiver};
 
 /// Prometheus behind nginx, which lets a push through only when
-/// `checks` (nginx directives in its `server`) allow it.
+/// `checks` (nginx directives in its `server`) allow it. nginx checks
+/// `auth_basic` only for a request it serves in its content phase, as
+/// `proxy_pass` does (a `return` would answer before the check).
 fn guarded_prometheus(dir: &Path, checks: &str) -> (Receiver, Nginx) {
     let prom = prometheus(dir);
     let gate_dir = dir.join("gate");
@@ -26,21 +27,6 @@ fn guarded_prometheus(dir: &Path, checks: &str) -> (Receiver, Nginx) {
         ),
     );
     (prom, gate)
-}
-
-/// Runs `args` with one local agent at the testbed `target`, 50 req/s for
-/// 3 s; the exit status, the output and the report.
-fn pushed_run(
-    test: &str,
-    target: &str,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> (ExitStatus, String, serde_json::Value) {
-    let url = format!("http://{target}/");
-    let mut all = vec!["run", "--local-agents", "1", "--url", &url];
-    all.extend_from_slice(args);
-    let (status, output, report, _) = run_report_with_env(test, &all, env);
-    (status, output, report)
 }
 
 /// What every check of a pushed run starts with: load was sent, the
@@ -83,12 +69,17 @@ fn out_basic_auth_file_reaches_a_receiver_that_demands_it() {
     let secret = dir.join("basic");
     std::fs::write(&secret, "loadfleet:pw-basic-7\n").expect("secret");
     let (_testbed, target) = start_testbed(&["--delay", "2ms"]);
+    let url = format!("http://{target}/");
     let write_url = format!("http://{}/api/v1/write", gate.addr);
     let secret = secret.to_string_lossy().into_owned();
-    let (status, output, r) = pushed_run(
+    let (status, output, r, _) = run_report(
         "documented-basic-auth-run",
-        &target,
         &[
+            "run",
+            "--local-agents",
+            "1",
+            "--url",
+            &url,
             "--rate",
             "50",
             "--duration",
@@ -102,7 +93,6 @@ fn out_basic_auth_file_reaches_a_receiver_that_demands_it() {
             "--out-run-id",
             "basic-auth",
         ],
-        &[],
     );
     let sent = assert_pushed(&r, &target, &gate, &output);
     let pushed = promql_value(
@@ -205,8 +195,9 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
 /// `loadfleet_pool_saturated_seconds_total` on the scrape endpoint: one
 /// connection (`--max-connections 1`) to a target answering in 100 ms
 /// serves 10 req/s, so at 40 req/s every connection of the agent is busy
-/// the whole run. The counter climbs while the run goes and ends at the
-/// saturated time the report gives (`pool_saturated_share` of the run).
+/// the whole run. The counter climbs while the run goes, to most of the
+/// saturated time the report gives (`pool_saturated_share` of the run) and
+/// never past it.
 #[test]
 fn pool_saturated_seconds_are_scraped_while_the_run_goes() {
     let (_testbed, target) = start_testbed(&["--delay", "100ms"]);
@@ -215,7 +206,7 @@ fn pool_saturated_seconds_are_scraped_while_the_run_goes() {
     let url = format!("http://{target}/");
     let mut cmd = coordinator();
     cmd.args(["run", "--local-agents", "1", "--url", &url])
-        .args(["--rate", "40", "--duration", "4s", "--drain", "1s"])
+        .args(["--rate", "40", "--duration", "6s", "--drain", "1s"])
         .args(["--connections", "1", "--max-connections", "1"])
         .args(["--metrics-listen", &metrics])
         .arg("--out")
@@ -250,11 +241,13 @@ fn pool_saturated_seconds_are_scraped_while_the_run_goes() {
     let agent = &r["agents"][0];
     let report_s = f(&agent["pool_saturated_share"]) * f(&r["run"]["elapsed_s"]);
     assert!(
-        report_s >= 3.0,
+        report_s >= 5.0,
         "saturated {report_s} s of the run:\n{output}"
     );
+    // The endpoint shows the seconds settled so far, so it trails the
+    // report's total by the seconds still settling when the process ended.
     assert!(
-        (last - report_s).abs() <= 1.5,
+        last <= report_s + 0.05 && last >= report_s / 2.0,
         "scraped {last} s, report {report_s} s: {scrapes:?}\n{output}"
     );
     let pool = verdict(&r, "GENERATOR_POOL").unwrap_or_else(|| panic!("{output}"));

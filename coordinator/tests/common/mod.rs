@@ -386,7 +386,48 @@ pub fn testbed_counts(addr: &str) -> BTreeMap<String, u64> {
     .expect("ask for stats");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("read stats");
-    let body = text.split("\r\n\r\n").nth(1).expect("a body");
+    stats_counts(&text)
+}
+
+/// [`testbed_counts`] of a testbed serving https with the certificate
+/// `cert` (a PEM file, for `localhost`), which is checked.
+pub fn testbed_counts_tls(addr: &str, cert: &str) -> BTreeMap<String, u64> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let cert = rustls_pki_types::CertificateDer::from_pem_file(cert).expect("the testbed's PEM");
+    roots.add(cert).expect("a usable certificate");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("a name");
+    let tls = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("TLS");
+    let tcp = std::net::TcpStream::connect(addr).expect("connect to the testbed");
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut s = rustls::StreamOwned::new(tls, tcp);
+    write!(
+        s,
+        "GET /__stats HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .expect("ask for stats");
+    let mut text = String::new();
+    // A peer closing without close_notify still gave the whole answer.
+    if let Err(e) = s.read_to_string(&mut text) {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::UnexpectedEof,
+            "read stats: {e}"
+        );
+    }
+    stats_counts(&text)
+}
+
+/// The counts of a `GET /__stats` answer, by name.
+fn stats_counts(response: &str) -> BTreeMap<String, u64> {
+    let body = response.split("\r\n\r\n").nth(1).expect("a body");
     body.lines()
         .filter_map(|l| l.split_once(' '))
         .map(|(k, v)| (k.to_string(), v.trim().parse().expect("a count")))

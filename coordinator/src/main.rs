@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => loadfleet_coordinator::run::run(*args).await,
             Command::Search(args) => match loadfleet_coordinator::search::prepare(*args) {
-                Ok((run, driver)) => loadfleet_coordinator::run::run_steps(run, Some(driver)).await,
+                Ok((run, search)) => loadfleet_coordinator::run::run_steps(run, Some(search)).await,
                 Err(e) => Err(e),
             },
             Command::Compare(args) => {

@@ -137,15 +137,28 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     run_steps(args, None).await
 }
 
+/// Every flag laid over the plan of `args`.
+fn flags(args: &RunArgs, search: Option<plan::SearchFlags>) -> plan::Flags {
+    plan::Flags {
+        plan: args.flags.clone(),
+        outputs: args.outputs.clone(),
+        search,
+    }
+}
+
 /// `run`, or with `search` the search's sequence of steps on the same
 /// fleet and target: the search picks each step's rate, and writes its
 /// own outputs instead of the one report.
-pub async fn run_steps(
-    args: RunArgs,
-    mut search: Option<crate::search::Driver>,
-) -> Result<u8, Error> {
+pub async fn run_steps(args: RunArgs, search: Option<plan::SearchFlags>) -> Result<u8, Error> {
     let console = Console::stderr();
-    let mut plan = plan::resolve(args.plan.as_deref(), &args.flags)?;
+    let searching = search.is_some();
+    let mut plan = plan::resolve_all(args.plan.as_deref(), &flags(&args, search))?;
+    let mut search = match searching {
+        true => Some(crate::search::Driver::new(
+            crate::search::Settings::from_plan(&plan.search)?,
+        )),
+        false => None,
+    };
     if let Some(search) = &search {
         search.prepare_plan(&mut plan)?;
     }
@@ -199,9 +212,7 @@ pub async fn run_steps(
         plan::TESTBED_URL => Vec::new(),
         url => check_target_resolves(url, local, &console).await?,
     };
-    let mut output_specs = crate::output::resolve(&args.outputs, args.plan.as_deref(), &|k| {
-        std::env::var(k).ok()
-    })?;
+    let mut output_specs = crate::output::specs(&plan.outputs, &|k| std::env::var(k).ok())?;
     if search.is_some() && !output_specs.is_empty() {
         // A search's steps are reports of their own, written to --out.
         console.notice(

@@ -24,20 +24,23 @@ pub use settings::Settings;
 
 use crate::cli::{self, RunArgs, SearchArgs};
 use crate::error::Error;
+use crate::plan::{SearchFlags, SearchPlan};
 
-/// The flags of the search's runs and the driver that picks each step:
-/// `run::run_steps` runs them (the command's exit status is then 0 a
-/// capacity was found, 1 even `--from` failed the SLO, 3 undecided).
-pub fn prepare(args: SearchArgs) -> Result<(RunArgs, Driver), Error> {
-    let settings = Settings::resolve(&args)?;
+/// The flags of the search's runs and the search's own flags, laid over
+/// the plan's `[search]` table: `run::run_steps` runs them (the command's
+/// exit status is then 0 a capacity was found, 1 even `--from` failed the
+/// SLO, 3 undecided).
+pub fn prepare(args: SearchArgs) -> Result<(RunArgs, SearchFlags), Error> {
+    settings::refuse_run_flags(&args.run)?;
+    let flags = settings::flags(&args);
     let mut run = args.run;
-    settings.lay_over(&mut run.flags);
-    if settings.vary == Some(cli::Vary::Clients) && run.plan.is_none() {
+    if args.vary == Some(cli::Vary::Clients) && run.plan.is_none() {
         // Without a plan the flags make the scenario: a closed one, whose
         // client count each step then sets.
-        run.flags.clients = Some(settings.course.from.round().max(1.0) as u32);
+        let from = args.from.unwrap_or(SearchPlan::DEFAULT_FROM);
+        run.flags.clients = Some(from.round().max(1.0) as u32);
     }
     // `--repeat` repeats steps near the boundary, not the whole search.
     run.repeat = 1;
-    Ok((run, Driver::new(settings)))
+    Ok((run, flags))
 }

@@ -10,7 +10,8 @@ use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::Overlay;
-pub use crate::plan::{percent, Vary};
+pub use crate::plan::Vary;
+use crate::thresholds::percent;
 
 #[derive(Debug, Parser)]
 #[command(

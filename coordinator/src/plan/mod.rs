@@ -20,6 +20,7 @@ mod names;
 mod outputs;
 mod overlay;
 mod overlay_outputs;
+mod overlay_search;
 mod parse;
 mod preview;
 mod raw;
@@ -40,7 +41,8 @@ pub use outputs::{
 pub use overlay::{Overlay, ProcessArg};
 pub use overlay_outputs::OutputArgs;
 pub use preview::{preview, Preview, PREVIEW_AGENTS, PREVIEW_ROWS};
-pub use search::{SearchFlags, SearchPlan, Vary};
+pub use overlay_search::SearchFlags;
+pub use search::{SearchPlan, Vary};
 pub use sse::SsePlan;
 pub use tls::TargetTls;
 pub use validated::{
@@ -82,21 +84,6 @@ impl Flags {
         }
         laid
     }
-}
-
-/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1: the
-/// one reading of a percentage, for flags and plan keys alike.
-pub fn percent(s: &str) -> Result<f64, String> {
-    let n: f64 = s
-        .trim()
-        .trim_end_matches('%')
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5%"))?;
-    if !(0.0..=100.0).contains(&n) {
-        return Err(format!("{s:?} is out of range; use 0% to 100%"));
-    }
-    Ok(n / 100.0)
 }
 
 /// The plan for a preview: [`resolve_all`] with the flags of its

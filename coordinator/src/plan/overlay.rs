@@ -183,7 +183,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 /// A value a flag put into the raw plan: it has no place in the file.
-fn flag_value<T>(v: T) -> Spanned<T> {
+pub(super) fn flag_value<T>(v: T) -> Spanned<T> {
     Spanned::new(0..0, v)
 }
 

@@ -9,10 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use toml::Spanned;
 
 use super::outputs::{check_label_name, histograms, split_userinfo, Kind};
-use super::overlay::Laid;
+use super::overlay::{flag_value, Laid};
 use super::raw::{RawOutput, RawPlan};
 
 /// The `run` flags of the live outputs (docs/outputs.md).
@@ -72,11 +71,6 @@ pub struct OutputArgs {
     /// outputs may be signed by, besides the system's trust store.
     #[arg(long, value_name = "PATH")]
     pub out_ca_file: Option<PathBuf>,
-}
-
-/// A value a flag put into the raw plan: it has no place in the file.
-fn flag_value<T>(v: T) -> Spanned<T> {
-    Spanned::new(0..0, v)
 }
 
 /// A path given as a flag, read from the working folder (the plan's own

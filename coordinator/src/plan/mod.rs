@@ -40,8 +40,8 @@ pub use outputs::{
 };
 pub use overlay::{Overlay, ProcessArg};
 pub use overlay_outputs::OutputArgs;
-pub use preview::{preview, Preview, PREVIEW_AGENTS, PREVIEW_ROWS};
 pub use overlay_search::SearchFlags;
+pub use preview::{preview, Preview, PREVIEW_AGENTS, PREVIEW_ROWS};
 pub use search::{SearchPlan, Vary};
 pub use sse::SsePlan;
 pub use tls::TargetTls;

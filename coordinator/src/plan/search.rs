@@ -121,7 +121,7 @@ pub(super) fn search(c: &mut Check<'_>, raw: Option<&Spanned<RawSearch>>) -> Sea
         c.err(
             "search.to",
             s.to.as_ref().map(Spanned::span),
-            format!("{to} must be above from ({from}): the search looks between them"),
+            format!("{to} must be above --from {from} (`from` in [search]): the search looks between them"),
         );
     }
     let resolution = s.resolution.as_ref().and_then(|r| {

@@ -30,7 +30,7 @@ fn the_flags_win_and_their_mistakes_name_the_flag() {
         ..SearchFlags::default()
     })
     .unwrap_err();
-    assert!(e.contains("--to: 50 must be above from (100)"), "{e}");
+    assert!(e.contains("--to: 50 must be above --from 100"), "{e}");
     let e = search(SearchFlags {
         resolution: Some(0.0),
         ..SearchFlags::default()

@@ -22,7 +22,7 @@ use crate::fleet::RunResult;
 use crate::output::Outputs;
 use crate::plan::{self, Plan};
 use crate::report::{self, PlanInfo};
-pub use host::Host;
+pub use host::{Host, Served};
 pub use setup::{flags, setup, ControlTls, RunSetup};
 
 /// Runs the whole command; the value is the process exit status.
@@ -31,9 +31,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let plan = plan::resolve_all(args.plan.as_deref(), &flags(&args, None))?;
     let mut setup = setup(&args, plan, args.token()?, &|k| std::env::var(k).ok())?;
     let (file, out) = (args.plan.as_deref(), args.out.as_deref());
-    let mut host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
+    let host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
     let (info, spec) = host.describe(&setup);
-    host.serve(&setup).await?;
+    let served = host.serve(&setup).await?;
     // The live outputs: what is measured reaches --out as each second
     // settles, so it outlives a coordinator that is killed.
     let out_dir = host.out_dir.clone();
@@ -48,7 +48,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         spec.repeats,
     );
     let (sink, outputs) = crate::output::start(&setup.outputs, &labels, Box::new(live))?;
-    let results = host.run_fleet(spec, Some(sink), None).await?;
+    let results = host.run_fleet(served, spec, Some(sink), None).await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
     finish(&results, &info, &setup.plan, outputs, &out_dir, repeats).await

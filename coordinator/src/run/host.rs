@@ -47,11 +47,11 @@ pub struct Host {
     split: Option<local::CpuSplit>,
     agent_bin: Option<PathBuf>,
     testbed: Option<Child>,
-    served: Option<Served>,
 }
 
-/// The control plane and what dials it.
-struct Served {
+/// The control plane and what dials it, from [`Host::serve`] until the
+/// fleet is run.
+pub struct Served {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     shutdown: oneshot::Sender<()>,
     agents: Vec<Child>,
@@ -99,7 +99,6 @@ impl Host {
                 .flatten(),
             agent_bin,
             testbed: None,
-            served: None,
         };
         if let (Some(bin), Some(tb_args)) = (&testbed_bin, &setup.testbed) {
             let cpus = host.split.as_ref().map(|s| s.target.as_slice());
@@ -169,7 +168,7 @@ impl Host {
 
     /// Serves the control plane, starts the local agents, watches for
     /// Ctrl-C and SIGTERM and serves `--metrics-listen`.
-    pub async fn serve(&mut self, setup: &RunSetup) -> Result<(), Error> {
+    pub async fn serve(&self, setup: &RunSetup) -> Result<Served, Error> {
         let listener = tokio::net::TcpListener::bind(setup.listen)
             .await
             .with_context(|| format!("--listen {}: cannot bind the control plane", setup.listen))?;
@@ -200,15 +199,14 @@ impl Host {
             let cpus = self.split.as_ref().map(|s| s.agents.as_slice());
             agents = local::start_agents(bin, n, &url, &setup.token, cpus)?;
         }
-        self.served = Some(Served {
+        Ok(Served {
             server,
             shutdown,
             agents,
             events,
             interrupt: Box::pin(interrupt()?),
             metrics: self.serve_metrics(setup.metrics_listen).await?,
-        });
-        Ok(())
+        })
     }
 
     /// `--metrics-listen`: the Prometheus text of the run, as it goes.
@@ -234,14 +232,11 @@ impl Host {
     /// picks as it goes), then stops everything this host started.
     pub async fn run_fleet(
         mut self,
+        served: Served,
         spec: RunSpec,
         sink: Option<Box<dyn Sink>>,
         next: Option<NextSchedule>,
-    ) -> Result<Vec<RunResult>, Error> {
-        let served = self
-            .served
-            .take()
-            .ok_or_else(|| anyhow::anyhow!("the fleet ran before the control plane was served"))?;
+    ) -> Vec<RunResult> {
         let shown = self.console.clone();
         let drain = spec.drain;
         let outputs = fleet::Outputs {
@@ -270,7 +265,7 @@ impl Host {
         if let Some(mut t) = self.testbed.take() {
             let _ = t.kill().await;
         }
-        Ok(results)
+        results
     }
 }
 

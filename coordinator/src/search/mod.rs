@@ -47,13 +47,13 @@ pub async fn run(args: SearchArgs) -> Result<u8, Error> {
         setup.outputs.clear();
     }
     let (file, out) = (args.plan.as_deref(), args.out.as_deref());
-    let mut host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
+    let host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
     let (info, mut spec) = host.describe(&setup);
     driver.prepare_spec(&mut spec, &info, &host.out_dir, &console)?;
-    host.serve(&setup).await?;
+    let served = host.serve(&setup).await?;
     let out_dir = host.out_dir.clone();
     let (next, driver) = driver.into_next();
-    let results = host.run_fleet(spec, None, Some(next)).await?;
+    let results = host.run_fleet(served, spec, None, Some(next)).await;
     driver.finish(&results, &out_dir)
 }
 

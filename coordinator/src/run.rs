@@ -1,9 +1,9 @@
 //! `loadfleet-coordinator run`: from flags to a written report.
 //!
-//! [`setup`] turns flags and the plan into a [`RunSetup`], refusing what
+//! `setup` turns flags and the plan into a [`RunSetup`], refusing what
 //! cannot work before anything starts; the [`Host`] starts the target,
 //! the control plane and the local agents, runs the fleet and stops them
-//! all again; [`folder`] names and writes the run's files. `run` (here)
+//! all again; `folder` names and writes the run's files. `run` (here)
 //! and `search` (`crate::search`) are thin callers of these three.
 
 mod folder;

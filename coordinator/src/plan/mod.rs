@@ -8,6 +8,9 @@
 //! (a rate profile: constant, ramps, steps, pauses; uniform or Poisson) or
 //! closed (a client population with think time), starts at an offset or
 //! after the previous one, and sends a weighted mix of templated requests.
+//! Its live outputs (`[[output]]`) and a capacity search's settings
+//! (`[search]`) are part of the same plan: one reader, one overlay of
+//! flags ([`Flags`]), one validator.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -12,7 +12,7 @@ use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::{Credential, OutputPlan};
-pub use crate::plan::{Histograms, OutputArgs, OutputKind as Kind, Secret};
+pub use crate::plan::{Histograms, OutputKind as Kind, Secret};
 
 /// One output, ready to start.
 #[derive(Debug, Clone)]
@@ -151,7 +151,7 @@ pub fn specs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{self, Flags};
+    use crate::plan::{self, Flags, OutputArgs};
     use std::path::Path;
 
     fn no_env(_: &str) -> Option<String> {

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loadfleet_proto::vocab::{VerdictCode, VerdictLevel};
 
-pub use config::{specs, OutputArgs, OutputSpec};
+pub use config::{specs, OutputSpec};
 
 use crate::aggregate::Aggregate;
 use crate::fleet::{Settled, Sink};

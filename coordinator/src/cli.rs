@@ -10,6 +10,8 @@ use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::Overlay;
+pub use crate::plan::Vary;
+use crate::thresholds::percent;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,42 +75,6 @@ pub struct CompareArgs {
     /// Print the comparison as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// What a capacity search varies from step to step.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Vary {
-    /// The open-model scenarios' arrival rate, scaled together.
-    Rate,
-    /// The closed-model scenarios' client count, scaled together.
-    Clients,
-}
-
-impl Vary {
-    /// An amount of what is varied, as the summary writes it: whole
-    /// requests or clients when it is one.
-    pub fn amount(self, v: f64) -> String {
-        let unit = match self {
-            Vary::Rate => "req/s",
-            Vary::Clients => "clients",
-        };
-        if (v - v.round()).abs() < 1e-6 {
-            format!("{v:.0} {unit}")
-        } else {
-            format!("{v:.1} {unit}")
-        }
-    }
-
-    /// What the steps are named by, in a sentence.
-    pub fn noun(self) -> &'static str {
-        match self {
-            Vary::Rate => "rate",
-            Vary::Clients => "client count",
-        }
-    }
 }
 
 #[derive(Debug, Args)]
@@ -209,7 +175,7 @@ pub struct RunArgs {
     pub metrics_listen: Option<SocketAddr>,
     /// Live outputs: Prometheus remote write, InfluxDB, OTLP (crate::output).
     #[command(flatten)]
-    pub outputs: crate::output::OutputArgs,
+    pub outputs: crate::plan::OutputArgs,
     /// Folder for report.json, report.html and the interval log (default: a
     /// fresh loadfleet-out-<time> folder).
     #[arg(long)]
@@ -257,21 +223,6 @@ impl RunArgs {
             (None, None) => Ok(None),
         }
     }
-}
-
-/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1: the
-/// one reading of a percentage, for flags and plan keys alike.
-pub fn percent(s: &str) -> Result<f64, String> {
-    let n: f64 = s
-        .trim()
-        .trim_end_matches('%')
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5%"))?;
-    if !(0.0..=100.0).contains(&n) {
-        return Err(format!("{s:?} is out of range; use 0% to 100%"));
-    }
-    Ok(n / 100.0)
 }
 
 /// A rate flag: `500` or `500/s`.

@@ -4,20 +4,12 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::Error;
-use crate::plan::{self, Model, Overlay, PlanError};
+use crate::plan::{self, Model, Overlay};
 
-/// Validates the plan and summarises it. Its `[[output]]` tables are
-/// checked too, so that one pass shows every problem.
+/// Validates the plan, its `[[output]]` and `[search]` tables included,
+/// and summarises it.
 pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
-    let (plan, outputs) = match (plan::load(file), crate::output::config::check_plan(file)) {
-        (Ok(plan), Ok(outputs)) => (plan, outputs),
-        (Err(mut errors), Err(output)) => {
-            errors.errors.push(output_error(file, &output));
-            return Err(errors.into());
-        }
-        (Err(errors), Ok(_)) => return Err(errors.into()),
-        (Ok(_), Err(output)) => return Err(output),
-    };
+    let plan = plan::load(file)?;
     writeln!(
         out,
         "{}: ok — {} scenario(s), {:.1}s, target {}",
@@ -57,25 +49,10 @@ pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
             writeln!(out, "    requests: {}", names.join(", "))?;
         }
     }
-    for o in outputs {
+    for o in &plan.outputs {
         writeln!(out, "  output {}", o.label())?;
     }
     Ok(())
-}
-
-/// A mistake in an `[[output]]` table among the plan's: its message is
-/// "PLAN: [[output]] #N: what", which becomes field and message.
-fn output_error(file: &Path, e: &Error) -> PlanError {
-    let text = e.to_string();
-    let text = text
-        .strip_prefix(&format!("{}: ", file.display()))
-        .unwrap_or(&text);
-    let (field, message) = text.split_once(": ").unwrap_or(("output", text));
-    PlanError {
-        field: field.to_string(),
-        line: None,
-        message: message.to_string(),
-    }
 }
 
 /// Per-second load for the fleet and each agent, with a text chart: the

@@ -235,6 +235,21 @@ impl Threshold {
     }
 }
 
+/// A share written as a percentage, `5%` or `5`, as a fraction 0..=1: the
+/// one reading of a percentage, for flags and plan keys alike.
+pub fn percent(s: &str) -> Result<f64, String> {
+    let n: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a percentage; write e.g. 5%"))?;
+    if !(0.0..=100.0).contains(&n) {
+        return Err(format!("{s:?} is out of range; use 0% to 100%"));
+    }
+    Ok(n / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

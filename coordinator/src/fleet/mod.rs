@@ -192,7 +192,7 @@ pub struct RunResult {
     pub protocol: Vec<validate::Ledger>,
 }
 
-/// Where a run's seconds go as they settle: `report::live` writes them to
+/// Where a run's seconds go as they settle: `run::folder::live` writes them to
 /// disk, so a coordinator that dies leaves what it measured behind.
 pub trait Sink: Send {
     /// Called on every tick of a run, and once more when it ends.

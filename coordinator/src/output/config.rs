@@ -1,116 +1,18 @@
-//! Which outputs a run pushes to, from the `--out-*` flags and the plan's
-//! `[[output]]` tables, with their credentials read from files or the
-//! environment. A secret is kept only in [`Secret`], whose `Debug` hides
-//! it, so it cannot reach a log or the report by accident.
+//! The outputs a run pushes to, ready to start: the plan's outputs
+//! (`[[output]]` tables and `--out-*` flags, read and checked by
+//! `crate::plan`) with the credentials they name in environment variables
+//! read now. A secret is kept only in [`Secret`], whose `Debug` hides it,
+//! so it cannot reach a log or the report by accident.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-
-use clap::Args;
-use serde::Deserialize;
 
 use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
-
-/// The `run` flags of the live outputs (docs/outputs.md).
-#[derive(Debug, Clone, Default, Args)]
-pub struct OutputArgs {
-    /// Push each settled second to a Prometheus remote-write receiver
-    /// (remote write 1.0: protobuf + snappy), e.g.
-    /// http://127.0.0.1:9090/api/v1/write. May be given more than once.
-    #[arg(long, value_name = "URL")]
-    pub out_prometheus: Vec<String>,
-    /// Push each settled second to InfluxDB as line protocol: a v1 URL
-    /// (http://HOST:8086/write?db=NAME) or a v2 one
-    /// (http://HOST:8086/api/v2/write?org=ORG&bucket=BUCKET).
-    #[arg(long, value_name = "URL")]
-    pub out_influxdb: Vec<String>,
-    /// Push each settled second as OpenTelemetry metrics over OTLP/HTTP
-    /// (protobuf), e.g. http://127.0.0.1:4318/v1/metrics.
-    #[arg(long, value_name = "URL")]
-    pub out_otlp: Vec<String>,
-    /// How long one push may take before it is retried (three tries in
-    /// all), and how long the coordinator waits at its end for the last
-    /// pushes.
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub out_timeout: Option<Duration>,
-    /// Seconds an output may have waiting; past that the oldest is dropped
-    /// and counted as lost.
-    #[arg(long, value_name = "N")]
-    pub out_queue: Option<usize>,
-    /// Latency histograms for Prometheus: `native` (default) or `classic`
-    /// (`_bucket` series with `le`), for receivers without native ones.
-    #[arg(long, value_name = "KIND")]
-    pub out_histograms: Option<String>,
-    /// A label on every series (KEY=VALUE), e.g. `--out-label team=web`.
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub out_label: Vec<String>,
-    /// Also push per-agent series (sent, completed, CPU, lag) with an
-    /// `agent` label.
-    #[arg(long)]
-    pub out_per_agent: bool,
-    /// The `run_id` label (default: the --out folder's name).
-    #[arg(long, value_name = "ID")]
-    pub out_run_id: Option<String>,
-    /// A file holding the bearer token of the flag-given outputs (sent as
-    /// `Authorization: Bearer`, or `Token` to InfluxDB). Also read from
-    /// LOADFLEET_OUT_TOKEN.
-    #[arg(long, value_name = "PATH")]
-    pub out_token_file: Option<PathBuf>,
-    /// A file holding `user:password` for basic auth of the flag-given
-    /// outputs. Also read from LOADFLEET_OUT_BASIC_AUTH.
-    #[arg(long, value_name = "PATH")]
-    pub out_basic_auth_file: Option<PathBuf>,
-    /// A header on every push of the flag-given outputs, `NAME: VALUE`;
-    /// `NAME: @PATH` reads the value from a file.
-    #[arg(long, value_name = "HEADER")]
-    pub out_header: Vec<String>,
-    /// A CA certificate (PEM) that https:// receivers of the flag-given
-    /// outputs may be signed by, besides the system's trust store.
-    #[arg(long, value_name = "PATH")]
-    pub out_ca_file: Option<PathBuf>,
-}
-
-/// A credential: shown as `<hidden>` by `Debug`, never printed.
-#[derive(Clone, PartialEq)]
-pub struct Secret(String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<hidden>")
-    }
-}
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Prometheus,
-    Influx,
-    Otlp,
-}
-
-impl Kind {
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Prometheus => "prometheus",
-            Kind::Influx => "influxdb",
-            Kind::Otlp => "otlp",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Histograms {
-    Native,
-    Classic,
-}
+use crate::plan::{Credential, OutputPlan};
+pub use crate::plan::{Histograms, OutputKind as Kind, Secret};
 
 /// One output, ready to start.
 #[derive(Debug, Clone)]
@@ -130,16 +32,12 @@ pub struct OutputSpec {
     pub ca_file: Option<PathBuf>,
 }
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_QUEUE: usize = 60;
-
 impl OutputSpec {
     /// `prometheus http://host:9090/api/v1/write`: the output as messages
     /// name it, without credentials or query (a v1 InfluxDB URL may carry
     /// a password there).
     pub fn label(&self) -> String {
-        let shown = self.url.split('?').next().unwrap_or(&self.url);
-        format!("{} {shown}", self.kind.name())
+        crate::plan::output_label(self.kind, &self.url)
     }
 
     /// Where to post: InfluxDB is told the stamps are milliseconds.
@@ -195,354 +93,82 @@ fn base64(bytes: &[u8]) -> String {
     out
 }
 
-/// A plan's `[[output]]` table.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawOutput {
-    kind: String,
-    url: String,
-    timeout: Option<String>,
-    queue: Option<usize>,
-    histograms: Option<String>,
-    per_agent: Option<bool>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    token_file: Option<PathBuf>,
-    token_env: Option<String>,
-    basic_auth_file: Option<PathBuf>,
-    basic_auth_env: Option<String>,
-    /// Header values given in the plan; `@PATH` reads one from a file.
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    /// Header values read from environment variables (header → variable).
-    #[serde(default)]
-    headers_env: BTreeMap<String, String>,
-    /// A CA certificate (PEM) for an https:// receiver.
-    ca_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawOutputs {
-    #[serde(default)]
-    output: Vec<RawOutput>,
-}
-
-/// Every output of the run: the plan's `[[output]]` tables, then the
-/// flags' ones. `env` reads the environment (a parameter for tests).
-pub fn resolve(
-    args: &OutputArgs,
-    plan: Option<&Path>,
+/// The outputs with every credential read: those the plan names in
+/// environment variables are read from `env` (a parameter for tests).
+pub fn specs(
+    outputs: &[OutputPlan],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<OutputSpec>, Error> {
-    let timeout = args.out_timeout.unwrap_or(DEFAULT_TIMEOUT);
-    let queue = args.out_queue.unwrap_or(DEFAULT_QUEUE);
-    let histograms = histograms(args.out_histograms.as_deref(), "--out-histograms")?;
-    let mut labels = BTreeMap::new();
-    for l in &args.out_label {
-        let (k, v) = l.split_once('=').ok_or_else(|| {
-            error::flags(format!(
-                "--out-label {l:?}: give KEY=VALUE, e.g. --out-label team=web"
-            ))
-        })?;
-        check_label_name(k, "--out-label")?;
-        labels.insert(k.to_string(), v.to_string());
-    }
-    let mut out = Vec::new();
-    if let Some(path) = plan {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| error::flags(format!("{}: {e}", path.display())))?;
-        let raw: RawOutputs = toml::from_str(&text).map_err(|e| {
-            error::flags(format!("{}: [[output]]: {}", path.display(), e.message()))
-        })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        for (i, o) in raw.output.into_iter().enumerate() {
-            let at = format!("{}: [[output]] #{}", path.display(), i + 1);
-            out.push(from_plan(o, &at, base, args, &labels, env)?);
+    let read = |c: &Option<Credential>| -> Result<Option<Secret>, Error> {
+        match c {
+            None => Ok(None),
+            Some(Credential::Given(s)) => Ok(Some(s.clone())),
+            Some(Credential::Env {
+                var,
+                required,
+                field,
+            }) => match env(var) {
+                Some(v) => Ok(Some(Secret::new(v))),
+                None if *required => Err(error::flags(format!(
+                    "{field} names {var}, which is not set; set it, or take the credential from a file"
+                ))),
+                None => Ok(None),
+            },
         }
-    }
-    let flag_bearer = match &args.out_token_file {
-        Some(p) => Some(read_secret(p, "--out-token-file")?),
-        None => env("LOADFLEET_OUT_TOKEN").map(Secret),
     };
-    let flag_basic = match &args.out_basic_auth_file {
-        Some(p) => Some(read_secret(p, "--out-basic-auth-file")?),
-        None => env("LOADFLEET_OUT_BASIC_AUTH").map(Secret),
-    };
-    let mut flag_headers = Vec::new();
-    for h in &args.out_header {
-        let (k, v) = h.split_once(':').ok_or_else(|| {
-            error::flags(format!(
-                "--out-header: give NAME: VALUE (the header {:?} has no colon)",
-                h.split(':').next().unwrap_or("")
-            ))
-        })?;
-        flag_headers.push((
-            k.trim().to_string(),
-            header_value(v.trim(), Path::new("."), "--out-header")?,
-        ));
-    }
-    let flagged = args
-        .out_prometheus
-        .iter()
-        .map(|u| (Kind::Prometheus, u))
-        .chain(args.out_influxdb.iter().map(|u| (Kind::Influx, u)))
-        .chain(args.out_otlp.iter().map(|u| (Kind::Otlp, u)));
-    for (kind, url) in flagged {
-        let flag = format!("--out-{}", kind.name());
-        let (url, userinfo) = split_userinfo(url);
-        check_url(&url, kind, &flag)?;
-        out.push(OutputSpec {
-            kind,
-            url,
-            timeout,
-            queue,
-            histograms,
-            per_agent: args.out_per_agent,
-            labels: labels.clone(),
-            bearer: flag_bearer.clone(),
-            basic: userinfo.or_else(|| flag_basic.clone()),
-            headers: flag_headers.clone(),
-            ca_file: args.out_ca_file.clone(),
+    let mut specs = Vec::new();
+    for o in outputs {
+        let mut headers = Vec::new();
+        for (name, value) in &o.headers {
+            if let Some(v) = read(&Some(value.clone()))? {
+                if name.len() + v.expose().len() > bounds::MAX_HEADER_BYTES {
+                    return Err(error::flags(format!(
+                        "{}: the header {name} is over {} bytes",
+                        o.label(),
+                        bounds::MAX_HEADER_BYTES
+                    )));
+                }
+                headers.push((name.clone(), v));
+            }
+        }
+        specs.push(OutputSpec {
+            kind: o.kind,
+            url: o.url.clone(),
+            timeout: o.timeout,
+            queue: o.queue,
+            histograms: o.histograms,
+            per_agent: o.per_agent,
+            labels: o.labels.clone(),
+            bearer: read(&o.bearer)?,
+            basic: read(&o.basic)?,
+            headers,
+            ca_file: o.ca_file.clone(),
         });
     }
-    check_bounds(&out)?;
-    Ok(out)
-}
-
-/// The outputs against proto's bounds, before anything is allocated for
-/// them: the plan and the flags are the user's input.
-fn check_bounds(outputs: &[OutputSpec]) -> Result<(), Error> {
-    if outputs.len() > bounds::MAX_OUTPUTS {
-        return Err(error::flags(format!(
-            "{} live outputs asked; at most {} can run at once",
-            outputs.len(),
-            bounds::MAX_OUTPUTS
-        )));
-    }
-    for o in outputs {
-        let what = o.label();
-        if o.queue == 0 || o.queue > bounds::MAX_OUTPUT_QUEUE {
-            return Err(error::flags(format!(
-                "{what}: queue {} is out of range; give 1 to {} seconds (--out-queue or queue)",
-                o.queue,
-                bounds::MAX_OUTPUT_QUEUE
-            )));
-        }
-        if o.timeout.is_zero() || o.timeout > bounds::MAX_TIMEOUT {
-            return Err(error::flags(format!(
-                "{what}: timeout {} is out of range; give more than 0 and at most {} (--out-timeout or timeout)",
-                humantime::format_duration(o.timeout),
-                humantime::format_duration(bounds::MAX_TIMEOUT)
-            )));
-        }
-        if o.url.len() > bounds::MAX_URL_BYTES {
-            return Err(error::flags(format!(
-                "{what}: the URL is {} bytes; at most {}",
-                o.url.len(),
-                bounds::MAX_URL_BYTES
-            )));
-        }
-        if o.labels.len() > bounds::MAX_OUTPUT_LABELS
-            || o.labels
-                .iter()
-                .any(|(k, v)| k.len() + v.len() > bounds::MAX_NAME_BYTES)
-        {
-            return Err(error::flags(format!(
-                "{what}: give at most {} labels (--out-label or labels), each name and value together at most {} bytes",
-                bounds::MAX_OUTPUT_LABELS,
-                bounds::MAX_NAME_BYTES
-            )));
-        }
-        if o.headers.len() > bounds::MAX_HEADERS
-            || o.headers
-                .iter()
-                .any(|(k, v)| k.len() + v.0.len() > bounds::MAX_HEADER_BYTES)
-        {
-            return Err(error::flags(format!(
-                "{what}: give at most {} headers (--out-header or headers), each at most {} bytes",
-                bounds::MAX_HEADERS,
-                bounds::MAX_HEADER_BYTES
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The plan's `[[output]]` tables checked for `plan check`: kinds, URLs,
-/// labels, settings and credential files; environment variables are taken
-/// as set, since the check may run where the run's secrets are not.
-pub fn check_plan(plan: &Path) -> Result<Vec<OutputSpec>, Error> {
-    resolve(&OutputArgs::default(), Some(plan), &|_| Some(String::new()))
-}
-
-fn from_plan(
-    o: RawOutput,
-    at: &str,
-    base: &Path,
-    args: &OutputArgs,
-    labels: &BTreeMap<String, String>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<OutputSpec, Error> {
-    let kind = match o.kind.as_str() {
-        "prometheus" => Kind::Prometheus,
-        "influxdb" => Kind::Influx,
-        "otlp" => Kind::Otlp,
-        other => {
-            return Err(error::flags(format!(
-            "{at}: kind {other:?} is not an output; use \"prometheus\", \"influxdb\" or \"otlp\""
-        )))
-        }
-    };
-    let (url, userinfo) = split_userinfo(&o.url);
-    check_url(&url, kind, &format!("{at}: url"))?;
-    let timeout = match &o.timeout {
-        Some(t) => humantime::parse_duration(t)
-            .map_err(|e| error::flags(format!("{at}: timeout {t:?}: {e}")))?,
-        None => args.out_timeout.unwrap_or(DEFAULT_TIMEOUT),
-    };
-    let from_env = |var: &Option<String>, what: &str| -> Result<Option<Secret>, Error> {
-        match var {
-            Some(v) => env(v)
-                .map(|s| Some(Secret(s)))
-                .ok_or_else(|| error::flags(format!("{at}: {what} names {v}, which is not set"))),
-            None => Ok(None),
-        }
-    };
-    let bearer = match &o.token_file {
-        Some(p) => Some(read_secret(&base.join(p), &format!("{at}: token_file"))?),
-        None => from_env(&o.token_env, "token_env")?,
-    };
-    let basic = match &o.basic_auth_file {
-        Some(p) => Some(read_secret(
-            &base.join(p),
-            &format!("{at}: basic_auth_file"),
-        )?),
-        None => from_env(&o.basic_auth_env, "basic_auth_env")?.or(userinfo),
-    };
-    let mut headers = Vec::new();
-    for (k, v) in &o.headers {
-        headers.push((k.clone(), header_value(v, base, at)?));
-    }
-    for (k, var) in &o.headers_env {
-        let v = from_env(&Some(var.clone()), "headers_env")?;
-        headers.extend(v.map(|v| (k.clone(), v)));
-    }
-    let mut all_labels = labels.clone();
-    for k in o.labels.keys() {
-        check_label_name(k, at)?;
-    }
-    all_labels.extend(o.labels);
-    Ok(OutputSpec {
-        kind,
-        url,
-        timeout,
-        queue: o.queue.or(args.out_queue).unwrap_or(DEFAULT_QUEUE),
-        histograms: match &o.histograms {
-            Some(h) => histograms(Some(h), &format!("{at}: histograms"))?,
-            None => histograms(args.out_histograms.as_deref(), "--out-histograms")?,
-        },
-        per_agent: o.per_agent.unwrap_or(args.out_per_agent),
-        labels: all_labels,
-        bearer,
-        basic,
-        headers,
-        ca_file: o.ca_file.map(|p| base.join(p)),
-    })
-}
-
-fn histograms(v: Option<&str>, what: &str) -> Result<Histograms, Error> {
-    match v {
-        None | Some("native") => Ok(Histograms::Native),
-        Some("classic") => Ok(Histograms::Classic),
-        Some(other) => Err(error::flags(format!(
-            "{what} {other:?}: use \"native\" or \"classic\""
-        ))),
-    }
-}
-
-fn check_label_name(k: &str, what: &str) -> Result<(), Error> {
-    let ok = k
-        .chars()
-        .enumerate()
-        .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()))
-        && !k.is_empty()
-        && !k.starts_with("__");
-    if ok && !["run_id", "plan", "scenario", "repeat", "agent"].contains(&k) {
-        Ok(())
-    } else {
-        Err(error::flags(format!(
-            "{what}: {k:?} cannot be a label name: use letters, digits and _, not starting with a digit or __, and none of run_id, plan, scenario, repeat, agent"
-        )))
-    }
-}
-
-fn check_url(url: &str, kind: Kind, what: &str) -> Result<(), Error> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| error::flags(format!("{what} {url:?}: not a URL ({e})")))?;
-    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-        return Err(error::flags(format!(
-            "{what} {url:?}: give an http:// or https:// URL with a host"
-        )));
-    }
-    let path = uri.path();
-    let fine = match kind {
-        Kind::Prometheus | Kind::Otlp => path.len() > 1,
-        Kind::Influx => {
-            (path == "/write" && uri.query().is_some_and(|q| q.contains("db=")))
-                || (path == "/api/v2/write" && uri.query().is_some_and(|q| q.contains("bucket=")))
-        }
-    };
-    if fine {
-        return Ok(());
-    }
-    Err(error::flags(match kind {
-        Kind::Prometheus => format!(
-            "{what} {url:?}: give the receiver's write path, e.g. http://127.0.0.1:9090/api/v1/write"
-        ),
-        Kind::Otlp => format!(
-            "{what} {url:?}: give the collector's metrics path, e.g. http://127.0.0.1:4318/v1/metrics"
-        ),
-        Kind::Influx => format!(
-            "{what} {url:?}: give http://HOST:8086/write?db=NAME (InfluxDB 1.x) or http://HOST:8086/api/v2/write?org=ORG&bucket=BUCKET (2.x)"
-        ),
-    }))
-}
-
-/// `http://user:pass@host/…` → the URL without them, and them as a secret.
-fn split_userinfo(url: &str) -> (String, Option<Secret>) {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return (url.to_string(), None);
-    };
-    let host_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_end].rsplit_once('@') {
-        Some((userinfo, host)) => (
-            format!("{scheme}://{host}{}", &rest[host_end..]),
-            Some(Secret(userinfo.to_string())),
-        ),
-        None => (url.to_string(), None),
-    }
-}
-
-fn read_secret(path: &Path, what: &str) -> Result<Secret, Error> {
-    loadfleet_sys::read_secret(path, bounds::MAX_SECRET_BYTES)
-        .map(Secret)
-        .map_err(|e| error::flags(format!("{what} {}: {e}", path.display())))
-}
-
-fn header_value(v: &str, base: &Path, what: &str) -> Result<Secret, Error> {
-    match v.strip_prefix('@') {
-        Some(p) => read_secret(&base.join(p), what),
-        None => Ok(Secret(v.to_string())),
-    }
+    Ok(specs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{self, Flags, OutputArgs};
+    use std::path::Path;
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    /// The outputs of a plan made of flags, or every mistake in them.
+    fn resolve(
+        args: &OutputArgs,
+        file: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<OutputSpec>, Error> {
+        let flags = Flags {
+            outputs: args.clone(),
+            ..Flags::default()
+        };
+        specs(&plan::resolve_all(file, &flags)?.outputs, env)
     }
 
     #[test]
@@ -604,14 +230,17 @@ mod tests {
                 out_queue: Some(queue),
                 ..Default::default()
             });
-            assert!(e.contains("queue") && e.contains("--out-queue"), "{e}");
+            assert!(
+                e.contains("--out-queue: ") && e.contains("out of range"),
+                "{e}"
+            );
         }
         let e = bad(OutputArgs {
             out_prometheus: url(),
             out_timeout: Some(Duration::ZERO),
             ..Default::default()
         });
-        assert!(e.contains("--out-timeout"), "{e}");
+        assert!(e.contains("--out-timeout: "), "{e}");
         let e = bad(OutputArgs {
             out_prometheus: url(),
             out_label: (0..=bounds::MAX_OUTPUT_LABELS)
@@ -619,13 +248,13 @@ mod tests {
                 .collect(),
             ..Default::default()
         });
-        assert!(e.contains("--out-label"), "{e}");
+        assert!(e.contains("--out-label: "), "{e}");
         let e = bad(OutputArgs {
             out_prometheus: url(),
             out_header: vec![format!("X-Big: {}", "x".repeat(bounds::MAX_HEADER_BYTES))],
             ..Default::default()
         });
-        assert!(e.contains("--out-header"), "{e}");
+        assert!(e.contains("--out-header: "), "{e}");
         let e = bad(OutputArgs {
             out_prometheus: vec![format!(
                 "http://127.0.0.1:9090/api/v1/write?{}",
@@ -644,7 +273,7 @@ mod tests {
             ..Default::default()
         });
         assert!(
-            e.contains("--out-token-file") && e.contains("no credential"),
+            e.contains("--out-token-file: ") && e.contains("no credential"),
             "{e}"
         );
         let _ = std::fs::remove_dir_all(&dir);
@@ -659,8 +288,11 @@ mod tests {
         std::fs::write(
             &plan,
             r#"
+[target]
+url = "testbed"
 [[scenario]]
 rate = 1
+duration = "1s"
 [[output]]
 kind = "influxdb"
 url = "http://127.0.0.1:8086/api/v2/write?org=o&bucket=b"
@@ -678,6 +310,12 @@ labels = { team = "web" }
         assert!(h.contains(&("X-Extra".into(), "from-env".into())));
         assert_eq!(specs[0].labels["team"], "web");
         assert!(specs[0].push_url().ends_with("&precision=ms"));
+        let e = resolve(&OutputArgs::default(), Some(&plan), &no_env).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("output[0].headers_env.X-Extra names EXTRA, which is not set"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! Live outputs: the fleet-merged figures pushed once per settled second
 //! to Prometheus (remote write), InfluxDB (line protocol) and OpenTelemetry
-//! (OTLP/HTTP), next to the files of `report::live` (docs/outputs.md).
+//! (OTLP/HTTP), next to the files of `run::folder::live` (docs/outputs.md).
 //!
 //! [`Tee`] stands in the fleet's [`Sink`] slot: on each call it makes a
 //! [`frame::Frame`] from the merged state (before the live files fold the
@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loadfleet_proto::vocab::{VerdictCode, VerdictLevel};
 
-pub use config::{resolve, OutputArgs, OutputSpec};
+pub use config::{specs, OutputSpec};
 
 use crate::aggregate::Aggregate;
 use crate::fleet::{Settled, Sink};

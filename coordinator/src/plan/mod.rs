@@ -8,6 +8,9 @@
 //! (a rate profile: constant, ramps, steps, pauses; uniform or Poisson) or
 //! closed (a client population with think time), starts at an offset or
 //! after the previous one, and sends a weighted mix of templated requests.
+//! Its live outputs (`[[output]]`) and a capacity search's settings
+//! (`[search]`) are part of the same plan: one reader, one overlay of
+//! flags ([`Flags`]), one validator.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,11 +20,15 @@ mod files;
 mod grpc;
 mod model;
 mod names;
+mod outputs;
 mod overlay;
+mod overlay_outputs;
+mod overlay_search;
 mod parse;
 mod preview;
 mod raw;
 mod requests;
+mod search;
 mod shape;
 mod sse;
 mod timeline;
@@ -31,8 +38,14 @@ mod validate;
 mod validated;
 
 pub use check::{PlanError, PlanErrors};
+pub use outputs::{
+    label as output_label, Credential, Histograms, Kind as OutputKind, OutputPlan, Secret,
+};
 pub use overlay::{Overlay, ProcessArg};
+pub use overlay_outputs::OutputArgs;
+pub use overlay_search::SearchFlags;
 pub use preview::{preview, Preview, PREVIEW_AGENTS, PREVIEW_ROWS};
+pub use search::{SearchPlan, Vary};
 pub use sse::SsePlan;
 pub use tls::TargetTls;
 pub use validated::{
@@ -43,9 +56,48 @@ pub use validated::{
 /// Where a plan made of flags alone comes from, in messages.
 const FLAGS_SOURCE: &str = "the command line";
 
-/// The plan for a run or a preview: the file (if any) with the flags laid
-/// over it, or a one-scenario plan made of the flags alone.
+/// Every flag laid over a plan: those of its scenarios and target, of its
+/// live outputs, and, for `search`, of its `[search]` table.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub plan: Overlay,
+    pub outputs: OutputArgs,
+    pub search: Option<SearchFlags>,
+}
+
+impl Flags {
+    /// Flags for a plan's scenarios and target alone (`plan preview`).
+    pub fn plan(plan: &Overlay) -> Flags {
+        Flags {
+            plan: plan.clone(),
+            ..Flags::default()
+        }
+    }
+
+    fn lay_over(
+        &self,
+        raw: &mut raw::RawPlan,
+        from_file: bool,
+        timeline: Option<&timeline::Timeline>,
+    ) -> overlay::Laid {
+        let mut laid = self.plan.lay_over(raw, from_file, timeline);
+        self.outputs.lay_over(raw, &mut laid);
+        if let Some(search) = &self.search {
+            search.lay_over(raw, &mut laid);
+        }
+        laid
+    }
+}
+
+/// The plan for a preview: [`resolve_all`] with the flags of its
+/// scenarios and target alone.
 pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors> {
+    resolve_all(file, &Flags::plan(flags))
+}
+
+/// The plan for a run or a search: the file (if any) with the flags laid
+/// over it, or a one-scenario plan made of the flags alone.
+pub fn resolve_all(file: Option<&Path>, flags: &Flags) -> Result<Plan, PlanErrors> {
     let (text, source, base) = match file {
         Some(path) => (
             read(path)?,
@@ -63,7 +115,7 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
         }),
     };
     let laid_over =
-        |mut parsed: parse::Parsed, flags: &Overlay, timeline: Option<&timeline::Timeline>| {
+        |mut parsed: parse::Parsed, flags: &Flags, timeline: Option<&timeline::Timeline>| {
             let laid = flags.lay_over(&mut parsed.raw, file.is_some(), timeline);
             parsed.errors.extend(laid.errors);
             validate::validate(
@@ -75,12 +127,29 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
                     flags: laid.flags,
                     errors: parsed.errors,
                     dropped: parsed.dropped,
-                    thresholds: flags.thresholds.clone(),
+                    thresholds: flags.plan.thresholds.clone(),
                 },
             )
         };
     let parsed = read()?;
-    let Some(duration) = flags.duration.filter(|_| parsed.raw.scenario.len() > 1) else {
+    // A search's steps each last its warm-up and its measured window.
+    let stepped;
+    let flags = match &flags.search {
+        Some(search) => {
+            let (warmup, step) = search.step_length(&parsed.raw);
+            let mut f = flags.clone();
+            f.plan.duration = Some(warmup + step);
+            f.plan.warmup = Some(warmup);
+            stepped = f;
+            &stepped
+        }
+        None => flags,
+    };
+    let Some(duration) = flags
+        .plan
+        .duration
+        .filter(|_| parsed.raw.scenario.len() > 1)
+    else {
         return laid_over(parsed, flags, None);
     };
     // --duration over several scenarios scales the plan's timeline, which
@@ -95,9 +164,12 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
     }
     let written = laid_over(
         parsed,
-        &Overlay {
-            duration: None,
-            warmup: None,
+        &Flags {
+            plan: Overlay {
+                duration: None,
+                warmup: None,
+                ..flags.plan.clone()
+            },
             ..flags.clone()
         },
         None,
@@ -111,7 +183,7 @@ pub fn resolve(file: Option<&Path>, flags: &Overlay) -> Result<Plan, PlanErrors>
 
 /// Reads and validates a plan file.
 pub fn load(path: &Path) -> Result<Plan, PlanErrors> {
-    resolve(Some(path), &Overlay::default())
+    resolve_all(Some(path), &Flags::default())
 }
 
 /// Parses and validates plan text; relative data and body files are read

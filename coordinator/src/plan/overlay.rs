@@ -183,7 +183,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 /// A value a flag put into the raw plan: it has no place in the file.
-fn flag_value<T>(v: T) -> Spanned<T> {
+pub(super) fn flag_value<T>(v: T) -> Spanned<T> {
     Spanned::new(0..0, v)
 }
 
@@ -220,11 +220,11 @@ pub(super) struct Laid {
 }
 
 impl Laid {
-    fn set(&mut self, field: impl Into<String>, flag: &'static str) {
+    pub(super) fn set(&mut self, field: impl Into<String>, flag: &'static str) {
         self.flags.insert(field.into(), flag);
     }
 
-    fn err(&mut self, flag: &str, message: impl Into<String>) {
+    pub(super) fn err(&mut self, flag: &str, message: impl Into<String>) {
         self.errors.push(PlanError {
             field: flag.to_string(),
             line: None,

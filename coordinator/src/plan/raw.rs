@@ -19,12 +19,11 @@ pub(super) struct RawPlan {
     pub scenario: Vec<Spanned<RawScenario>>,
     #[serde(default)]
     pub thresholds: Vec<Spanned<String>>,
-    /// `[[output]]` tables: read and checked by `crate::output::config`.
-    #[serde(default, rename = "output")]
-    pub _output: Option<serde::de::IgnoredAny>,
-    /// `[search]`: read and checked by `crate::search::settings`.
-    #[serde(default, rename = "search")]
-    pub _search: Option<serde::de::IgnoredAny>,
+    /// Live outputs (see [`super::outputs`]).
+    #[serde(default)]
+    pub output: Vec<Spanned<RawOutput>>,
+    /// The capacity search's settings (see [`super::search`]).
+    pub search: Option<Spanned<RawSearch>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -193,4 +192,52 @@ pub(super) struct RawData {
     pub file: Spanned<String>,
     /// "round_robin" (default) or "random".
     pub pick: Option<Spanned<String>>,
+}
+
+/// A `[[output]]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutput {
+    /// "prometheus", "influxdb" or "otlp".
+    pub kind: Option<Spanned<String>>,
+    pub url: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub queue: Option<Spanned<i64>>,
+    /// "native" (default) or "classic".
+    pub histograms: Option<Spanned<String>>,
+    pub per_agent: Option<bool>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, Spanned<String>>,
+    pub token_file: Option<Spanned<String>>,
+    pub token_env: Option<Spanned<String>>,
+    pub basic_auth_file: Option<Spanned<String>>,
+    pub basic_auth_env: Option<Spanned<String>>,
+    /// Header values given in the plan; `@PATH` reads one from a file.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Spanned<String>>,
+    /// Header values read from environment variables (header → variable).
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, Spanned<String>>,
+    /// A CA certificate (PEM) for an https:// receiver.
+    pub ca_file: Option<Spanned<String>>,
+    /// An output given by flags: its environment variables
+    /// (`LOADFLEET_OUT_TOKEN`, …) may be unset.
+    #[serde(skip)]
+    pub env_optional: bool,
+}
+
+/// The `[search]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSearch {
+    #[serde(default)]
+    pub slo: Vec<Spanned<String>>,
+    pub from: Option<Spanned<f64>>,
+    pub to: Option<Spanned<f64>>,
+    pub resolution: Option<Spanned<String>>,
+    pub step: Option<Spanned<String>>,
+    pub warmup: Option<Spanned<String>>,
+    pub repeat: Option<Spanned<i64>>,
+    /// "rate" or "clients".
+    pub vary: Option<Spanned<String>>,
 }

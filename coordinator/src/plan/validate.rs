@@ -159,6 +159,8 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             }
         }
     }
+    let outputs = super::outputs::outputs(&mut c, &raw.output, input.base);
+    let search = super::search::search(&mut c, raw.search.as_ref());
     let mut plan = match (c.errors.is_empty(), target) {
         (true, Some(target)) => Plan {
             run,
@@ -167,6 +169,8 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
             scenarios,
             thresholds,
             tls: target_tls,
+            outputs,
+            search,
         },
         _ => {
             return Err(PlanErrors {

@@ -9,6 +9,8 @@ use loadfleet_proto::closed::Population;
 use loadfleet_proto::schedule::ArrivalSchedule;
 use loadfleet_proto::v1;
 
+use super::outputs::OutputPlan;
+use super::search::SearchPlan;
 use super::sse::SsePlan;
 use super::tls::TargetTls;
 use crate::thresholds::Threshold;
@@ -208,6 +210,10 @@ pub struct Plan {
     pub thresholds: Vec<Threshold>,
     /// TLS towards the target (`[tls]`, `--insecure`).
     pub tls: TargetTls,
+    /// Live outputs (`[[output]]`, `--out-*`).
+    pub outputs: Vec<OutputPlan>,
+    /// A capacity search's settings (`[search]`, `search`'s flags).
+    pub search: SearchPlan,
 }
 
 impl Plan {

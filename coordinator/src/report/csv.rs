@@ -1,7 +1,7 @@
 //! `intervals.csv`: the per-second series for spreadsheets and plotting
 //! tools, one column per outcome class and one per unsent reason, always.
 //! The header and each row are written apart, so the live output
-//! (`report::live`) can append a row as each second settles.
+//! (`run::folder::live`) can append a row as each second settles.
 
 use std::io::Write;
 

@@ -1,7 +1,7 @@
 //! `latency.hlog`: the HdrHistogram interval log, for the standard
 //! HdrHistogram tools: per second an untagged entry of all outcomes, then
 //! one tagged `<scenario>.<outcome class>` per outcome class.
-//! Written as the run goes (by `report::live`): the header once, then each
+//! Written as the run goes (by `run::folder::live`): the header once, then each
 //! second's entries as that second settles.
 
 use std::collections::BTreeMap;

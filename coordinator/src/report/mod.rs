@@ -13,7 +13,6 @@ pub mod format;
 pub mod hlog;
 pub mod html;
 pub mod json;
-pub mod live;
 pub mod model;
 pub mod plan_info;
 pub mod repeats;

@@ -24,32 +24,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 
-use super::build::{build, interval_report};
-use super::model::Report;
-use super::plan_info::PlanInfo;
-use super::{csv, hlog, json};
+use super::{replace, run_files, PARTIAL_NAME};
 use crate::console::Console;
 use crate::fleet::{Settled, Sink};
+use crate::report::build::{build, interval_report};
+use crate::report::{csv, hlog, json, PlanInfo, Report};
 
 /// How often `report.partial.json` is replaced.
 pub const PARTIAL_EVERY: Duration = Duration::from_secs(2);
-pub const PARTIAL_NAME: &str = "report.partial.json";
-pub const HLOG_NAME: &str = "latency.hlog";
-pub const CSV_NAME: &str = "intervals.csv";
-
-/// The live files of run `run` (0-based): the plain names for a single run;
-/// with --repeat, one pair per run, so every run's log is kept.
-pub fn run_files(dir: &Path, run: usize, repeats: usize) -> (PathBuf, PathBuf) {
-    if repeats > 1 {
-        (
-            dir.join(format!("latency.run-{}.hlog", run + 1)),
-            dir.join(format!("intervals.run-{}.csv", run + 1)),
-        )
-    } else {
-        (dir.join(HLOG_NAME), dir.join(CSV_NAME))
-    }
-}
-
 /// Work for the writer thread, in order.
 enum Job {
     /// A run begins: its files are made afresh, with their headers.
@@ -273,23 +255,4 @@ fn write_jobs(queue: &mpsc::Receiver<Job>, partial: &Path, console: &Console) {
             }
         }
     }
-}
-
-/// Writes `path` whole or not at all: into a temporary file next to it,
-/// then renamed over it, so a reader (or a crash) never sees half a file.
-pub fn replace(
-    path: &Path,
-    write: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
-) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    write(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    drop(w);
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }

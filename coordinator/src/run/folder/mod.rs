@@ -1,5 +1,6 @@
-//! The run's output folder: made and proven writable before any load goes
-//! out, and filled with the final outputs after the run.
+//! The run's folder: every file name in it, made and proven writable
+//! before any load goes out ([`prepare_out_dir`]), filled as the run goes
+//! ([`live`]), and given the final reports after it ([`write_outputs`]).
 
 use std::path::{Path, PathBuf};
 
@@ -7,12 +8,30 @@ use anyhow::Context;
 
 use crate::error::{self, Error};
 use crate::report;
-use crate::report::live;
 
-const REPORT_JSON: &str = "report.json";
-const REPORT_HTML: &str = "report.html";
+pub mod live;
+
+pub const REPORT_JSON: &str = "report.json";
+pub const REPORT_HTML: &str = "report.html";
 /// Written and removed at once, to prove the folder writable.
 const WRITE_PROBE: &str = ".loadfleet-write-test";
+/// The report as if the run had been cut short now, while it goes.
+pub const PARTIAL_NAME: &str = "report.partial.json";
+pub const HLOG_NAME: &str = "latency.hlog";
+pub const CSV_NAME: &str = "intervals.csv";
+
+/// The live files of run `run` (0-based): the plain names for a single run;
+/// with --repeat, one pair per run, so every run's log is kept.
+pub fn run_files(dir: &Path, run: usize, repeats: usize) -> (PathBuf, PathBuf) {
+    if repeats > 1 {
+        (
+            dir.join(format!("latency.run-{}.hlog", run + 1)),
+            dir.join(format!("intervals.run-{}.csv", run + 1)),
+        )
+    } else {
+        (dir.join(HLOG_NAME), dir.join(CSV_NAME))
+    }
+}
 
 /// The output folder, made and proven writable before any load goes out:
 /// a bad `--out` found after the run would lose its results. `--out` may
@@ -121,9 +140,9 @@ fn is_ours(name: &str) -> bool {
     [
         REPORT_JSON,
         REPORT_HTML,
-        live::PARTIAL_NAME,
-        live::HLOG_NAME,
-        live::CSV_NAME,
+        PARTIAL_NAME,
+        HLOG_NAME,
+        CSV_NAME,
         WRITE_PROBE,
     ]
     .contains(&name)
@@ -159,12 +178,12 @@ fn fresh_out_dir(parent: &Path, now: std::time::SystemTime) -> std::io::Result<P
     ))
 }
 
-/// The final outputs, next to the live ones (`report::live`): the reports;
+/// The final outputs, next to the live ones ([`live`]): the reports;
 /// `intervals.csv` once more, from the report, so it also counts snapshots
 /// that came in after their second was written; the representative run's
 /// interval log as `latency.hlog` with --repeat. A clean end removes
 /// `report.partial.json`.
-pub(super) fn write_outputs(
+pub fn write_outputs(
     dir: &Path,
     report: &report::Report,
     shown: usize,
@@ -182,23 +201,42 @@ pub(super) fn write_outputs(
                 .with_context(|| format!("cannot write {}", path.display()))
         };
     write(REPORT_JSON, &|w| report::json::write_json(w, report))?;
-    live::replace(&dir.join(live::CSV_NAME), |w| {
-        report::csv::write_csv(w, report)
-    })?;
+    replace(&dir.join(CSV_NAME), |w| report::csv::write_csv(w, report))?;
     write(REPORT_HTML, &|w| report::html::write_html(w, report))?;
     if repeats > 1 {
-        let (from, _) = live::run_files(dir, shown, repeats);
-        let to = dir.join(live::HLOG_NAME);
+        let (from, _) = run_files(dir, shown, repeats);
+        let to = dir.join(HLOG_NAME);
         std::fs::copy(&from, &to)
             .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
     }
-    let partial = dir.join(live::PARTIAL_NAME);
+    let partial = dir.join(PARTIAL_NAME);
     match std::fs::remove_file(&partial) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(e).with_context(|| format!("cannot remove {}", partial.display()))
         }
         _ => Ok(()),
     }
+}
+
+/// Writes `path` whole or not at all: into a temporary file next to it,
+/// then renamed over it, so a reader (or a crash) never sees half a file.
+pub fn replace(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    write(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    drop(w);
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 #[cfg(test)]

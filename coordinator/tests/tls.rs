@@ -76,7 +76,10 @@ fn untrusted_certificate_is_a_tls_error_and_no_experiment() {
     );
     assert_eq!(status.code(), Some(3), "{output}");
     let t = &r["totals"];
-    assert_eq!(u(&t["errors"]["tls"]), u(&t["sent"]), "{output}");
+    // Every arrival went out and failed its handshake: none is left
+    // unsent, so "every error is tls" is about 50 requests, not none.
+    assert_eq!(u(&t["sent"]), 50, "{t}");
+    assert_eq!(u(&t["errors"]["tls"]), 50, "{output}");
     assert!(output.contains("NO_EXPERIMENT"), "{output}");
 }
 

@@ -2,15 +2,19 @@
 # The test command: installs what the suite needs on a Debian machine, then
 # builds the binaries the end-to-end tests start and runs every test.
 #
-#   sudo scripts/test.sh [NEXTEST ARGS...]
+#   scripts/test.sh [NEXTEST ARGS...]
 #
-# Installing (apt and pip packages) needs root; each part is installed only
-# when missing, so a second run is silent until the build starts. Under
-# sudo, the build and the tests run as the user who called sudo, so that no
-# root-owned files land in the checkout (tests that need root, such as the
-# network namespaces of coordinator/tests/faults.rs, then say they were not
-# run); run by root itself, everything runs as root. Arguments are passed to
-# `cargo nextest run`, e.g. `-E 'binary(fleet)'`.
+# The same command as root and as a user. Installing (apt and pip packages)
+# needs root: run as a user, it asks sudo for that part only, and each part
+# is installed only when missing, so a second run is silent until the build
+# starts. Under sudo, the build and the tests run as the user who called
+# sudo, so that no root-owned files land in the checkout. The two tests that
+# need root (the network namespaces of coordinator/tests/faults.rs, the
+# silent name server of frictions.rs) run only when the whole script runs
+# as root (nextest profile `root`, .config/nextest.toml); otherwise the
+# summary says they were left out. Arguments are passed to
+# `cargo nextest run`, e.g. `-E 'binary(fleet)'`. At the end it lists the
+# tests that needed a second try.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # nginx and ip live in the sbin folders, which a user's PATH may leave out;
@@ -23,7 +27,7 @@ as_root() {
     elif command -v sudo >/dev/null 2>&1; then
         sudo "$@"
     else
-        echo "scripts/test.sh: installing $* needs root; run it as root (sudo scripts/test.sh)" >&2
+        echo "scripts/test.sh: installing $* needs root, and sudo is not installed; run scripts/test.sh as root" >&2
         exit 1
     fi
 }
@@ -51,11 +55,13 @@ need python3 python3
 # outputs_*.rs push live results to Prometheus (remote-write receiver,
 # native histograms), VictoriaMetrics and InfluxDB 1.6 and read them back;
 # outputs_hlog.rs reads latency.hlog with Java HdrHistogram's
-# HistogramLogProcessor.
+# HistogramLogProcessor, which needs a Java runtime that
+# libhdrhistogram-java does not pull in.
 need prometheus prometheus
 need victoria-metrics victoria-metrics
 need influxd influxdb
 [[ -f /usr/share/java/hdrhistogram.jar ]] || missing+=(libhdrhistogram-java)
+need java default-jre-headless
 if ((${#missing[@]})); then
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -100,4 +106,37 @@ if ! cargo nextest --version >/dev/null 2>&1; then
     cargo install cargo-nextest --locked --quiet
 fi
 
-cargo build --workspace --bins && cargo nextest run --workspace "$@"
+# Root runs every test; anyone else runs all but the two that need root.
+profile=default
+if ((EUID == 0)); then
+    profile=root
+fi
+junit=target/nextest/$profile/junit.xml
+rm -f "$junit"
+status=0
+cargo build --workspace --bins && cargo nextest run --workspace --profile "$profile" "$@" || status=$?
+
+# The tests that failed at least once, from nextest's JUnit file: a test
+# that passed on its second try is FLAKY, one that failed both is FAILED.
+if [[ -f "$junit" ]]; then
+    python3 - "$junit" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+retried = []
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    kinds = {child.tag for child in case}
+    if kinds & {"flakyFailure", "flakyError", "rerunFailure", "rerunError"}:
+        verdict = "FAILED" if kinds & {"failure", "error"} else "FLAKY"
+        retried.append(f"  {verdict} {case.get('classname')} {case.get('name')}")
+print(f"scripts/test.sh: {len(retried)} test(s) retried")
+for line in retried:
+    print(line)
+PY
+else
+    echo "scripts/test.sh: nextest wrote no $junit, so the retried tests are unknown"
+fi
+if [[ "$profile" != root ]]; then
+    echo "scripts/test.sh: not root, so the 2 tests that need root were left out (profile root in .config/nextest.toml)"
+fi
+exit "$status"

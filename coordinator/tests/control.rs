@@ -57,7 +57,11 @@ fn wrong_token_is_refused_on_both_sides_and_nothing_is_sent() {
     let mut c = remote_coordinator(&target.url(), 1, "right-token", &out, &[]);
     let url = control_url(&mut c);
     let (status, output) = start_agent(&url, "wrong-token", &[]).wait(Duration::from_secs(20));
-    assert!(!status.success());
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "refused by the coordinator: {output}"
+    );
     assert!(
         output.contains("refused") && output.contains("token"),
         "{output}"
@@ -80,7 +84,11 @@ fn wrong_protocol_version_is_refused() {
     let url = control_url(&mut c);
     let (status, output) =
         start_agent(&url, "t", &["--protocol-version", "99"]).wait(Duration::from_secs(20));
-    assert!(!status.success());
+    assert_eq!(
+        status.code(),
+        Some(4),
+        "refused by the coordinator: {output}"
+    );
     assert!(output.contains("protocol version 99"), "{output}");
     let (status, _) = c.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(3));
@@ -97,14 +105,39 @@ fn too_few_agents_is_a_clear_error_and_no_load() {
     let (status, output) = c.wait(Duration::from_secs(20));
     assert_eq!(status.code(), Some(3), "{output}");
     assert!(output.contains("only 1 of 2 agent(s) joined"), "{output}");
-    let (agent_status, _) = lonely.wait(Duration::from_secs(10));
-    assert!(!agent_status.success());
+    let (agent_status, agent_output) = lonely.wait(Duration::from_secs(10));
+    assert_eq!(agent_status.code(), Some(4), "{agent_output}");
     assert_eq!(target.connections(), 0);
     // Intended follows the plan: all of it unsent, as nobody ran it.
     let r = read_report(&out);
     let intended = u(&r["totals"]["intended"]);
     assert!(intended > 0, "{r}");
     assert_eq!(u(&r["totals"]["unsent"]["no_agents"]), intended);
+}
+
+/// No coordinator where the agent is told to find one: it gives up after
+/// `--connect-timeout` and exits 4, the status the README gives for a
+/// coordinator that could not be reached, naming the address it tried.
+#[test]
+fn an_agent_with_no_coordinator_to_reach_exits_4() {
+    let port = closed_port();
+    let mut cmd = agent();
+    cmd.args([
+        "--coordinator",
+        &format!("http://127.0.0.1:{port}"),
+        "--token",
+        "t",
+        "--connect-timeout",
+        "2s",
+    ]);
+    let (status, output) = run(cmd, "agent", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(4), "{output}");
+    assert!(
+        output.contains(&format!(
+            "cannot reach the coordinator at http://127.0.0.1:{port} within 2s"
+        )),
+        "{output}"
+    );
 }
 
 #[test]
@@ -151,7 +184,7 @@ fn agent_stops_when_coordinator_goes_silent() {
     let took = frozen.elapsed();
     signal(c.pid(), libc::SIGCONT);
     drop(c);
-    assert!(!status.success(), "{output}");
+    assert_eq!(status.code(), Some(4), "the dead-man switch: {output}");
     assert!(
         took < Duration::from_secs(5),
         "agent took {took:?} to stop:\n{output}"
@@ -166,7 +199,7 @@ fn agent_stops_when_coordinator_dies() {
     signal(c.pid(), libc::SIGKILL);
     let killed = Instant::now();
     let (status, output) = a.wait(Duration::from_secs(10));
-    assert!(!status.success(), "{output}");
+    assert_eq!(status.code(), Some(4), "the stream broke: {output}");
     assert!(killed.elapsed() < Duration::from_secs(5), "{output}");
 }
 
@@ -258,9 +291,9 @@ fn weighted_shares_follow_agent_labels() {
     );
     let small = start_agent(&url, "t", &["--id", "small", "--bind", "127.0.0.3"]);
     let (status, output) = c.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
     drop((big, small));
     let r = read_report(&out);
+    assert_ok_or_saturated(status, &r, &output);
     let agents = r["agents"].as_array().expect("agents");
     let find = |id: &str| {
         agents
@@ -291,7 +324,7 @@ fn agent_refuses_a_target_outside_its_allow_list() {
     let (status, output) = c.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(3), "{output}");
     let (agent_status, agent_output) = a.wait(Duration::from_secs(10));
-    assert!(!agent_status.success());
+    assert_eq!(agent_status.code(), Some(5), "{agent_output}");
     assert!(agent_output.contains("--allow-target"), "{agent_output}");
     let r = read_report(&out);
     let reason = r["agents"][0]["lost_reason"]
@@ -335,7 +368,7 @@ fn control_plane_over_tls() {
 
     let a = start_agent(&url, "t", &["--ca-cert", &cert]);
     let (status, output) = c.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
+    assert_ok_or_saturated(status, &read_report(&out), &output);
     let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
     assert_eq!(agent_status.code(), Some(0), "{agent_output}");
     assert_eq!(u(&read_report(&out)["totals"]["status"]["200"]), 100);

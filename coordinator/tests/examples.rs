@@ -121,7 +121,7 @@ fn closed() {
 
 /// A gRPC unary method through reflection, against the testbed's gRPC
 /// service (`--url` in place of the plan's fixed port): 400 calls, all OK,
-/// and the plan's thresholds evaluated.
+/// and the plan's thresholds held.
 #[test]
 fn grpc() {
     let (_testbed, addr) = start_testbed(&["--grpc"]);
@@ -142,19 +142,10 @@ fn grpc() {
     assert_eq!(u(&t["grpc"]["calls"]), 400, "{output}");
     assert_eq!(u(&t["grpc"]["status"]["OK"]), 400, "{output}");
     threshold_passed(&r, "grpc.ok>99%");
-    // p99<250ms may fail on a machine busy building; it was evaluated.
-    assert!(
-        r["thresholds"]
-            .as_array()
-            .expect("thresholds")
-            .iter()
-            .any(|t| t["threshold"] == "p99<250ms" && t["actual"].is_f64()),
-        "{output}"
-    );
-    assert!(
-        matches!(status.code(), Some(0 | 1 | 3)),
-        "exit {status:?}: {output}"
-    );
+    // The latency a stall of the machine can move: this test is retried
+    // (.config/nextest.toml).
+    threshold_passed(&r, "p99<250ms");
+    assert_eq!(status.code(), Some(0), "{output}");
 }
 
 /// HTTP/2 with prior knowledge on http:// (h2c), against the testbed:

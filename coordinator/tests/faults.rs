@@ -329,22 +329,32 @@ struct Netns {
 }
 
 impl Netns {
-    /// `None` when this machine cannot make namespaces (not root, or no
-    /// CAP_NET_ADMIN); the test then says it did not run.
-    fn create() -> Option<Netns> {
+    /// Fails the test when this machine cannot make namespaces (no `ip`,
+    /// not root, or no CAP_NET_ADMIN): a cut that was never made proves
+    /// nothing. The test is in nextest's `root` profile, which
+    /// scripts/test.sh runs as root.
+    fn create() -> Netns {
         let id = std::process::id() % 200 + 20;
         let (name, host_if, ns_if) = (format!("lfcut{id}"), format!("lfh{id}"), format!("lfn{id}"));
         let (host_ip, ns_ip) = (format!("10.213.{id}.1"), format!("10.213.{id}.2"));
         let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success())
+            let out = Command::new("ip").args(args).output().unwrap_or_else(|e| {
+                panic!("cannot run ip (Debian package iproute2; scripts/test.sh installs it): {e}")
+            });
+            out.status.success() || {
+                eprintln!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                false
+            }
         };
         let _ = ip(&["netns", "del", &name]);
-        if !ip(&["netns", "add", &name]) {
-            return None;
-        }
+        assert!(
+            ip(&["netns", "add", &name]),
+            "cannot create network namespace {name}: this test needs root (run scripts/test.sh as root)"
+        );
         let ns = Netns {
             name: name.clone(),
             host_if: host_if.clone(),
@@ -367,7 +377,7 @@ impl Netns {
             && ip(&["-n", &name, "link", "set", &ns_if, "up"])
             && ip(&["-n", &name, "link", "set", "lo", "up"]);
         assert!(ok, "could not wire namespace {name} (ip link/addr failed)");
-        Some(ns)
+        ns
     }
 
     /// Cuts the link: the host end goes down, so nothing passes either way.
@@ -390,10 +400,7 @@ impl Drop for Netns {
 
 #[test]
 fn a_network_cut_is_noticed_by_both_sides_and_the_agent_stops() {
-    let Some(ns) = Netns::create() else {
-        eprintln!("not run: this machine cannot create network namespaces (needs root)");
-        return;
-    };
+    let ns = Netns::create();
     // Target and coordinator listen on the host end of the pair, so the
     // agent inside the namespace reaches both only through the veth link.
     let mut tb = Command::new(bin("loadfleet-testbed"));

@@ -1,16 +1,19 @@
 //! `message_file`: a gRPC request's message read from a file next to the
-//! plan, against the testbed's gRPC service and its reflection. A file
-//! that fits the method's request type makes every call OK; one naming a
-//! field the type lacks is refused before any call, naming that field, so
-//! the file's content is what is encoded and sent.
+//! plan, against the Python gRPC server of tests/support (its reflection
+//! gives the types). A file that fits the method's request type makes
+//! every call OK, and the server received the file's content in each; one
+//! naming a field the type lacks is refused before any call, naming that
+//! field.
 
 mod common;
+mod grpc_fixture;
 
 use common::*;
+use grpc_fixture::*;
 
 fn plan_with_message_file(test: &str, addr: &str, message: &str) -> std::path::PathBuf {
     let dir = temp_dir(test);
-    std::fs::write(dir.join("work.json"), message).expect("write the message file");
+    std::fs::write(dir.join("req.json"), message).expect("write the message file");
     write_plan(
         &dir,
         &format!(
@@ -19,12 +22,12 @@ fn plan_with_message_file(test: &str, addr: &str, message: &str) -> std::path::P
 url = "http://{addr}"
 reflection = true
 [[scenario]]
-name = "work"
+name = "hello"
 rate = 20
 duration = "1s"
 [[scenario.request]]
-grpc = "loadfleet.testbed.v1.Testbed/Work"
-message_file = "work.json"
+grpc = "fixture.v1.Fixture/Ok"
+message_file = "req.json"
 "#
         ),
     )
@@ -32,9 +35,8 @@ message_file = "work.json"
 
 #[test]
 fn message_file_is_the_message_sent() {
-    let (_testbed, addr) = start_testbed(&["--grpc"]);
-
-    let plan = plan_with_message_file("message-file-plan", &addr, r#"{"payload": "from a file"}"#);
+    let (server, addr) = start_fixture(&[]);
+    let plan = plan_with_message_file("message-file-plan", &addr, r#"{"name": "from a file"}"#);
     let (status, output, r, _) = run_report(
         "message-file",
         &[
@@ -44,22 +46,37 @@ fn message_file_is_the_message_sent() {
             "1",
         ],
     );
+    let seen = stop(server);
     assert_ok_or_saturated(status, &r, &output);
     let grpc = &r["totals"]["grpc"];
     assert_eq!(u(&grpc["calls"]), 20, "{output}");
     assert_eq!(u(&grpc["status"]["OK"]), 20, "{output}");
+    // The server answered 20 calls, and each carried the file's name.
+    assert_eq!(
+        server_count(&seen.counts, "Ok", "OK"),
+        20,
+        "{}",
+        seen.counts
+    );
+    assert_eq!(
+        seen.received,
+        serde_json::json!({ "Ok": { "from a file": 20 } })
+    );
 
-    let plan = plan_with_message_file("message-file-misspelt", &addr, r#"{"paylod": "x"}"#);
+    let (server, addr) = start_fixture(&[]);
+    let plan = plan_with_message_file("message-file-misspelt", &addr, r#"{"nmae": "x"}"#);
     let mut cmd = coordinator();
     cmd.args(["run", plan.to_str().expect("utf-8 path")])
         .args(["--local-agents", "1", "--out"])
         .arg(temp_dir("message-file-misspelt-out"));
     let (status, output) = run(cmd, "coordinator", std::time::Duration::from_secs(60));
+    let seen = stop(server);
     assert_eq!(status.code(), Some(2), "{output}");
     // (The refusal calls the field `message`, though the plan wrote
     // `message_file`.)
     assert!(
-        output.contains("paylod") && output.contains("loadfleet.testbed.v1.WorkRequest"),
+        output.contains("nmae") && output.contains("fixture.v1.Req"),
         "the refusal names the file's field and the type: {output}"
     );
+    assert_eq!(seen.counts, serde_json::json!({}), "no call was made");
 }

@@ -336,7 +336,7 @@ fn both_sides_say_join_assignment_and_finish() {
     agent.args(["--id", "watched", "--workers", "1"]);
     let a = Proc::spawn(agent, "agent");
     let (status, output) = c.wait(std::time::Duration::from_secs(60));
-    let (_, said) = a.wait(std::time::Duration::from_secs(30));
+    let (agent_status, said) = a.wait(std::time::Duration::from_secs(30));
     for line in [
         "agent watched joined from",
         "agent watched assigned 100.0% of the schedule",
@@ -351,5 +351,6 @@ fn both_sides_say_join_assignment_and_finish() {
     ] {
         assert!(said.contains(line), "{line:?} missing: {said}");
     }
-    assert!(status.code().is_some(), "{output}");
+    assert_ok_or_saturated(status, &read_report(&out), &output);
+    assert_eq!(agent_status.code(), Some(0), "{said}");
 }

@@ -73,7 +73,7 @@ duration = "3s"
         .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
     let r = read_report(&out);
-    assert!(matches!(status.code(), Some(0 | 1 | 3)), "{output}");
+    assert_exit_follows_the_report(status.code(), &r, &output);
     assert!(
         !output.contains("OUTPUT_LOST"),
         "an output lost seconds:\n{output}"

@@ -66,7 +66,7 @@ duration = "4s"
         .arg(&out);
     let (status, output) = run(cmd, "coordinator", Duration::from_secs(120));
     let r = read_report(&out);
-    assert!(matches!(status.code(), Some(0 | 1 | 3)), "{output}");
+    assert_exit_follows_the_report(status.code(), &r, &output);
     let codes: Vec<&str> = r["verdicts"]
         .as_array()
         .expect("verdicts")
@@ -424,11 +424,15 @@ fn https_receivers_have_their_certificates_checked() {
             "2s",
         ])
         .args(["--out-timeout", "2s", "--out-prometheus", &url])
+        .args(["--out-run-id", name])
         .args(extra)
         .arg("--out")
         .arg(&out);
-        let (_, output) = run(cmd, "coordinator", Duration::from_secs(90));
-        (read_report(&out), output)
+        let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
+        let report = read_report(&out);
+        // OUTPUT_LOST is a warning: it leaves the exit status alone.
+        assert_ok_or_saturated(status, &report, &output);
+        (report, output)
     };
     let lost = |r: &serde_json::Value| -> Vec<String> {
         r["verdicts"]
@@ -439,10 +443,72 @@ fn https_receivers_have_their_certificates_checked() {
             .map(|v| v["message"].as_str().unwrap_or("").to_string())
             .collect()
     };
+    let sent = |run: &str| {
+        promql_https(
+            &port,
+            &cert,
+            &format!(r#"sum(loadfleet_requests_sent_total{{run_id="{run}"}})"#),
+        )
+    };
     let (trusted, output) = push("trusted", &["--out-ca-file", &cert]);
     assert!(lost(&trusted).is_empty(), "{:?}\n{output}", lost(&trusted));
+    // The pushes arrived: Prometheus holds the run's final count.
+    assert_eq!(u(&trusted["totals"]["sent"]), 40, "{output}");
+    let got = sent("trusted");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["value"][1], "40", "{got:?}");
     let (untrusted, output) = push("untrusted", &[]);
     let messages = lost(&untrusted);
     assert_eq!(messages.len(), 1, "{output}");
     assert!(messages[0].contains("certificate"), "{}", messages[0]);
+    assert!(sent("untrusted").is_empty(), "an untrusted push arrived");
+}
+
+/// A PromQL instant query to Prometheus on 127.0.0.1:`port` over https,
+/// trusting the CA in `ca` (PEM) for the name `localhost`; the
+/// `data.result` array.
+fn promql_https(port: &str, ca: &str, query: &str) -> Vec<serde_json::Value> {
+    use rustls_pki_types::pem::PemObject;
+    use std::io::{Read, Write};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).expect("read the CA file") {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a usable CA");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("a server name");
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("TLS");
+    let tcp = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a read timeout");
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let body = format!("query={}", urlencode(query));
+    write!(
+        tls,
+        "POST /api/v1/query HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\nContent-Type: application/x-www-form-urlencoded\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send the query");
+    let mut answer = Vec::new();
+    // The server may close without close_notify once it has answered.
+    if let Err(e) = tls.read_to_end(&mut answer) {
+        assert!(
+            e.kind() == std::io::ErrorKind::UnexpectedEof && !answer.is_empty(),
+            "read the answer: {e}"
+        );
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{query}: {answer}"
+    );
+    let v: serde_json::Value = serde_json::from_str(body).expect("prometheus answers JSON");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
 }

@@ -102,14 +102,16 @@ fn capacity(s: &Value) -> f64 {
     f(&s["result"]["capacity"])
 }
 
-/// True when the search found a capacity (exit 0). On a shared machine a
-/// neighbour can hold the agents up at every try of a step; the search
-/// then stops, rightly, on `GENERATOR_SATURATED` or on agents that froze
-/// and were lost (exit 3), and what it proved must still be no more than
-/// `most`. Anything else fails the test.
-fn found_or_held_up(status: ExitStatus, output: &str, s: &Value, most: f64) -> bool {
+/// Asserts that the search found a capacity (exit 0), which is what the
+/// test is for. On a shared machine a neighbour can hold the agents up at
+/// every try of a step; the search then stops, rightly, on
+/// `GENERATOR_SATURATED` or on agents that froze and were lost (exit 3).
+/// That fails the test too, saying so, after checking that what the
+/// search proved is still no more than `most`: the test's figures were not
+/// measured, and nextest tries it once more (.config/nextest.toml).
+fn assert_found(status: ExitStatus, output: &str, s: &Value, most: f64) {
     match status.code() {
-        Some(0) => true,
+        Some(0) => {}
         Some(3)
             if s["result"]["undecided"] == "generator"
                 && s["result"]["why"].as_str().is_some_and(|w| {
@@ -118,8 +120,9 @@ fn found_or_held_up(status: ExitStatus, output: &str, s: &Value, most: f64) -> b
         {
             let proven = s["result"]["capacity"].as_f64().unwrap_or(0.0);
             assert!(proven <= most, "proved {proven} above {most}: {output}");
-            eprintln!("the agents were held up by this machine; the search stopped honestly");
-            false
+            panic!(
+                "the agents were held up by this machine at every try of a step, so no capacity was found (the search stopped honestly): {output}"
+            );
         }
         other => panic!("exit {other:?}: {output}"),
     }
@@ -144,9 +147,7 @@ fn finds_the_testbed_pool_capacity_and_draws_the_knee() {
             "50ms",
         ],
     );
-    if !found_or_held_up(status, &output, &s, 440.0) {
-        return;
-    }
+    assert_found(status, &output, &s, 440.0);
     let cap = capacity(&s);
     assert!((360.0..=440.0).contains(&cap), "capacity {cap}: {output}");
     assert_eq!(s["result"]["status"], "capacity");
@@ -221,16 +222,12 @@ fn a_pool_twice_the_size_sustains_about_twice_and_compare_says_so() {
         ]
     };
     let (status, output, big, big_dir) = search("search-pool-40", &args("40", "200"));
-    if !found_or_held_up(status, &output, &big, 900.0) {
-        return;
-    }
+    assert_found(status, &output, &big, 900.0);
     let cap = capacity(&big);
     assert!((680.0..=900.0).contains(&cap), "capacity {cap}: {output}");
     // A smaller search to compare against: the same SLO, pool 20.
     let (status, output, small, small_dir) = search("search-pool-20-small", &args("20", "100"));
-    if !found_or_held_up(status, &output, &small, 460.0) {
-        return;
-    }
+    assert_found(status, &output, &small, 460.0);
     let ratio = cap / capacity(&small);
     let mut cmd = coordinator();
     cmd.arg("compare")
@@ -280,9 +277,7 @@ fn admission_control_is_found_by_its_failures() {
         ],
     );
     let _ = testbed.child.kill();
-    if !found_or_held_up(status, &output, &s, 460.0) {
-        return;
-    }
+    assert_found(status, &output, &s, 460.0);
     let cap = capacity(&s);
     assert!((340.0..=460.0).contains(&cap), "capacity {cap}: {output}");
     assert!(
@@ -367,9 +362,7 @@ fn repeats_near_the_boundary_are_decided_by_their_medians() {
             "50ms",
         ],
     );
-    if !found_or_held_up(status, &output, &s, 600.0) {
-        return;
-    }
+    assert_found(status, &output, &s, 600.0);
     let steps = s["steps"].as_array().expect("steps");
     let bisected: Vec<&Value> = steps
         .iter()
@@ -419,9 +412,7 @@ fn a_closed_population_is_searched_on_its_clients() {
         ],
     );
     let _ = testbed.child.kill();
-    if !found_or_held_up(status, &output, &s, 20.0) {
-        return;
-    }
+    assert_found(status, &output, &s, 20.0);
     assert_eq!(s["settings"]["varies"], "clients", "{output}");
     assert_eq!(capacity(&s), 20.0, "{output}");
     assert_eq!(f(&s["result"]["failed_at"]), 21.0, "{output}");
@@ -501,9 +492,7 @@ path = "/checkout"
     );
     let plan = plan.to_string_lossy().into_owned();
     let (status, output, s, dir) = search("search-plan-run", &[&plan]);
-    if !found_or_held_up(status, &output, &s, 80.0) {
-        return;
-    }
+    assert_found(status, &output, &s, 80.0);
     // --to passed: a capacity of at least 80 req/s, said to be a bound.
     assert_eq!(capacity(&s), 80.0, "{output}");
     assert_eq!(s["result"]["lower_bound"], true);

@@ -212,16 +212,28 @@ fn coordinator_killed(swarm: &mut Swarm, name: &str) {
     // The testbed's count, every 100 ms for 8 s: when did it last grow?
     // Agents that kept to the old schedule would have sent until its end,
     // 9 s or more after the kill.
+    // A read that fails sees nothing, so silence is proved only by reads
+    // that succeeded, through to the end of the 8 s.
     let mut last_growth = Duration::ZERO;
+    let (mut reads, mut failed, mut last_read) = (0u32, 0u32, Duration::ZERO);
     while killed.elapsed() < Duration::from_secs(8) {
         std::thread::sleep(Duration::from_millis(100));
-        if let Some(c) = stack.testbed_count() {
-            if c != count {
-                count = c;
-                last_growth = killed.elapsed();
+        reads += 1;
+        match stack.testbed_count() {
+            Some(c) => {
+                last_read = killed.elapsed();
+                if c != count {
+                    count = c;
+                    last_growth = killed.elapsed();
+                }
             }
+            None => failed += 1,
         }
     }
+    assert!(
+        failed * 10 <= reads && last_read >= Duration::from_secs(7),
+        "{failed} of {reads} reads of the testbed's count failed, the last good one {last_read:?} after the kill"
+    );
     assert!(
         last_growth <= Duration::from_secs(5),
         "the agents still sent {last_growth:?} after the coordinator died"

@@ -30,7 +30,7 @@ fn https_target_with_a_trusted_ca() {
         ],
         &[("LOADFLEET_CA_CERT", &cert)],
     );
-    assert_eq!(status.code(), Some(0), "{output}");
+    assert_ok_or_saturated(status, &r, &output);
     let t = &r["totals"];
     assert_eq!(u(&t["intended"]), 400);
     assert_eq!(u(&t["status"]["200"]), 400, "{output}");
@@ -76,7 +76,10 @@ fn untrusted_certificate_is_a_tls_error_and_no_experiment() {
     );
     assert_eq!(status.code(), Some(3), "{output}");
     let t = &r["totals"];
-    assert_eq!(u(&t["errors"]["tls"]), u(&t["sent"]), "{output}");
+    // Every arrival went out and failed its handshake: none is left
+    // unsent, so "every error is tls" is about 50 requests, not none.
+    assert_eq!(u(&t["sent"]), 50, "{t}");
+    assert_eq!(u(&t["errors"]["tls"]), 50, "{output}");
     assert!(output.contains("NO_EXPERIMENT"), "{output}");
 }
 
@@ -202,7 +205,7 @@ fn mutual_tls_agent_with_a_certificate_from_the_ca_runs() {
         &["--tls-cert", &cert, "--tls-key", &key],
     );
     let (status, output) = c.wait(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(0), "{output}");
+    assert_ok_or_saturated(status, &read_report(&out), &output);
     let (agent_status, agent_output) = a.wait(Duration::from_secs(15));
     assert_eq!(agent_status.code(), Some(0), "{agent_output}");
     assert_eq!(u(&read_report(&out)["totals"]["status"]["200"]), 100);

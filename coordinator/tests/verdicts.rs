@@ -214,5 +214,5 @@ fn live_metrics_for_prometheus() {
         "{body}"
     );
     let (status, output) = c.wait(Duration::from_secs(30));
-    assert_eq!(status.code(), Some(0), "{output}");
+    assert_ok_or_saturated(status, &read_report(&out), &output);
 }

@@ -240,6 +240,30 @@ pub fn assert_ok_or_saturated(status: ExitStatus, report: &serde_json::Value, ou
     }
 }
 
+/// Asserts the exit status the README gives for what the report holds: 3
+/// with an error verdict, else 1 with a failed threshold, else 0. For runs
+/// that overload the target on purpose, where whether a share crosses a
+/// verdict's limit depends on timing but the status must still follow
+/// from the report; a crash (101) or a signal fails.
+pub fn assert_exit_follows_the_report(code: Option<i32>, report: &serde_json::Value, output: &str) {
+    let error = report["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .any(|v| v["level"] == "error");
+    let failed = report["thresholds"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|c| c["passed"] == false));
+    let documented = if error {
+        3
+    } else if failed {
+        1
+    } else {
+        0
+    };
+    assert_eq!(code, Some(documented), "{output}");
+}
+
 pub fn read_report(dir: &Path) -> serde_json::Value {
     let path = dir.join("report.json");
     let mut s = String::new();

@@ -12,8 +12,9 @@ Service fixture.v1.Fixture:
   Slow(Req) -> Reply      sleeps --delay, then OK
 
 It prints `listening on 127.0.0.1:PORT` once serving, and on SIGTERM (or
-SIGINT) one line `counts {json}`: calls per method and status name, its own
-ground truth for the test to hold the report against.
+SIGINT) two lines: `counts {json}`, calls per method and status name, and
+`received {json}`, calls per method and the `name` field of their request:
+its own ground truth for the test to hold the report and the plan against.
 """
 
 import argparse
@@ -71,6 +72,7 @@ def main():
 
     lock = threading.Lock()
     counts = {}
+    received = {}
     limited_calls = [0]
 
     def count(method, status):
@@ -78,11 +80,18 @@ def main():
             per = counts.setdefault(method, {})
             per[status] = per.get(status, 0) + 1
 
+    def receive(method, request):
+        with lock:
+            per = received.setdefault(method, {})
+            per[request.name] = per.get(request.name, 0) + 1
+
     def ok(request, context):
+        receive("Ok", request)
         count("Ok", "OK")
         return Reply(message="hello " + request.name)
 
     def limited(request, context):
+        receive("Limited", request)
         with lock:
             n = limited_calls[0]
             limited_calls[0] += 1
@@ -96,6 +105,7 @@ def main():
         return Reply(message="ok " + str(request.id))
 
     def slow(request, context):
+        receive("Slow", request)
         time.sleep(args.delay)
         count("Slow", "OK")
         return Reply(message="slow")
@@ -131,6 +141,7 @@ def main():
     server.stop(0).wait()
     with lock:
         print("counts " + json.dumps(counts, sort_keys=True), flush=True)
+        print("received " + json.dumps(received, sort_keys=True), flush=True)
     sys.exit(0)
 
 

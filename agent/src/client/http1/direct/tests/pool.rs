@@ -66,19 +66,37 @@ async fn requests_out_of_time_end_at_their_deadlines() {
 #[tokio::test]
 async fn an_answer_read_after_its_deadline_is_a_timeout() {
     local(async {
-        let (uri, _) = server(vec![reply(&[
-            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n",
-            b"ok",
-        ])])
-        .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let (written, all_written) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut pending = Vec::new();
+            assert!(next_request_head(&mut stream, &mut pending).await);
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+                .await
+                .unwrap();
+            // The body comes 3 ms after the head: well after the deadline.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            stream.write_all(b"ok").await.unwrap();
+            let _ = written.send(());
+            // Open until the test is done with the connection.
+            let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
+        });
         let timeout = Duration::from_millis(1);
         let pool = pool(&uri, 1, timeout);
         pool.open_ahead(1).await;
         let sent = Instant::now();
         pool.submit(get(&uri), sent, 0, &mut Vec::new());
-        // The body comes 3 ms after the head: well after the deadline,
-        // and all of it before this look.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // All of the answer is on this side (a loopback write has
+        // arrived when it returns) before the pool first looks.
+        tokio::time::timeout(Duration::from_secs(5), all_written)
+            .await
+            .expect("the server wrote its answer within 5 s")
+            .expect("the server wrote its answer");
         let mut done = Vec::new();
         pool.drive(Instant::now(), &mut done);
         assert_eq!(done.len(), 1);
@@ -91,6 +109,20 @@ async fn an_answer_read_after_its_deadline_is_a_timeout() {
         );
     })
     .await;
+}
+
+/// Waits, at most 5 s, until `done` holds, looking again whenever the
+/// pool has news or a millisecond has passed: the event, not a guess of
+/// how long it takes.
+async fn until(pool: &Rc<DirectPool<u32>>, what: &str, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < end, "not within 5 s: {what}");
+        tokio::select! {
+            _ = pool.news() => {}
+            _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+        }
+    }
 }
 
 /// A keep-alive connection the server closes right after its answer
@@ -111,17 +143,17 @@ async fn a_connection_closed_while_idle_is_not_reused() {
         assert_eq!(got[0].1.outcome, Outcome::Status(200));
         // The answer said nothing of closing, so the connection is idle
         // until its close is read.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        pool.drive(Instant::now(), &mut Vec::new());
+        until(&pool, "the close is read", || {
+            pool.drive(Instant::now(), &mut Vec::new());
+            pool.state.borrow().ledger.open() == 0
+        })
+        .await;
         assert!(!pool.full());
-        assert_eq!(
-            pool.state.borrow().ledger.open(),
-            0,
-            "the closed one is gone"
-        );
         pool.submit(get(&uri), Instant::now(), 1, &mut Vec::new());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
+        until(&pool, "a new connection is accepted", || {
+            accepted.load(Ordering::SeqCst) == 2
+        })
+        .await;
     })
     .await;
 }

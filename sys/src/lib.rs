@@ -22,6 +22,8 @@
 // tokio leave to raw calls is wrapped here behind safe functions.
 #![allow(unsafe_code)]
 
+#![warn(unreachable_pub)]
+
 mod cpus;
 mod host;
 mod limits;

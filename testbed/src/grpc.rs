@@ -20,9 +20,9 @@ use tonic::{Code, Request, Response, Status};
 use crate::server::Shared;
 use crate::Config;
 
-/// The generated service.
-#[allow(clippy::all)]
-pub mod pb {
+/// The generated service; its items are `pub` as generated.
+#[allow(clippy::all, unreachable_pub)]
+pub(crate) mod pb {
     tonic::include_proto!("loadfleet.testbed.v1");
 }
 

@@ -21,14 +21,19 @@ pub fn s_to_us(s: f64) -> u64 {
     (s * 1e6) as u64
 }
 
-/// Nanoseconds as milliseconds; signed, as a clock offset may be.
-pub fn ns_to_ms(ns: i64) -> f64 {
-    ns as f64 / 1e6
+/// Nanoseconds (signed, as a clock offset may be) as milliseconds.
+pub fn ns_to_ms(ns: impl Into<i128>) -> f64 {
+    ns.into() as f64 / 1e6
 }
 
 /// Nanoseconds as seconds.
-pub fn ns_to_s(ns: u64) -> f64 {
-    ns as f64 / 1e9
+pub fn ns_to_s(ns: impl Into<i128>) -> f64 {
+    ns.into() as f64 / 1e9
+}
+
+/// Nanoseconds as whole microseconds, rounded down.
+pub fn ns_to_us(ns: u64) -> u64 {
+    ns / 1_000
 }
 
 #[cfg(test)]
@@ -41,7 +46,8 @@ mod tests {
         assert_eq!(us_to_s(1_500_000), 1.5);
         assert_eq!(s_to_us(0.0005), 500);
         assert_eq!(s_to_us(-1.0), 0);
-        assert_eq!(ns_to_ms(-3_000_000), -3.0);
-        assert_eq!(ns_to_s(2_000_000_000), 2.0);
+        assert_eq!(ns_to_ms(-3_000_000i64), -3.0);
+        assert_eq!(ns_to_s(2_000_000_000u64), 2.0);
+        assert_eq!(ns_to_us(2_999), 2);
     }
 }

@@ -353,6 +353,12 @@ pub fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
         let v = c.unsent.get(r.as_str()).copied().unwrap_or(0);
         out.push(point(&UNSENT, by(r.as_str()), n(v)));
     }
+    // A reason this build does not name still counts.
+    for (reason, v) in &c.unsent {
+        if UnsentReason::ALL.iter().all(|r| r.as_str() != reason) {
+            out.push(point(&UNSENT, by(reason), n(*v)));
+        }
+    }
     out.push(point(&COMPLETED, sc(), n(c.completed)));
     for (code, v) in &c.status {
         out.push(point(&RESPONSES, by(&code.to_string()), n(*v)));

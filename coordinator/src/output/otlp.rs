@@ -369,4 +369,64 @@ mod tests {
         let upper = base.powi(b.offset + 1);
         assert!(base.powi(b.offset) < 0.001 && 0.001 <= upper * 1.0000001);
     }
+
+    /// Every metric goes out under its catalogue name, with its unit,
+    /// help and kind: the pool's saturation as a monotonic sum in seconds.
+    #[test]
+    fn metrics_carry_the_catalogue() {
+        use crate::output::frame::{Counts, ScenarioFrame};
+        let totals = Counts {
+            pool_saturated_ns: 1_500_000_000,
+            ..Default::default()
+        };
+        let h = new_histogram();
+        let frame = Frame {
+            run: 0,
+            seconds: 0..1,
+            time_ms: 2,
+            started_ms: 1,
+            scenarios: vec![ScenarioFrame {
+                name: "a".into(),
+                totals: totals.clone(),
+                step: totals,
+                latency: h.clone(),
+                service_time: h.clone(),
+                step_latency: h,
+            }],
+            in_flight: 0,
+            agents_alive: 1,
+            agents: vec![],
+            last: false,
+            verdicts: vec![],
+        };
+        let otlp = Otlp {
+            resource: BTreeMap::new(),
+            per_agent: false,
+            repeats: false,
+        };
+        let req = otlp.request(&frame);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        let pool = metrics
+            .iter()
+            .find(|m| m.name == catalogue::POOL_SATURATED.name)
+            .expect("the pool's saturation is exported");
+        assert_eq!(
+            (pool.unit.as_str(), pool.description.as_str()),
+            ("s", catalogue::POOL_SATURATED.help)
+        );
+        match &pool.data {
+            Some(pb::Data::Sum(s)) => {
+                assert!(s.is_monotonic);
+                assert_eq!(s.data_points[0].as_double, 1.5);
+            }
+            other => panic!("{other:?}"),
+        }
+        for m in metrics {
+            let entry = catalogue::ALL
+                .iter()
+                .find(|c| c.name == m.name)
+                .unwrap_or_else(|| panic!("{} is not in the catalogue", m.name));
+            assert_eq!(m.unit, entry.unit.ucum(), "{}", m.name);
+        }
+    }
 }

@@ -203,3 +203,44 @@ fn the_scrape_endpoint_and_remote_write_agree() {
         "{text}"
     );
 }
+
+/// `loadfleet_pool_saturated_seconds_total` counts the time the agent's
+/// own pool was all busy: two connections to a 50 ms target at 100 req/s
+/// hold load back for most of the run (GENERATOR_POOL, exit 3), and the
+/// pushed series holds about the share of the run the report gives.
+#[test]
+fn pool_saturation_is_pushed() {
+    let dir = temp_dir("outputs-catalogue-pool");
+    let prom = prometheus(&dir);
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.args(["run", "--local-agents", "1", "--rate", "100"])
+        .args(["--duration", "3s", "--testbed-delay", "50ms"])
+        .args(["--connections", "2", "--max-connections", "2"])
+        .args(["--out-run-id", "pool", "--out-prometheus"])
+        .arg(format!("http://{}/api/v1/write", prom.addr))
+        .arg("--out")
+        .arg(&out);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(90));
+    let r = read_report(&out);
+    assert!(u(&r["totals"]["completed"]) > 0, "{output}");
+    assert!(verdict(&r, "GENERATOR_POOL").is_some(), "{output}");
+    assert_eq!(status.code(), Some(3), "{output}");
+    let pushed = promql_value(
+        &prom.addr,
+        r#"sum(loadfleet_pool_saturated_seconds_total{run_id="pool"})"#,
+    );
+    let agent = &r["agents"][0];
+    let share = f(&agent["pool_saturated_share"]);
+    assert!(
+        share > 0.3,
+        "the pool was saturated most of the run: {agent}"
+    );
+    // The share is of the run's whole length: the schedule, and at most
+    // the drain after it.
+    let (duration, drain) = (f(&r["run"]["duration_s"]), f(&r["run"]["drain_s"]));
+    assert!(
+        pushed >= share * duration * 0.99 && pushed <= share * (duration + drain) * 1.01,
+        "pushed {pushed} s, share {share} of {duration} s + {drain} s: {agent}"
+    );
+}

@@ -7,9 +7,10 @@
 //! [`Tee`] stands in the fleet's [`Sink`] slot: on each call it makes a
 //! [`frame::Frame`] from the merged state (before the live files fold the
 //! settled seconds away), renders it for the scrape endpoint, hands it to
-//! every pushing output's bounded queue, then passes the call on. Everything slow happens on the outputs' own tasks
-//! ([`delivery`]), so the run and its figures are the same with or without
-//! outputs; what an output lost comes back as an `OUTPUT_LOST` verdict.
+//! every pushing output's bounded queue, then passes the call on.
+//! Everything slow happens on the outputs' own tasks ([`delivery`]), so
+//! the run and its figures are the same with or without outputs; what an
+//! output lost comes back as an `OUTPUT_LOST` verdict.
 
 pub mod catalogue;
 pub mod config;

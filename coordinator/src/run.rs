@@ -33,7 +33,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
     let (file, out) = (args.plan.as_deref(), args.out.as_deref());
     let host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
     let (info, spec) = host.describe(&setup);
-    let served = host.serve(&setup).await?;
+    let mut served = host.serve(&setup).await?;
     // The live outputs: what is measured reaches --out as each second
     // settles, so it outlives a coordinator that is killed.
     let out_dir = host.out_dir.clone();
@@ -47,8 +47,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Error> {
         &info,
         spec.repeats,
     );
-    let (sink, outputs) = crate::output::start(&setup.outputs, &labels, Box::new(live))?;
-    let results = host.run_fleet(served, spec, Some(sink), None).await;
+    let scrape = served.scrape();
+    let (sink, outputs) =
+        crate::output::start(&setup.outputs, &labels, scrape, Some(Box::new(live)))?;
+    let results = host.run_fleet(served, spec, sink, None).await;
     // The fleet is done with the live outputs: let them reach the disk.
     live_writer.finish();
     finish(&results, &info, &setup.plan, outputs, &out_dir, repeats).await

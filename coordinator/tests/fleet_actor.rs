@@ -380,7 +380,6 @@ async fn the_user_is_told_of_a_refused_and_a_lost_agent() {
     let (events, events_rx) = mpsc::channel(64);
     let outputs = fleet::Outputs {
         progress: Box::new(|_| {}),
-        metrics: None,
         sink: None,
         console: console.clone(),
     };

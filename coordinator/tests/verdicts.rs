@@ -205,12 +205,16 @@ fn live_metrics_for_prometheus() {
         body.contains("# TYPE loadfleet_requests_intended_total counter"),
         "{body}"
     );
+    let series = |name: &str, label: &str| {
+        body.lines()
+            .any(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+    };
     assert!(
-        body.contains("loadfleet_responses_total{code=\"200\"}"),
+        series("loadfleet_responses_total", "code=\"200\"}"),
         "{body}"
     );
     assert!(
-        body.contains("loadfleet_latency_seconds{quantile=\"0.99\"}"),
+        series("loadfleet_latency_exact_seconds", "quantile=\"0.99\"}"),
         "{body}"
     );
     let (status, output) = c.wait(Duration::from_secs(30));

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::AgentStatus;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::aggregate::Aggregate;
 use crate::console::Console;
@@ -239,8 +239,6 @@ pub struct Progress {
 pub struct Outputs {
     /// Called with the live figures about once a second during a run.
     pub progress: Box<dyn FnMut(&Progress) + Send>,
-    /// Where the Prometheus text goes, when --metrics-listen is on.
-    pub metrics: Option<watch::Sender<String>>,
     /// Where settled seconds go while the run goes on (the live outputs).
     pub sink: Option<Box<dyn Sink>>,
     /// Lines for the user.

@@ -1,6 +1,6 @@
 //! The fleet's timer: heartbeats out, silence judged, and — once the run
-//! has begun — settled seconds handed to the live outputs and the progress
-//! line and metrics brought up to date.
+//! has begun — settled seconds handed to the live outputs (the scrape
+//! endpoint among them) and the progress line brought up to date.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use super::{Loss, Progress, RunResult, Settled};
 
 /// How long after an interval closes its snapshots are taken as all in.
 const SETTLE: Duration = Duration::from_millis(400);
-/// How often the progress line and the metrics are brought up to date.
+/// How often the progress line is brought up to date.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 impl Fleet {
@@ -39,17 +39,6 @@ impl Fleet {
             if self.last_progress.elapsed() >= PROGRESS_EVERY && Instant::now() > start {
                 self.last_progress = Instant::now();
                 let p = self.progress_now(start);
-                // Metrics first: whoever reads the progress line and then
-                // scrapes must see at least the figures it showed.
-                if let Some(m) = &self.out.metrics {
-                    let text = crate::metrics::render(
-                        &self.aggregate,
-                        p.in_flight,
-                        p.agents_alive,
-                        p.elapsed.as_secs_f64(),
-                    );
-                    let _ = m.send(text);
-                }
                 (self.out.progress)(&p);
             }
         }
@@ -120,7 +109,7 @@ impl Fleet {
             .and_then(|i| self.aggregate.intervals.get(&i));
         let p99_ms = last
             .and_then(|iv| iv.latency_summary().p99_us)
-            .map(|us| us as f64 / 1000.0);
+            .map(crate::units::us_to_ms);
         Progress {
             elapsed,
             duration: self.spec.duration,

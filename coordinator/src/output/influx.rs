@@ -5,8 +5,10 @@
 //! A point carries the step's own counts (`intended`, `sent`, …: sum them
 //! over time) and the run's totals so far (`intended_total`, …: take the
 //! last), so a lost point loses the step's detail but never the totals.
-//! Percentiles come from the exact merged histogram of the step's seconds
-//! (`p50_ms`, …) and of the run so far (`p50_ms_total`, …).
+//! The counts and their field names are the catalogue's
+//! ([`catalogue::counts`], [`Metric::influx`]). Percentiles
+//! ([`catalogue::QUANTILES`]) come from the exact merged histogram of the
+//! step's seconds (`p50_ms`, …) and of the run so far (`p50_ms_total`, …).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,8 +16,10 @@ use std::fmt::Write as _;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 
+use super::catalogue::{self, Metric, Unit, Value};
 use super::delivery::{Encoded, Encoder};
 use super::frame::{Counts, Frame};
+use crate::units;
 
 pub struct Influx {
     /// Tags on every point: run_id, plan, the user's.
@@ -82,8 +86,8 @@ impl Influx {
         }
         for s in &frame.scenarios {
             let mut fields = Vec::new();
-            counts(&mut fields, &s.step, "");
-            counts(&mut fields, &s.totals, "_total");
+            counts(&mut fields, &s.name, &s.step, "");
+            counts(&mut fields, &s.name, &s.totals, "_total");
             percentiles(&mut fields, &s.step_latency, "");
             percentiles(&mut fields, &s.latency, "_total");
             let _ = writeln!(
@@ -96,19 +100,30 @@ impl Influx {
         }
         let _ = writeln!(
             out,
-            "loadfleet_fleet{base} in_flight={}i,agents_alive={}i,last={} {}",
-            frame.in_flight, frame.agents_alive, frame.last, frame.time_ms
+            "loadfleet_fleet{base} {}={}i,{}={}i,{}={}i,last={} {}",
+            catalogue::IN_FLIGHT.influx,
+            frame.in_flight,
+            catalogue::AGENTS_ALIVE.influx,
+            frame.agents_alive,
+            catalogue::ELAPSED.influx,
+            frame.seconds.end,
+            frame.last,
+            frame.time_ms
         );
         if self.per_agent {
             for a in &frame.agents {
                 let _ = writeln!(
                     out,
-                    "loadfleet_agent{base},agent={} sent_total={}i,completed_total={}i,cpu_seconds_total={},max_lag_ms={} {}",
+                    "loadfleet_agent{base},agent={} {}={}i,{}={}i,{}={},{}={} {}",
                     tag(&a.name),
+                    catalogue::AGENT_SENT.influx,
                     a.sent,
+                    catalogue::AGENT_COMPLETED.influx,
                     a.completed,
+                    catalogue::AGENT_CPU.influx,
                     a.cpu_seconds,
-                    a.max_lag_us as f64 / 1000.0,
+                    catalogue::AGENT_MAX_LAG.influx,
+                    units::us_to_ms(a.max_lag_us),
                     frame.time_ms
                 );
             }
@@ -117,24 +132,28 @@ impl Influx {
     }
 }
 
-fn counts(fields: &mut Vec<String>, c: &Counts, suffix: &str) {
-    let mut f = |name: String, n: u64| fields.push(format!("{}={n}i", key(&name)));
-    f(format!("intended{suffix}"), c.intended);
-    f(format!("sent{suffix}"), c.sent);
-    f(format!("unsent{suffix}"), c.unsent_total());
-    f(format!("completed{suffix}"), c.completed);
-    f(format!("failures{suffix}"), c.failures);
-    for (reason, n) in &c.unsent {
-        f(format!("unsent_{reason}{suffix}"), *n);
+/// A scenario's counts as fields named by the catalogue, `suffix` after
+/// each; plus `unsent`, the sum over reasons.
+fn counts(fields: &mut Vec<String>, scenario: &str, c: &Counts, suffix: &str) {
+    fields.push(format!("unsent{suffix}={}i", c.unsent_total()));
+    for p in catalogue::counts(scenario, c) {
+        let name = field(p.metric, p.labels.get(1).map(String::as_str));
+        let value = match (p.value, p.metric.unit) {
+            (Value::Number(v), Unit::Seconds) => v.to_string(),
+            (Value::Number(v), _) => format!("{v}i"),
+            (Value::Micros(us), _) => units::us_to_s(us).to_string(),
+            (Value::Histogram(h), _) => format!("{}i", h.len()),
+        };
+        fields.push(format!("{}{suffix}={value}", key(&name)));
     }
-    for (code, n) in &c.status {
-        f(format!("status_{code}{suffix}"), *n);
-    }
-    for (kind, n) in &c.errors {
-        f(format!("error_{kind}{suffix}"), *n);
-    }
-    for (status, n) in &c.grpc_status {
-        f(format!("grpc_{status}{suffix}"), *n);
+}
+
+/// The field of a metric, followed by its second label's value (the
+/// first is the scenario, a tag) when it has one: `status_503`.
+fn field(metric: &Metric, value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("{}{v}", metric.influx),
+        None => metric.influx.to_string(),
     }
 }
 
@@ -143,13 +162,11 @@ fn percentiles(fields: &mut Vec<String>, h: &Histogram<u64>, suffix: &str) {
     if h.is_empty() {
         return;
     }
-    for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
-        fields.push(format!(
-            "{name}_ms{suffix}={}",
-            h.value_at_quantile(q) as f64 / 1000.0
-        ));
+    for (q, _, name) in catalogue::QUANTILES {
+        let ms = units::us_to_ms(h.value_at_quantile(q));
+        fields.push(format!("{name}_ms{suffix}={ms}"));
     }
-    fields.push(format!("max_ms{suffix}={}", h.max() as f64 / 1000.0));
+    fields.push(format!("max_ms{suffix}={}", units::us_to_ms(h.max())));
 }
 
 #[cfg(test)]
@@ -201,12 +218,13 @@ mod tests {
             first.starts_with(r"loadfleet,run_id=r\ 1,scenario=checkout\,\ eu\=1 "),
             "{first}"
         );
-        assert!(first.contains("intended=10i,sent=9i,unsent=1i"), "{first}");
+        assert!(first.contains("unsent=1i,intended=10i,sent=9i"), "{first}");
+        assert!(first.contains("unsent_late=1i,unsent_"), "{first}");
         assert!(first.contains("status_200_total=9i"), "{first}");
         assert!(first.contains("p50_ms=2.5"), "{first}");
         assert!(first.ends_with(" 1700000000000"));
         assert!(
-            text.contains("loadfleet_fleet,run_id=r\\ 1 in_flight=3i,agents_alive=2i,last=true")
+            text.contains("loadfleet_fleet,run_id=r\\ 1 in_flight=3i,agents_alive=2i,elapsed_seconds=1i,last=true")
         );
     }
 }

@@ -1,20 +1,25 @@
 //! Live outputs: the fleet-merged figures pushed once per settled second
 //! to Prometheus (remote write), InfluxDB (line protocol) and OpenTelemetry
-//! (OTLP/HTTP), next to the files of `run::folder::live` (docs/outputs.md).
+//! (OTLP/HTTP), and served to scrapers (`--metrics-listen`), next to the
+//! files of `run::folder::live` (docs/outputs.md). Every one of them
+//! writes the series of one [`catalogue`].
 //!
 //! [`Tee`] stands in the fleet's [`Sink`] slot: on each call it makes a
 //! [`frame::Frame`] from the merged state (before the live files fold the
-//! settled seconds away), hands it to every output's bounded queue, then
-//! passes the call on. Everything slow happens on the outputs' own tasks
-//! ([`delivery`]), so the run and its figures are the same with or without
-//! outputs; what an output lost comes back as an `OUTPUT_LOST` verdict.
+//! settled seconds away), renders it for the scrape endpoint, hands it to
+//! every pushing output's bounded queue, then passes the call on.
+//! Everything slow happens on the outputs' own tasks ([`delivery`]), so
+//! the run and its figures are the same with or without outputs; what an
+//! output lost comes back as an `OUTPUT_LOST` verdict.
 
+pub mod catalogue;
 pub mod config;
 pub mod delivery;
 pub mod frame;
 pub mod influx;
 pub mod otlp;
 pub mod prometheus;
+pub mod scrape;
 pub mod tls;
 
 use std::collections::BTreeMap;
@@ -76,23 +81,27 @@ pub struct Outputs {
     workers: Vec<(delivery::Worker, Duration)>,
 }
 
-/// Wraps the fleet's sink (the live files) with the outputs' queues.
+/// Wraps the fleet's sink (the live files, none in a search) with the
+/// scrape endpoint and the outputs' queues.
 pub struct Tee {
-    inner: Box<dyn Sink>,
+    inner: Option<Box<dyn Sink>>,
+    scrape: Option<scrape::Scrape>,
     queues: Vec<delivery::Queue>,
     framer: frame::Framer,
     scenarios: Vec<String>,
     per_agent: bool,
 }
 
-/// Starts every output's worker on the current runtime. With no outputs
+/// Starts every output's worker on the current runtime, and feeds the
+/// scrape endpoint's text (`--metrics-listen`) when given. With neither
 /// the sink is handed back unchanged.
 pub fn start(
     specs: &[OutputSpec],
     labels: &RunLabels,
-    inner: Box<dyn Sink>,
-) -> anyhow::Result<(Box<dyn Sink>, Outputs)> {
-    if specs.is_empty() {
+    scrape: Option<tokio::sync::watch::Sender<String>>,
+    inner: Option<Box<dyn Sink>>,
+) -> anyhow::Result<(Option<Box<dyn Sink>>, Outputs)> {
+    if specs.is_empty() && scrape.is_none() {
         return Ok((
             inner,
             Outputs {
@@ -122,6 +131,7 @@ pub fn start(
             }),
             config::Kind::Otlp => Box::new(otlp::Otlp {
                 resource: base,
+                per_agent: spec.per_agent,
                 repeats,
             }),
         };
@@ -130,14 +140,24 @@ pub fn start(
         queues.push(queue);
         workers.push((worker, spec.timeout));
     }
+    let scrape = scrape.map(|text| scrape::Scrape {
+        text,
+        labels: [
+            ("run_id".to_string(), labels.run_id.clone()),
+            ("plan".to_string(), labels.plan.clone()),
+        ]
+        .into(),
+        repeats: labels.repeats > 1,
+    });
     let tee = Tee {
         inner,
+        scrape,
         queues,
         framer: frame::Framer::default(),
         scenarios: labels.scenarios.clone(),
         per_agent: specs.iter().any(|s| s.per_agent),
     };
-    Ok((Box::new(tee), Outputs { workers }))
+    Ok((Some(Box::new(tee)), Outputs { workers }))
 }
 
 fn millis(t: SystemTime) -> i64 {
@@ -149,7 +169,9 @@ impl Sink for Tee {
     fn settled(&mut self, s: Settled<'_>) {
         // Called on every tick: the work below only when a second settled.
         if !self.framer.due(s.run, s.below) {
-            self.inner.settled(s);
+            if let Some(inner) = &mut self.inner {
+                inner.settled(s);
+            }
             return;
         }
         // Agents from a result around an empty aggregate: cheap, and the
@@ -182,12 +204,17 @@ impl Sink for Tee {
             millis(SystemTime::now()),
         );
         if let Some(frame) = frame {
+            if let Some(scrape) = &self.scrape {
+                scrape.show(&frame);
+            }
             let frame = Arc::new(frame);
             for q in &self.queues {
                 q.push(frame.clone());
             }
         }
-        self.inner.settled(s);
+        if let Some(inner) = &mut self.inner {
+            inner.settled(s);
+        }
     }
 }
 

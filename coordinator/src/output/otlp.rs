@@ -1,7 +1,9 @@
 //! OpenTelemetry metrics over OTLP/HTTP (protobuf): an
 //! `ExportMetricsServiceRequest` per frame.
 //!
-//! Counters are cumulative monotonic sums from the run's start, so a lost
+//! The metrics are the catalogue's ([`catalogue::points`]) under their
+//! OpenTelemetry names, with its units and help. Counters are cumulative
+//! monotonic sums from the run's start, so a lost
 //! push loses resolution, never a count; latency and service time are
 //! exponential histograms at the same scale as the Prometheus output's
 //! native ones, read from the exact merged HDR histogram. The run's
@@ -14,9 +16,11 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use prost::Message;
 
+use super::catalogue::{self, Kind, Metric, Value};
 use super::delivery::{Encoded, Encoder};
 use super::frame::Frame;
 use super::prometheus::{bucket_index, SCHEMA};
+use crate::units;
 
 /// The messages of opentelemetry-proto (collector/metrics/v1,
 /// metrics/v1, common/v1, resource/v1), with only the fields sent.
@@ -169,6 +173,7 @@ const CUMULATIVE: i32 = 2;
 pub struct Otlp {
     /// Resource attributes: run id, plan, the user's labels.
     pub resource: BTreeMap<String, String>,
+    pub per_agent: bool,
     pub repeats: bool,
 }
 
@@ -198,55 +203,46 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn number(
-        &mut self,
-        name: &'static str,
-        unit: &str,
-        sum: bool,
-        attrs: &[(&str, &str)],
-        v: f64,
-    ) {
+    /// The metric's entry, made empty of its kind on first use.
+    fn entry(&mut self, metric: &'static Metric) -> &mut pb::Metric {
+        self.all.entry(metric.name).or_insert_with(|| pb::Metric {
+            name: metric.name.into(),
+            description: metric.help.into(),
+            unit: metric.unit.ucum().into(),
+            data: Some(match metric.kind {
+                Kind::Counter => pb::Data::Sum(pb::Sum {
+                    data_points: Vec::new(),
+                    aggregation_temporality: CUMULATIVE,
+                    is_monotonic: true,
+                }),
+                Kind::Gauge => pb::Data::Gauge(pb::Gauge {
+                    data_points: Vec::new(),
+                }),
+                Kind::Histogram => pb::Data::ExponentialHistogram(pb::ExponentialHistogram {
+                    data_points: Vec::new(),
+                    aggregation_temporality: CUMULATIVE,
+                }),
+            }),
+        })
+    }
+
+    fn number(&mut self, metric: &'static Metric, attrs: &[(&str, &str)], v: f64) {
         let point = pb::NumberDataPoint {
             attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
             start_time_unix_nano: self.start,
             time_unix_nano: self.now,
             as_double: v,
         };
-        let m = self.all.entry(name).or_insert_with(|| pb::Metric {
-            name: name.into(),
-            description: String::new(),
-            unit: unit.into(),
-            data: Some(if sum {
-                pb::Data::Sum(pb::Sum {
-                    data_points: Vec::new(),
-                    aggregation_temporality: CUMULATIVE,
-                    is_monotonic: true,
-                })
-            } else {
-                pb::Data::Gauge(pb::Gauge {
-                    data_points: Vec::new(),
-                })
-            }),
-        });
-        match &mut m.data {
+        match &mut self.entry(metric).data {
             Some(pb::Data::Sum(s)) => s.data_points.push(point),
             Some(pb::Data::Gauge(g)) => g.data_points.push(point),
             _ => {}
         }
     }
 
-    fn histogram(&mut self, name: &'static str, attrs: &[(&str, &str)], h: &Histogram<u64>) {
+    fn histogram(&mut self, metric: &'static Metric, attrs: &[(&str, &str)], h: &Histogram<u64>) {
         let point = exponential(h, attrs, self.start, self.now);
-        let m = self.all.entry(name).or_insert_with(|| pb::Metric {
-            name: name.into(),
-            description: String::new(),
-            unit: "s".into(),
-            data: Some(pb::Data::ExponentialHistogram(pb::ExponentialHistogram {
-                data_points: Vec::new(),
-                aggregation_temporality: CUMULATIVE,
-            })),
-        });
-        if let Some(pb::Data::ExponentialHistogram(e)) = &mut m.data {
+        if let Some(pb::Data::ExponentialHistogram(e)) = &mut self.entry(metric).data {
             e.data_points.push(point);
         }
     }
@@ -260,70 +256,13 @@ impl Otlp {
             now,
             all: BTreeMap::new(),
         };
-        for (code, level, _) in &frame.verdicts {
-            m.number(
-                "loadfleet.verdict",
-                "1",
-                false,
-                &[("code", code), ("level", level)],
-                1.0,
-            );
-        }
-        if frame.verdicts.is_empty() {
-            m.number(
-                "loadfleet.in_flight",
-                "{request}",
-                false,
-                &[],
-                frame.in_flight as f64,
-            );
-            m.number(
-                "loadfleet.agents.alive",
-                "{agent}",
-                false,
-                &[],
-                frame.agents_alive as f64,
-            );
-        }
-        for s in &frame.scenarios {
-            let sc = ("scenario", s.name.as_str());
-            let t = &s.totals;
-            let req = "{request}";
-            m.number(
-                "loadfleet.requests.intended",
-                req,
-                true,
-                &[sc],
-                t.intended as f64,
-            );
-            m.number("loadfleet.requests.sent", req, true, &[sc], t.sent as f64);
-            m.number(
-                "loadfleet.requests.completed",
-                req,
-                true,
-                &[sc],
-                t.completed as f64,
-            );
-            m.number("loadfleet.failures", req, true, &[sc], t.failures as f64);
-            for (reason, n) in &t.unsent {
-                let a = [sc, ("reason", reason.as_str())];
-                m.number("loadfleet.requests.unsent", req, true, &a, *n as f64);
+        for p in catalogue::points(frame, self.per_agent) {
+            let attrs: Vec<(&str, &str)> = p.pairs().collect();
+            match p.value {
+                Value::Number(v) => m.number(p.metric, &attrs, v),
+                Value::Micros(us) => m.number(p.metric, &attrs, units::us_to_s(us)),
+                Value::Histogram(h) => m.histogram(p.metric, &attrs, h),
             }
-            for (code, n) in &t.status {
-                let code = code.to_string();
-                let a = [sc, ("code", code.as_str())];
-                m.number("loadfleet.responses", req, true, &a, *n as f64);
-            }
-            for (kind, n) in &t.errors {
-                let a = [sc, ("kind", kind.as_str())];
-                m.number("loadfleet.errors", req, true, &a, *n as f64);
-            }
-            for (status, n) in &t.grpc_status {
-                let a = [sc, ("grpc_status", status.as_str())];
-                m.number("loadfleet.grpc.responses", req, true, &a, *n as f64);
-            }
-            m.histogram("loadfleet.latency", &[sc], &s.latency);
-            m.histogram("loadfleet.service_time", &[sc], &s.service_time);
         }
         let mut resource: Vec<pb::KeyValue> = vec![kv("service.name", "loadfleet")];
         for (k, v) in &self.resource {
@@ -365,15 +304,13 @@ fn exponential(
 ) -> pb::ExponentialHistogramDataPoint {
     let mut buckets: BTreeMap<i32, u64> = BTreeMap::new();
     let mut zero = 0;
-    let mut sum = 0.0;
     for v in h.iter_recorded() {
         let us = v.value_iterated_to();
-        sum += us as f64 * v.count_at_value() as f64 / 1e6;
         if us == 0 {
             zero += v.count_at_value();
         } else {
             *buckets
-                .entry(bucket_index(us as f64 / 1e6) - 1)
+                .entry(bucket_index(units::us_to_s(us)) - 1)
                 .or_default() += v.count_at_value();
         }
     }
@@ -395,14 +332,14 @@ fn exponential(
     let (min, max) = if h.is_empty() {
         (None, None)
     } else {
-        (Some(h.min() as f64 / 1e6), Some(h.max() as f64 / 1e6))
+        (Some(units::us_to_s(h.min())), Some(units::us_to_s(h.max())))
     };
     pb::ExponentialHistogramDataPoint {
         attributes: attrs.iter().map(|(k, v)| kv(k, v)).collect(),
         start_time_unix_nano: start,
         time_unix_nano: now,
         count: h.len(),
-        sum: Some(sum),
+        sum: Some(catalogue::sum_seconds(h)),
         scale: SCHEMA,
         zero_count: zero,
         positive,
@@ -431,5 +368,65 @@ mod tests {
         let base = 2f64.powf(2f64.powi(-SCHEMA));
         let upper = base.powi(b.offset + 1);
         assert!(base.powi(b.offset) < 0.001 && 0.001 <= upper * 1.0000001);
+    }
+
+    /// Every metric goes out under its catalogue name, with its unit,
+    /// help and kind: the pool's saturation as a monotonic sum in seconds.
+    #[test]
+    fn metrics_carry_the_catalogue() {
+        use crate::output::frame::{Counts, ScenarioFrame};
+        let totals = Counts {
+            pool_saturated_ns: 1_500_000_000,
+            ..Default::default()
+        };
+        let h = new_histogram();
+        let frame = Frame {
+            run: 0,
+            seconds: 0..1,
+            time_ms: 2,
+            started_ms: 1,
+            scenarios: vec![ScenarioFrame {
+                name: "a".into(),
+                totals: totals.clone(),
+                step: totals,
+                latency: h.clone(),
+                service_time: h.clone(),
+                step_latency: h,
+            }],
+            in_flight: 0,
+            agents_alive: 1,
+            agents: vec![],
+            last: false,
+            verdicts: vec![],
+        };
+        let otlp = Otlp {
+            resource: BTreeMap::new(),
+            per_agent: false,
+            repeats: false,
+        };
+        let req = otlp.request(&frame);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        let pool = metrics
+            .iter()
+            .find(|m| m.name == catalogue::POOL_SATURATED.name)
+            .expect("the pool's saturation is exported");
+        assert_eq!(
+            (pool.unit.as_str(), pool.description.as_str()),
+            ("s", catalogue::POOL_SATURATED.help)
+        );
+        match &pool.data {
+            Some(pb::Data::Sum(s)) => {
+                assert!(s.is_monotonic);
+                assert_eq!(s.data_points[0].as_double, 1.5);
+            }
+            other => panic!("{other:?}"),
+        }
+        for m in metrics {
+            let entry = catalogue::ALL
+                .iter()
+                .find(|c| c.name == m.name)
+                .unwrap_or_else(|| panic!("{} is not in the catalogue", m.name));
+            assert_eq!(m.unit, entry.unit.ucum(), "{}", m.name);
+        }
     }
 }

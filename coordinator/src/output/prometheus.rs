@@ -1,12 +1,12 @@
 //! Prometheus remote write 1.0: a `WriteRequest` (protobuf, snappy block
 //! format) per frame.
 //!
-//! Series are named as the scrape endpoint (`crate::metrics`) names them,
-//! with `run_id`, `plan` and `scenario` labels; counters are the run's
-//! totals so far, so a lost push loses resolution, never a count. Latency
-//! and service time go as native histograms (exponential buckets of
-//! [`SCHEMA`], read from the exact merged HDR histogram), or as classic
-//! `_bucket` series when asked.
+//! The series are the catalogue's ([`catalogue::points`]), as the scrape
+//! endpoint names them, with `run_id`, `plan` and the user's labels on
+//! each; counters are the run's totals so far, so a lost push loses
+//! resolution, never a count. Latency and service time go as native
+//! histograms (exponential buckets of [`SCHEMA`], read from the exact
+//! merged HDR histogram), or as classic `_bucket` series when asked.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -16,9 +16,11 @@ use prost::Message;
 
 use loadfleet_proto::histogram::new_histogram;
 
+use super::catalogue::{self, Kind, Value};
 use super::config::Histograms;
 use super::delivery::{Encoded, Encoder};
 use super::frame::Frame;
+use crate::units;
 
 /// The messages of remote write 1.0 (prometheus/prompb types.proto and
 /// remote.proto), with only the fields loadfleet sends.
@@ -92,14 +94,6 @@ pub mod prompb {
 /// exact one.
 pub const SCHEMA: i32 = 5;
 
-/// Classic bucket bounds (seconds), for `histograms = "classic"`.
-pub const CLASSIC_BOUNDS: &[f64] = &[
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
-];
-
-/// The exact percentiles pushed next to the histogram, from the merge.
-const QUANTILES: [(f64, &str); 4] = [(0.5, "0.5"), (0.9, "0.9"), (0.99, "0.99"), (0.999, "0.999")];
-
 pub struct Prometheus {
     pub histograms: Histograms,
     pub per_agent: bool,
@@ -145,85 +139,17 @@ impl Prometheus {
             out.base
                 .insert("repeat".into(), (frame.run + 1).to_string());
         }
-        if !frame.verdicts.is_empty() {
-            // One series per verdict, for the dashboard's annotations.
-            for (code, level, _) in &frame.verdicts {
-                let l = [("code", code.as_str()), ("level", level.as_str())];
-                out.gauge("loadfleet_verdict", &l, 1.0);
-            }
-            return prompb::WriteRequest {
-                timeseries: out.all,
-            };
-        }
-        out.gauge("loadfleet_in_flight", &[], frame.in_flight as f64);
-        out.gauge("loadfleet_agents_alive", &[], frame.agents_alive as f64);
-        for s in &frame.scenarios {
-            let sc = [("scenario", s.name.as_str())];
-            let t = &s.totals;
-            out.gauge("loadfleet_requests_intended_total", &sc, t.intended as f64);
-            out.gauge("loadfleet_requests_sent_total", &sc, t.sent as f64);
-            out.gauge(
-                "loadfleet_requests_completed_total",
-                &sc,
-                t.completed as f64,
-            );
-            out.gauge("loadfleet_failures_total", &sc, t.failures as f64);
-            out.gauge(
-                "loadfleet_pool_saturated_seconds_total",
-                &sc,
-                t.pool_saturated_ns as f64 / 1e9,
-            );
-            // A reason or code first seen mid-run gets its zero at the
-            // run's start too (`Series::zero_first`).
-            for (reason, n) in &t.unsent {
-                let l = [sc[0], ("reason", reason.as_str())];
-                out.gauge("loadfleet_requests_unsent_total", &l, *n as f64);
-            }
-            for (code, n) in &t.status {
-                let code = code.to_string();
-                let l = [sc[0], ("code", code.as_str())];
-                out.gauge("loadfleet_responses_total", &l, *n as f64);
-            }
-            for (kind, n) in &t.errors {
-                let l = [sc[0], ("kind", kind.as_str())];
-                out.gauge("loadfleet_errors_total", &l, *n as f64);
-            }
-            for (status, n) in &t.grpc_status {
-                let l = [sc[0], ("grpc_status", status.as_str())];
-                out.gauge("loadfleet_grpc_responses_total", &l, *n as f64);
-            }
-            for (q, text) in QUANTILES {
-                if !s.latency.is_empty() {
-                    let l = [sc[0], ("quantile", text)];
-                    let v = s.latency.value_at_quantile(q) as f64 / 1e6;
-                    out.gauge("loadfleet_latency_exact_seconds", &l, v);
-                }
-            }
-            for (name, h) in [
-                ("loadfleet_latency_seconds", &s.latency),
-                ("loadfleet_service_time_seconds", &s.service_time),
-            ] {
-                match self.histograms {
-                    Histograms::Native => out.native(name, &sc, h),
-                    Histograms::Classic => out.classic(name, &sc, h),
-                }
-            }
-        }
-        if self.per_agent {
-            for a in &frame.agents {
-                let l = [("agent", a.name.as_str())];
-                out.gauge("loadfleet_agent_requests_sent_total", &l, a.sent as f64);
-                out.gauge(
-                    "loadfleet_agent_requests_completed_total",
-                    &l,
-                    a.completed as f64,
-                );
-                out.gauge("loadfleet_agent_cpu_seconds_total", &l, a.cpu_seconds);
-                out.gauge(
-                    "loadfleet_agent_max_lag_seconds",
-                    &l,
-                    a.max_lag_us as f64 / 1e6,
-                );
+        for p in catalogue::points(frame, self.per_agent) {
+            let name = p.metric.prometheus();
+            let labels: Vec<(&str, &str)> = p.pairs().collect();
+            let counter = p.metric.kind == Kind::Counter;
+            match p.value {
+                Value::Number(v) => out.sample(&name, &labels, counter, v),
+                Value::Micros(us) => out.sample(&name, &labels, counter, units::us_to_s(us)),
+                Value::Histogram(h) => match self.histograms {
+                    Histograms::Native => out.native(&name, &labels, h),
+                    Histograms::Classic => out.classic(&name, &labels, h),
+                },
             }
         }
         prompb::WriteRequest {
@@ -243,8 +169,8 @@ struct Series<'a> {
 
 impl Series<'_> {
     /// Whether this is the series' first sample of the run and it is a
-    /// counter (`_total`, and a classic histogram's parts): then a zero
-    /// goes first.
+    /// counter (a classic histogram's parts included): then a zero goes
+    /// first.
     fn zero_first(&mut self, counter: bool, labels: &[prompb::Label]) -> bool {
         counter && self.start < self.ts && self.seen.insert(labels.to_vec())
     }
@@ -267,11 +193,8 @@ impl Series<'_> {
     }
 
     /// A counter or gauge sample (remote write 1.0 has no types).
-    fn gauge(&mut self, name: &str, extra: &[(&str, &str)], value: f64) {
+    fn sample(&mut self, name: &str, extra: &[(&str, &str)], counter: bool, value: f64) {
         let labels = self.labels(name, extra);
-        let counter = ["_total", "_bucket", "_count", "_sum"]
-            .iter()
-            .any(|s| name.ends_with(s));
         let mut samples = Vec::new();
         if self.zero_first(counter, &labels) {
             samples.push(prompb::Sample {
@@ -306,26 +229,14 @@ impl Series<'_> {
 
     fn classic(&mut self, name: &str, extra: &[(&str, &str)], h: &Histogram<u64>) {
         let bucket = format!("{name}_bucket");
-        for &le in CLASSIC_BOUNDS {
-            let n = h.count_between(0, (le * 1e6) as u64);
-            let le = le.to_string();
+        for (le, n) in catalogue::classic_buckets(h) {
             let l: Vec<(&str, &str)> = extra.iter().copied().chain([("le", le.as_str())]).collect();
-            self.gauge(&bucket, &l, n as f64);
+            self.sample(&bucket, &l, true, n as f64);
         }
-        let l: Vec<(&str, &str)> = extra.iter().copied().chain([("le", "+Inf")]).collect();
-        self.gauge(&bucket, &l, h.len() as f64);
-        self.gauge(&format!("{name}_sum"), extra, sum_seconds(h));
-        self.gauge(&format!("{name}_count"), extra, h.len() as f64);
+        let sum = catalogue::sum_seconds(h);
+        self.sample(&format!("{name}_sum"), extra, true, sum);
+        self.sample(&format!("{name}_count"), extra, true, h.len() as f64);
     }
-}
-
-/// Σ value × count in seconds, each value at the top of its HDR bucket
-/// (the value the report's percentiles read).
-fn sum_seconds(h: &Histogram<u64>) -> f64 {
-    h.iter_recorded()
-        .map(|v| v.value_iterated_to() as f64 * v.count_at_value() as f64)
-        .sum::<f64>()
-        / 1e6
 }
 
 /// The native bucket of a value in seconds: bucket `i` holds
@@ -353,7 +264,7 @@ pub fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
         if us == 0 {
             zero += v.count_at_value();
         } else {
-            *buckets.entry(bucket_index(us as f64 / 1e6)).or_default() += v.count_at_value();
+            *buckets.entry(bucket_index(units::us_to_s(us))).or_default() += v.count_at_value();
         }
     }
     let mut spans: Vec<prompb::BucketSpan> = Vec::new();
@@ -378,7 +289,7 @@ pub fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
     }
     prompb::Histogram {
         count_int: h.len(),
-        sum: sum_seconds(h),
+        sum: catalogue::sum_seconds(h),
         schema: SCHEMA,
         zero_threshold: 0.0,
         zero_count_int: zero,
@@ -430,7 +341,7 @@ mod tests {
         assert_eq!(seen.iter().map(|(_, c)| *c as u64).sum::<u64>(), 7);
         assert_eq!(
             seen.last().unwrap().0,
-            bucket_index(h.highest_equivalent(2_000_000) as f64 / 1e6)
+            bucket_index(units::us_to_s(h.highest_equivalent(2_000_000)))
         );
         let mut req = Prometheus {
             histograms: Histograms::Native,
@@ -452,7 +363,8 @@ mod tests {
             verdicts: vec![],
         };
         let wr = req.write_request(&frame);
-        assert_eq!(wr.timeseries.len(), 2);
+        // The fleet's gauges: in flight, agents alive, elapsed.
+        assert_eq!(wr.timeseries.len(), 3);
         assert_eq!(wr.timeseries[1].labels[0].name, "__name__");
         let body = req.clone_encode(&frame);
         let raw = snap::raw::Decoder::new().decompress_vec(&body).unwrap();

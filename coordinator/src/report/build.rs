@@ -17,6 +17,7 @@ use crate::figures::Source;
 use crate::fleet::RunResult;
 use crate::per_request::RequestMerged;
 use crate::thresholds::request_scopes;
+use crate::units;
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -32,13 +33,13 @@ fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
         }
         out.push(CurvePoint {
             percentile: q * 100.0,
-            ms: h.value_at_quantile(q) as f64 / 1000.0,
+            ms: units::us_to_ms(h.value_at_quantile(q)),
         });
         k += 1;
     }
     out.push(CurvePoint {
         percentile: 100.0,
-        ms: h.max() as f64 / 1000.0,
+        ms: units::us_to_ms(h.max()),
     });
     out
 }
@@ -393,16 +394,16 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                     0.0
                 },
                 lag_ms: (!m.lag.is_empty()).then(|| Lag {
-                    p50: m.lag.value_at_quantile(0.5) as f64 / 1000.0,
-                    p99: m.lag.value_at_quantile(0.99) as f64 / 1000.0,
-                    max: m.lag.max() as f64 / 1000.0,
+                    p50: units::us_to_ms(m.lag.value_at_quantile(0.5)),
+                    p99: units::us_to_ms(m.lag.value_at_quantile(0.99)),
+                    max: units::us_to_ms(m.lag.max()),
                 }),
-                clock_offset_ms: a.clock.map(|c| c.1 as f64 / 1e6),
-                clock_rtt_ms: a.clock.map(|c| c.0 as f64 / 1e6),
-                clock_uncertainty_ms: a.clock.map(|c| c.0 as f64 / 2e6),
+                clock_offset_ms: a.clock.map(|c| units::ns_to_ms(c.1)),
+                clock_rtt_ms: a.clock.map(|c| units::ns_to_ms(c.0)),
+                clock_uncertainty_ms: a.clock.map(|c| units::ns_to_ms(c.0) / 2.0),
                 in_flight_at_end: a.finished.as_ref().map(|f| f.in_flight_at_end),
                 pool_saturated_share: if elapsed_s > 0.0 {
-                    (m.pool_saturated_ns as f64 / 1e9 / elapsed_s).min(1.0)
+                    (units::ns_to_s(m.pool_saturated_ns) / elapsed_s).min(1.0)
                 } else {
                     0.0
                 },
@@ -437,7 +438,7 @@ fn interval_reports(result: &RunResult) -> Vec<IntervalReport> {
 pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
     let interval_s = 1.0;
     let latency = iv.latency_summary();
-    let ms = |us: Option<u64>| us.map(|us| us as f64 / 1000.0);
+    let ms = |us: Option<u64>| us.map(units::us_to_ms);
     IntervalReport {
         t: i as f64 * interval_s,
         intended: iv.intended,
@@ -459,6 +460,6 @@ pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
         p99: ms(latency.p99_us),
         in_flight: iv.in_flight,
         max_in_flight: iv.max_in_flight,
-        max_lag_ms: iv.max_lag_us as f64 / 1000.0,
+        max_lag_ms: units::us_to_ms(iv.max_lag_us),
     }
 }

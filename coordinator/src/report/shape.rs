@@ -10,6 +10,7 @@ use loadfleet_proto::schedule::{Process, Stage};
 use super::format::secs;
 use super::model::Report;
 use crate::plan::{Model, Plan};
+use crate::units;
 
 /// At most this many parts are spelled out; the rest are counted, so a
 /// plan with hundreds of stages still gives one readable line.
@@ -32,7 +33,7 @@ pub fn describe(model: &Model) -> String {
                 Process::Uniform => "uniform",
                 Process::Poisson { .. } => "poisson",
             };
-            let seconds = schedule.duration_ns() as f64 / 1e9;
+            let seconds = units::ns_to_s(schedule.duration_ns());
             // A held rate is its own mean.
             let held = matches!(parts[..], [Part::Hold { .. }]);
             let mean = if !held && seconds > 0.0 {
@@ -235,9 +236,9 @@ fn level(v: f64) -> String {
 /// A stage's length: 3s, 2.5s, 250ms.
 fn duration(ns: u64) -> String {
     if ns >= 1_000_000_000 {
-        format!("{}s", secs(ns as f64 / 1e9))
+        format!("{}s", secs(units::ns_to_s(ns)))
     } else {
-        format!("{}ms", secs(ns as f64 / 1e6))
+        format!("{}ms", secs(units::ns_to_ms(ns)))
     }
 }
 

@@ -15,6 +15,7 @@ use super::model::SseReport;
 use super::model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::fleet::RunResult;
 use crate::sse::SseMerged;
+use crate::units;
 
 /// Most fan-out rows (event ids) the report lists, so a broadcast-heavy
 /// run keeps a readable report; the spread figures cover every id.
@@ -56,12 +57,8 @@ pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f6
         .iter()
         .map(|&(o, _)| o)
         .max_by_key(|o| o.unsigned_abs())
-        .map(|o| o as f64 / 1e6);
-    let agent_wall_uncertainty_ms = offsets
-        .iter()
-        .map(|&(_, u)| u)
-        .max()
-        .map(|u| u as f64 / 1e6);
+        .map(units::ns_to_ms);
+    let agent_wall_uncertainty_ms = offsets.iter().map(|&(_, u)| u).max().map(units::ns_to_ms);
     let rests_on = if send_time == "none" {
         "no send time configured: no delivery latency".to_owned()
     } else {
@@ -79,16 +76,16 @@ pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f6
     let mut rows: Vec<FanoutRow> = m
         .fanned_out()
         .map(|(id, r)| {
-            let spread_us = (r.last_ns - r.first_ns.min(r.last_ns)) / 1000;
+            let spread_us = units::ns_to_us(r.last_ns - r.first_ns.min(r.last_ns));
             if let Err(e) = spreads.record(spread_us) {
                 tracing::error!("fan-out spread {spread_us} µs not recorded: {e}");
             }
             FanoutRow {
                 id: id.clone(),
                 subscribers: r.subscribers,
-                first_s: r.first_ns as f64 / 1e9,
-                last_s: r.last_ns as f64 / 1e9,
-                spread_ms: spread_us as f64 / 1000.0,
+                first_s: units::ns_to_s(r.first_ns),
+                last_s: units::ns_to_s(r.last_ns),
+                spread_ms: units::us_to_ms(spread_us),
             }
         })
         .collect();
@@ -126,8 +123,8 @@ pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f6
         fanout: Fanout {
             ids: spreads.len(),
             spread_p50_ms: (!spreads.is_empty())
-                .then(|| spreads.value_at_quantile(0.5) as f64 / 1000.0),
-            spread_max_ms: (!spreads.is_empty()).then(|| spreads.max() as f64 / 1000.0),
+                .then(|| units::us_to_ms(spreads.value_at_quantile(0.5))),
+            spread_max_ms: (!spreads.is_empty()).then(|| units::us_to_ms(spreads.max())),
             untracked: m.fanout_untracked,
             rows,
         },

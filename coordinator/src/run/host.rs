@@ -60,6 +60,14 @@ pub struct Served {
     metrics: Option<watch::Sender<String>>,
 }
 
+impl Served {
+    /// Where the scrape endpoint's text goes (with `--metrics-listen`),
+    /// for the sink the fleet is run with (`output::start`).
+    pub fn scrape(&mut self) -> Option<watch::Sender<String>> {
+        self.metrics.take()
+    }
+}
+
 impl Host {
     /// Checks the target, finds the local programs, prepares the run's
     /// folder (`--out`), starts the built-in testbed when the run aims at
@@ -209,7 +217,8 @@ impl Host {
         })
     }
 
-    /// `--metrics-listen`: the Prometheus text of the run, as it goes.
+    /// `--metrics-listen`: the endpoint that serves the text the scrape
+    /// output (`output::scrape`) renders of each settled second.
     async fn serve_metrics(
         &self,
         addr: Option<SocketAddr>,
@@ -224,7 +233,7 @@ impl Host {
         self.console
             .line(&format!("metrics on http://{bound}/metrics"));
         let (tx, rx) = watch::channel(String::new());
-        tokio::spawn(crate::metrics::serve(listener, rx));
+        tokio::spawn(crate::output::scrape::serve(listener, rx));
         Ok(Some(tx))
     }
 
@@ -241,7 +250,6 @@ impl Host {
         let drain = spec.drain;
         let outputs = fleet::Outputs {
             progress: Box::new(move |p: &Progress| progress::print(&shown, p, drain)),
-            metrics: served.metrics,
             sink,
             console: self.console.clone(),
         };

@@ -50,10 +50,15 @@ pub async fn run(args: SearchArgs) -> Result<u8, Error> {
     let host = Host::start(&mut setup, out, args.overwrite, file, &console).await?;
     let (info, mut spec) = host.describe(&setup);
     driver.prepare_spec(&mut spec, &info, &host.out_dir, &console)?;
-    let served = host.serve(&setup).await?;
+    let mut served = host.serve(&setup).await?;
     let out_dir = host.out_dir.clone();
+    // Only the scrape endpoint is fed: it serves the step under way. Each
+    // step is a run of its own, not a repeat, so no `repeat` label.
+    let labels =
+        crate::output::RunLabels::new(args.outputs.out_run_id.as_deref(), file, &out_dir, &info, 1);
+    let (sink, _) = crate::output::start(&[], &labels, served.scrape(), None)?;
     let (next, driver) = driver.into_next();
-    let results = host.run_fleet(served, spec, None, Some(next)).await;
+    let results = host.run_fleet(served, spec, sink, Some(next)).await;
     driver.finish(&results, &out_dir)
 }
 

@@ -111,7 +111,6 @@ impl Fleet {
         );
         let outputs = fleet::Outputs {
             progress: Box::new(|_| {}),
-            metrics: None,
             sink: None,
             console: Console::captured(),
         };

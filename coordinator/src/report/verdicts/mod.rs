@@ -16,6 +16,7 @@ use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 mod offered;
 use crate::fleet::RunResult;
 use crate::plan::OnAgentLoss;
+use crate::units;
 
 /// All verdicts of one run, errors first.
 pub fn all(
@@ -89,8 +90,8 @@ fn delivery_clock_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> 
     ) {
         (Some(o), Some(u)) => format!(
             "the agents' wall clocks agree with the coordinator's to within {:+.3} ms (±{:.3} ms), so the target's clock is the likely culprit",
-            o as f64 / 1e6,
-            u as f64 / 1e6
+            units::ns_to_ms(o),
+            units::ns_to_ms(u)
         ),
         _ => "the agents' wall-clock offsets were not measured".to_owned(),
     };
@@ -110,8 +111,8 @@ fn delivery_clock_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> 
                     m.negative,
                     with_time,
                     100.0 * m.negative as f64 / with_time.max(1) as f64,
-                    m.negative_latency.max() as f64 / 1000.0,
-                    m.negative_latency.value_at_quantile(0.5) as f64 / 1000.0,
+                    units::us_to_ms(m.negative_latency.max()),
+                    units::us_to_ms(m.negative_latency.value_at_quantile(0.5)),
                 ),
             }
         })

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 pub use dial::{Dialed, Dialer, Io};
 pub use failure::{stream_io_kind, ClientFailure};
 pub use h2::{Answer, Http2Client};
+pub(crate) use http1::wire;
 use http1::Http1Client;
 pub use http1::{DirectPool, Fixed, Outgoing};
 pub use outcome::{Exchanged, Outcome, Phases};

@@ -64,7 +64,9 @@ impl std::error::Error for ChunkError {}
 /// Where in the body the decoder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// This many bytes of a length-framed body still to come.
+    /// This many bytes of a length-framed body still to come; `Length(0)`
+    /// is also where every body ends, so that the common case, a length,
+    /// ends without a state of its own.
     Length(u64),
     /// Everything until the connection closes is body.
     UntilClose,
@@ -92,9 +94,10 @@ enum State {
     TrailerLf,
     /// The CR of the final empty line seen.
     EndLf,
-    /// The body is over.
-    Done,
 }
+
+/// The body is over.
+const DONE: State = State::Length(0);
 
 /// What one [`BodyDecoder::decode`] took from its input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +139,7 @@ impl BodyDecoder {
 
     /// The body's framing has said it is complete.
     pub fn is_done(&self) -> bool {
-        self.state == State::Done
+        self.state == DONE
     }
 
     /// The connection's close ends this body (rather than cutting it
@@ -156,11 +159,7 @@ impl BodyDecoder {
             match self.state {
                 State::Length(left) => {
                     let take = left.min((input.len() - at) as u64);
-                    self.state = if take == left {
-                        State::Done
-                    } else {
-                        State::Length(left - take)
-                    };
+                    self.state = State::Length(left - take);
                     return Ok(piece(at, take as usize, take == left));
                 }
                 State::ChunkData(left) => {
@@ -173,7 +172,6 @@ impl BodyDecoder {
                     return Ok(piece(at, take as usize, false));
                 }
                 State::UntilClose => return Ok(piece(at, input.len() - at, false)),
-                State::Done => return Ok(piece(at, 0, true)),
                 framing => {
                     let Some(&b) = input.get(at) else {
                         return Ok(piece(at, 0, false));
@@ -193,6 +191,18 @@ impl BodyDecoder {
         input: &[u8],
         mut on_data: impl FnMut(&[u8]),
     ) -> Result<Took, ChunkError> {
+        if let State::Length(left) = self.state {
+            // The common case in one step, without the loop's pieces.
+            let take = left.min(input.len() as u64);
+            self.state = State::Length(left - take);
+            if take > 0 {
+                on_data(&input[..take as usize]);
+            }
+            return Ok(Took {
+                used: take as usize,
+                end: take == left,
+            });
+        }
         let mut used = 0;
         loop {
             let rest = &input[used..];
@@ -265,10 +275,10 @@ fn step(state: State, b: u8) -> Result<State, ChunkError> {
         State::Trailer(seen) if seen >= MAX_LINE_BYTES => return Err(ChunkError::LineTooLong),
         State::Trailer(seen) => State::Trailer(seen + 1),
         State::TrailerLf if b == b'\n' => State::LineStart,
-        State::EndLf if b == b'\n' => State::Done,
+        State::EndLf if b == b'\n' => DONE,
         State::TrailerLf | State::EndLf => return Err(ChunkError::TrailerEnd),
         // Never called for states that hold body bytes (see `decode`).
-        State::Length(_) | State::UntilClose | State::ChunkData(_) | State::Done => state,
+        State::Length(_) | State::UntilClose | State::ChunkData(_) => state,
     })
 }
 

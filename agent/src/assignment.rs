@@ -14,11 +14,11 @@ use loadfleet_proto::vocab::HttpProtocol;
 use tokio::time::Instant;
 
 use crate::allow::{AllowList, TargetRefused};
+use crate::client::tls::TargetTlsError;
 use crate::client::ClientConfig;
 use crate::config::AgentConfig;
 use crate::request::{GrpcContext, MixError, RequestMix};
 use crate::sse::{SpecError, SseSpec};
-use crate::tls::TargetTlsError;
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 
 /// Why this agent refuses an assignment. The message goes back to the
@@ -120,7 +120,7 @@ pub fn plan_workers(
     // Vetted against the vocabulary already: empty means HTTP/1.1.
     let protocol = a.protocol.parse().unwrap_or(HttpProtocol::Http1);
     // The system's trust store is read only for a plan that may go over
-    // TLS (see [`crate::tls::TargetRoots`]).
+    // TLS (see [`crate::client::tls::TargetRoots`]).
     let plain = a
         .scenarios
         .iter()
@@ -131,7 +131,7 @@ pub fn plan_workers(
     } else {
         config.target_roots.all()
     };
-    let tls = crate::tls::target_config(&roots, a.tls.as_ref(), alpn(protocol))
+    let tls = crate::client::tls::target_config(&roots, a.tls.as_ref(), alpn(protocol))
         .map_err(AssignmentError::Tls)?;
     let agent = a.agent_index;
     // Parse every scenario once; workers share the result.
@@ -305,7 +305,9 @@ mod tests {
             open_files: 1024,
             quiet: true,
         };
-        let plain = config(Arc::new(crate::tls::TargetRoots::new(None).unwrap()));
+        let plain = config(Arc::new(
+            crate::client::tls::TargetRoots::new(None).unwrap(),
+        ));
         let mut both = assignment("http://127.0.0.1:9/a");
         plan_workers(&both, &plain, Instant::now()).unwrap();
         assert!(!plain.target_roots.read());
@@ -316,7 +318,9 @@ mod tests {
         plan_workers(&both, &plain, Instant::now()).unwrap();
         assert!(plain.target_roots.read(), "a mix with one https:// URL");
         secure.scenarios[0].requests[0].url = "{{data.scheme}}://127.0.0.1:9/".into();
-        let templated = config(Arc::new(crate::tls::TargetRoots::new(None).unwrap()));
+        let templated = config(Arc::new(
+            crate::client::tls::TargetRoots::new(None).unwrap(),
+        ));
         let _ = plan_workers(&secure, &templated, Instant::now());
         assert!(
             templated.target_roots.read(),

@@ -28,7 +28,7 @@ pub struct AgentConfig {
     pub allow_targets: AllowList,
     /// Trust anchors for https:// targets (system store and --ca-cert);
     /// each assignment adds the plan's TLS settings to them.
-    pub target_roots: Arc<crate::tls::TargetRoots>,
+    pub target_roots: Arc<crate::client::tls::TargetRoots>,
     /// The --ca-cert PEM, also trusted for an https:// coordinator.
     pub coordinator_ca: Option<Vec<u8>>,
     /// --tls-cert and --tls-key (PEM): the client certificate shown to a

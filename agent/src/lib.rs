@@ -8,20 +8,18 @@
 //!
 //! The flow: [`session`] holds the control stream; [`assignment`] vets an
 //! assignment (plan bounds, [`allow`] list) and turns it into worker plans; each [`worker`] thread renders requests
-//! ([`request`]; gRPC calls with [`grpc`]), sends them through its own
+//! ([`request`]; gRPC calls with [`client::grpc`]), sends them through its own
 //! [`client`] and counts what happened in its [`recorder`].
 
 pub mod allow;
 pub mod assignment;
 pub mod client;
 pub mod config;
-pub mod grpc;
 pub mod recorder;
 pub mod request;
 mod runners;
 pub mod session;
 pub mod sse;
-pub mod tls;
 pub mod worker;
 
 /// Exit statuses of `loadfleet-agent`, as README.md's table lists them, so

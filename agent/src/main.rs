@@ -189,7 +189,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         connect_timeout: cli.connect_timeout,
         wake_quantum: cli.wake_quantum,
         allow_targets: AllowList::parse(&cli.allow_targets)?,
-        target_roots: Arc::new(loadfleet_agent::tls::TargetRoots::new(
+        target_roots: Arc::new(loadfleet_agent::client::tls::TargetRoots::new(
             cli.ca_cert.as_deref(),
         )?),
         coordinator_ca: match &cli.ca_cert {

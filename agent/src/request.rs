@@ -19,7 +19,7 @@ use loadfleet_proto::grpc::GrpcError;
 use prost_reflect::DescriptorPool;
 
 use crate::allow::AllowList;
-use crate::grpc::{self, Encoder};
+use crate::client::grpc::{self, Encoder};
 
 /// Why a scenario's request templates cannot be used. The coordinator
 /// checks plans the same way, so reaching one of these means the

@@ -318,8 +318,12 @@ mod tests {
     async fn an_unusable_source_falls_back_to_the_next() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let tls = crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
-            .unwrap();
+        let tls = crate::client::tls::target_config(
+            &rustls::RootCertStore::empty(),
+            None,
+            &[b"http/1.1"],
+        )
+        .unwrap();
         // 192.0.2.1 (TEST-NET-1) is nobody's address: bind() refuses it.
         let dialer = Dialer::new(Some("192.0.2.1".parse().unwrap()), tls)
             .with_more_sources(vec!["127.0.0.1".parse().unwrap()]);
@@ -335,8 +339,12 @@ mod tests {
         // Without a fallback, the same failure is the connection's.
         let alone = Dialer::new(
             Some("192.0.2.1".parse().unwrap()),
-            crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
-                .unwrap(),
+            crate::client::tls::target_config(
+                &rustls::RootCertStore::empty(),
+                None,
+                &[b"http/1.1"],
+            )
+            .unwrap(),
         );
         assert!(matches!(
             alone.dial(&uri).await,

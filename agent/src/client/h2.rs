@@ -607,7 +607,7 @@ mod tests {
 
     fn client(connections: usize, timeout: Duration) -> Transport {
         let roots = rustls::RootCertStore::empty();
-        let tls = crate::tls::target_config(&roots, None, &[b"h2"]).unwrap();
+        let tls = crate::client::tls::target_config(&roots, None, &[b"h2"]).unwrap();
         transport(tls, connections, timeout)
     }
 
@@ -661,7 +661,7 @@ mod tests {
     /// once) when h2 was agreed; returns its port and a client that trusts
     /// its certificate through the plan's `ca_cert`.
     async fn tls_server(alpn: &[&[u8]]) -> (u16, Transport) {
-        let (mut config, tls) = crate::tls::testing::localhost(&[b"h2"]);
+        let (mut config, tls) = crate::client::tls::testing::localhost(&[b"h2"]);
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -7,15 +7,18 @@
 //! The modules form a tree with no way back up: [`outcome`] (what an
 //! exchange comes to), [`failure`] (every error's kind), `progress` and
 //! `saturation` are leaves that the transports ([`h2`], `http1`) build on,
-//! and this module only puts them behind one [`Transport`].
+//! as are [`tls`] (the target's trust) and [`grpc`] (calls on [`h2`]), and
+//! this module only puts them behind one [`Transport`].
 
 mod dial;
 mod failure;
+pub mod grpc;
 mod h2;
 mod http1;
 pub mod outcome;
 mod progress;
 mod saturation;
+pub mod tls;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -32,6 +35,7 @@ use tokio::time::Instant;
 pub use dial::{Dialed, Dialer, Io};
 pub use failure::{stream_io_kind, ClientFailure};
 pub use h2::{Answer, Http2Client};
+pub(crate) use http1::wire;
 use http1::Http1Client;
 pub use http1::{DirectPool, Fixed, Outgoing};
 pub use outcome::{Exchanged, Outcome, Phases};
@@ -111,7 +115,7 @@ impl Transport {
         queued: Option<Queued>,
         out: &dyn Fn(),
     ) -> Exchanged {
-        let grpc = request.extensions().get::<crate::grpc::Call>().is_some();
+        let grpc = request.extensions().get::<grpc::Call>().is_some();
         let progress = Progress::new(out);
         let queue_deadline = sent_at + self.timeout;
         let mut expired = false;
@@ -140,7 +144,7 @@ impl Transport {
                         .map(|answer| {
                             let status = answer.head.status.as_u16();
                             if grpc {
-                                crate::grpc::outcome(
+                                grpc::outcome(
                                     status,
                                     &answer.head.headers,
                                     answer.trailers.as_ref(),
@@ -188,7 +192,7 @@ impl Transport {
         };
         // A gRPC call's time is its deadline.
         let outcome = if grpc {
-            crate::grpc::on_timeout(outcome)
+            grpc::on_timeout(outcome)
         } else {
             outcome
         };

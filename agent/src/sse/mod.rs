@@ -1,15 +1,14 @@
 //! Subscription scenarios: each arrival (open model) or client (closed
 //! model) holds a Server-Sent Events stream instead of sending requests.
 //!
-//! [`parser`] reads the event-stream format, [`http`] the little HTTP/1.1 a
-//! held stream needs, [`subscriber`] runs one subscriber with its
+//! [`parser`] reads the event-stream format (its HTTP/1.1 is the request
+//! pools' codec, `client::wire`), [`subscriber`] runs one subscriber with its
 //! reconnects, and [`record`] buckets what subscribers saw into the
 //! snapshot intervals. The scheduler (open arrivals, closed clients, the
 //! in-flight cap, unsent accounting) is the worker's, unchanged: a
 //! subscriber is one arrival that stays in flight while it holds its stream.
 
 pub mod hook;
-pub mod http;
 pub mod parser;
 pub mod record;
 pub mod subscriber;

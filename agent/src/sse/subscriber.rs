@@ -15,11 +15,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{self, Body, Framing, MAX_HEAD_BYTES};
 use super::parser::{Item, Parser};
 use super::record::{Received, SseRecorder};
 use super::{SendTime, SseSpec};
 use crate::client::stream_io_kind;
+use crate::client::wire::{self, BodyDecoder, Head};
 use crate::recorder::Outcome;
 
 /// Read buffer of a stream: a few events' worth.
@@ -96,6 +96,22 @@ impl Subscription {
         }
         Ok(Subscription { uri, head })
     }
+}
+
+/// A response head read, and whether it opens an event stream.
+struct Opened {
+    head: Head,
+    /// `Content-Type` is `text/event-stream`.
+    event_stream: bool,
+}
+
+/// Whether a `Content-Type` value is `text/event-stream` (parameters
+/// aside).
+fn is_event_stream(value: &[u8]) -> bool {
+    let media = value.split(|&b| b == b';').next().unwrap_or_default();
+    media
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"text/event-stream")
 }
 
 /// How one connection of a subscriber ended.
@@ -215,7 +231,7 @@ impl<C: Connect> Subscribers<'_, C> {
     ) -> End {
         let opened = tokio::time::timeout(self.timeout, self.open(subscription, state)).await;
         let now = Instant::now();
-        let (mut io, head) = match opened {
+        let (mut io, Opened { head, event_stream }) = match opened {
             Ok(Ok(opened)) => opened,
             Ok(Err(kind)) => return End::Failed(kind),
             Err(_) => return End::Failed(ErrorKind::Timeout),
@@ -225,7 +241,7 @@ impl<C: Connect> Subscribers<'_, C> {
         if let Some(first) = first.take() {
             first(Outcome::Status(head.status), now, state.opening);
         }
-        if !(200..300).contains(&head.status) || !head.event_stream {
+        if !(200..300).contains(&head.status) || !event_stream {
             if !is_first {
                 self.recorder.borrow_mut().refused(interval, head.status);
             }
@@ -233,7 +249,13 @@ impl<C: Connect> Subscribers<'_, C> {
         }
         self.recorder.borrow_mut().stream_opened(interval, is_first);
         let end = self
-            .read_events(&mut io, state, head.framing, head.len, intended)
+            .read_events(
+                &mut io,
+                state,
+                BodyDecoder::new(head.framing),
+                head.len,
+                intended,
+            )
             .await;
         let by_server = matches!(end, End::ServerEnded);
         self.recorder
@@ -248,7 +270,7 @@ impl<C: Connect> Subscribers<'_, C> {
         &self,
         subscription: &Subscription,
         state: &mut State,
-    ) -> Result<(C::Io, http::Head), ErrorKind> {
+    ) -> Result<(C::Io, Opened), ErrorKind> {
         state.opening = Opening::default();
         let Connected {
             mut io,
@@ -283,13 +305,19 @@ impl<C: Connect> Subscribers<'_, C> {
             if n == 0 {
                 return Err(ErrorKind::Reset);
             }
-            match http::parse_head(&state.buf) {
+            let mut event_stream = false;
+            let parsed = wire::parse_head(&state.buf, false, |h| {
+                if h.name.eq_ignore_ascii_case("content-type") {
+                    event_stream = is_event_stream(h.value);
+                }
+            });
+            match parsed {
                 Ok(Some(head)) => {
                     state.opening.ttfb = Some(sent.elapsed());
-                    return Ok((io, head));
+                    return Ok((io, Opened { head, event_stream }));
                 }
-                Ok(None) if state.buf.len() < MAX_HEAD_BYTES => {}
-                _ => return Err(ErrorKind::Protocol),
+                Ok(None) => {}
+                Err(_) => return Err(ErrorKind::Protocol),
             }
         }
     }
@@ -300,11 +328,10 @@ impl<C: Connect> Subscribers<'_, C> {
         &self,
         io: &mut C::Io,
         state: &mut State,
-        framing: Framing,
+        mut body: BodyDecoder,
         skip: usize,
         intended: Instant,
     ) -> End {
-        let mut body = Body::new(framing);
         state.parser.reconnect();
         let mut last_event: Option<Instant> = None;
         let mut from = skip;
@@ -334,7 +361,7 @@ impl<C: Connect> Subscribers<'_, C> {
             }
             from = 0;
             match io.read_buf(&mut state.buf).await {
-                Ok(0) if framing == Framing::Close => return End::ServerEnded,
+                Ok(0) if body.ends_at_close() => return End::ServerEnded,
                 Ok(0) => return End::Failed(ErrorKind::Reset),
                 Ok(_) => {}
                 Err(e) => return End::Failed(stream_io_kind(&e)),
@@ -346,7 +373,7 @@ impl<C: Connect> Subscribers<'_, C> {
     fn consume(
         &self,
         bytes: &[u8],
-        body: &mut Body,
+        body: &mut BodyDecoder,
         state: &mut State,
         (now, wall): (Instant, i128),
         last_event: &mut Option<Instant>,
@@ -364,7 +391,7 @@ impl<C: Connect> Subscribers<'_, C> {
             first_event_seen,
             ..
         } = state;
-        body.decode(bytes, |data| {
+        body.feed(bytes, |data| {
             let fed = parser.feed(data, |item| match item {
                 Item::Comment => recorder.comment(interval),
                 Item::Retry(ms) => *reconnect = Duration::from_millis(ms),
@@ -461,4 +488,18 @@ fn parse_number(bytes: &[u8]) -> Option<Number> {
 pub enum Number {
     Int(i64),
     Float(f64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_event_stream;
+
+    #[test]
+    fn an_event_stream_is_told_by_its_media_type_alone() {
+        assert!(is_event_stream(b"text/event-stream"));
+        assert!(is_event_stream(b" Text/Event-Stream ; charset=utf-8"));
+        assert!(!is_event_stream(b"text/plain"));
+        assert!(!is_event_stream(b"text/event-streams"));
+        assert!(!is_event_stream(b""));
+    }
 }

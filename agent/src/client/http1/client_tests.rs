@@ -90,8 +90,12 @@ fn client(connections: usize, timeout: Duration) -> Transport {
         max_connections: connections,
         source: None,
         more_sources: Vec::new(),
-        tls: crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
-            .unwrap(),
+        tls: crate::client::tls::target_config(
+            &rustls::RootCertStore::empty(),
+            None,
+            &[b"http/1.1"],
+        )
+        .unwrap(),
         protocol: HttpProtocol::Http1,
     })
 }

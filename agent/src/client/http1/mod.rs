@@ -6,15 +6,16 @@
 //! - [`DirectPool`] ([`direct`]): the open loop writes and reads its
 //!   connections itself from its own epoll set, for one host.
 //!
-//! Both speak through the same codec ([`wire`]) and read answers the same
-//! way ([`read`]).
+//! Both speak through the same codec ([`wire`]), which the event-stream
+//! subscriber reads its streams with too, and read answers the same way
+//! ([`read`]).
 
 mod client;
 mod conn;
 mod direct;
 mod ledger;
 mod read;
-pub(super) mod wire;
+pub(crate) mod wire;
 
 pub(super) use client::Http1Client;
 pub use direct::{DirectPool, Fixed, Outgoing};

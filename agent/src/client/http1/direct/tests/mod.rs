@@ -75,7 +75,7 @@ fn tls_pair() -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
 /// [`tls_pair`] whose server sends `tickets` session tickets after each
 /// handshake (rustls sends 2).
 fn tls_pair_sending(tickets: usize) -> (tokio_rustls::TlsAcceptor, Arc<rustls::ClientConfig>) {
-    let (mut config, trust) = crate::tls::testing::localhost(&[b"http/1.1"]);
+    let (mut config, trust) = crate::client::tls::testing::localhost(&[b"http/1.1"]);
     config.send_tls13_tickets = tickets;
     (tokio_rustls::TlsAcceptor::from(Arc::new(config)), trust)
 }
@@ -168,7 +168,8 @@ async fn answer(
 
 fn pool(uri: &Uri, connections: usize, timeout: Duration) -> Rc<DirectPool<u32>> {
     let tls =
-        crate::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"]).unwrap();
+        crate::client::tls::target_config(&rustls::RootCertStore::empty(), None, &[b"http/1.1"])
+            .unwrap();
     pool_with(uri, connections, timeout, tls)
 }
 

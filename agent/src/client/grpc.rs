@@ -17,7 +17,7 @@ use loadfleet_proto::grpc::{self, GrpcError};
 use loadfleet_proto::vocab::{ErrorKind, GrpcStatus};
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
-use crate::client::outcome::Outcome;
+use super::outcome::Outcome;
 
 /// Marks a request as a gRPC call (an `http::Extensions` entry), so the
 /// transport's answer is read for its grpc-status.

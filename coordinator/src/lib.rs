@@ -18,7 +18,6 @@ pub mod grpc;
 pub mod local;
 pub mod metrics;
 pub mod output;
-pub mod per_request;
 pub mod plan;
 pub mod plan_cmd;
 pub mod report;

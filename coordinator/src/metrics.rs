@@ -131,12 +131,7 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     // first increment misses that increment.
     let unsent = UnsentReason::ALL
         .iter()
-        .map(|r| {
-            (
-                r.to_string(),
-                t.unsent.get(r.as_str()).copied().unwrap_or(0),
-            )
-        })
+        .map(|r| (r.to_string(), t.unsent.get(*r)))
         .collect();
     r.register(
         "loadfleet_requests_unsent",
@@ -151,17 +146,17 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     r.register(
         "loadfleet_responses",
         "Responses by status code",
-        counts("code", &t.status),
+        counts("code", &t.status.by_word()),
     );
     r.register(
         "loadfleet_errors",
         "Transport errors by kind",
-        counts("kind", &t.errors),
+        counts("kind", &t.errors.by_word()),
     );
     r.register(
         "loadfleet_grpc_responses",
         "gRPC calls by grpc-status (OK, UNAVAILABLE, ...), apart from HTTP statuses",
-        counts("grpc_status", &t.grpc_status),
+        counts("grpc_status", &t.grpc_status.by_word()),
     );
     r.register(
         "loadfleet_failures",
@@ -191,7 +186,7 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
     // The latency over the whole run so far, under a summary's sample
     // names; prometheus-client has no summary type, so its quantiles,
     // sum and count are gauges.
-    let all = t.latency_all();
+    let all = t.latency.all();
     if !all.is_empty() {
         let quantiles = [0.5, 0.9, 0.99, 0.999]
             .iter()
@@ -227,16 +222,16 @@ pub fn render(agg: &Aggregate, in_flight: u64, agents_alive: usize, elapsed_s: f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass, UnsentReason};
+    use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
 
     #[test]
-    fn renders_conventional_names_and_escapes_labels() {
+    fn renders_conventional_names_and_labels() {
         let mut agg = Aggregate::new(1, 1);
         agg.totals.intended = 10;
-        agg.totals.unsent.insert(UnsentReason::Late.to_string(), 2);
-        agg.totals.errors.insert(r#"re"set"#.into(), 1);
-        agg.totals.status.insert(503, 4);
-        agg.totals.status.insert(200, 5);
+        agg.totals.unsent.add(UnsentReason::Late, 2);
+        agg.totals.errors.bump(ErrorKind::Reset);
+        agg.totals.status.add(503, 4);
+        agg.totals.status.add(200, 5);
         let text = render(&agg, 3, 1, 1.5);
         assert!(text.contains(
             "# HELP loadfleet_requests_intended_total Arrivals due so far by the schedule.\n\
@@ -250,16 +245,14 @@ mod tests {
             "a reason that has not happened is exposed at zero"
         );
         assert!(
-            text.contains(r#"loadfleet_errors_total{kind="re\"set"} 1"#),
+            text.contains(r#"loadfleet_errors_total{kind="reset"} 1"#),
             "{text}"
         );
         assert!(text.contains("loadfleet_in_flight 3"));
         assert!(text.contains("loadfleet_failures_total 5"), "{text}");
         // gRPC statuses are their own family, and the non-OK ones fail.
-        agg.totals.grpc_status.insert(GrpcStatus::Ok.to_string(), 7);
-        agg.totals
-            .grpc_status
-            .insert(GrpcStatus::Unavailable.to_string(), 2);
+        agg.totals.grpc_status.add(GrpcStatus::Ok, 7);
+        agg.totals.grpc_status.add(GrpcStatus::Unavailable, 2);
         let text = render(&agg, 3, 1, 1.5);
         assert!(
             text.contains(r#"loadfleet_grpc_responses_total{grpc_status="UNAVAILABLE"} 2"#),
@@ -269,9 +262,7 @@ mod tests {
         // The latency under a summary's sample names, in seconds.
         let mut h = loadfleet_proto::histogram::new_histogram();
         h.record(1_000).unwrap();
-        agg.totals
-            .latency
-            .insert(OutcomeClass::Success.to_string(), h);
+        *agg.totals.latency.get_mut(OutcomeClass::Success) = h;
         let text = render(&agg, 3, 1, 1.5);
         for line in [
             r#"loadfleet_latency_seconds{quantile="0.99"} 0.001"#,

@@ -89,7 +89,7 @@ impl FigureError {
 
 /// Declares a figure type over the figure fields of a wire message (same
 /// names): the struct, `Default`, decoding (`TryFrom`), encoding, `+=`,
-/// counts-only addition and equality, each over the one field list.
+/// counts-only addition, reset and equality, each over the one field list.
 macro_rules! figures {
     (
         $(#[$meta:meta])*
@@ -128,6 +128,11 @@ macro_rules! figures {
             /// fields are left as they are.
             pub fn encode_into(&self, w: &mut $wire) {
                 $( w.$field = Figure::encode(&self.$field); )+
+            }
+
+            /// Back to nothing counted, keeping every allocation.
+            pub fn reset(&mut self) {
+                $( Figure::reset(&mut self.$field); )+
             }
 
             /// Adds the counts of `other` (no histogram), for rows that

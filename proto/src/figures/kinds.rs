@@ -34,6 +34,9 @@ pub trait Figure: Sized {
     /// The same figure (histograms compare by what they hold, not by how
     /// far they have grown).
     fn same(&self, other: &Self) -> bool;
+    /// Back to nothing counted, keeping what it allocated, so a recorder
+    /// that reuses its figures allocates nothing once warm.
+    fn reset(&mut self);
 }
 
 /// One count within [`MAX_SNAPSHOT_COUNT`].
@@ -66,6 +69,9 @@ impl Figure for u64 {
     fn same(&self, other: &Self) -> bool {
         self == other
     }
+    fn reset(&mut self) {
+        *self = 0;
+    }
 }
 
 /// A plausible non-negative amount of seconds (CPU time).
@@ -85,6 +91,9 @@ impl Figure for f64 {
     }
     fn same(&self, other: &Self) -> bool {
         self == other
+    }
+    fn reset(&mut self) {
+        *self = 0.0;
     }
 }
 
@@ -135,6 +144,9 @@ impl Figure for Mean {
     }
     fn same(&self, other: &Self) -> bool {
         self == other
+    }
+    fn reset(&mut self) {
+        *self = Mean::default();
     }
 }
 
@@ -237,6 +249,9 @@ impl<K: Word, const N: usize> Figure for Counts<K, N> {
     fn same(&self, other: &Self) -> bool {
         self == other
     }
+    fn reset(&mut self) {
+        Counts::reset(self);
+    }
 }
 
 /// Counts per HTTP status code, in increasing code order. A handful of
@@ -323,6 +338,9 @@ impl Figure for Codes {
     fn same(&self, other: &Self) -> bool {
         self == other
     }
+    fn reset(&mut self) {
+        Codes::reset(self);
+    }
 }
 
 /// Whether two histograms hold the same values (however far each grew).
@@ -358,6 +376,9 @@ impl Figure for Histogram<u64> {
     }
     fn same(&self, other: &Self) -> bool {
         same_histogram(self, other)
+    }
+    fn reset(&mut self) {
+        Histogram::reset(self);
     }
 }
 
@@ -451,6 +472,9 @@ impl Figure for ByClass {
                 _ => false,
             })
     }
+    fn reset(&mut self) {
+        ByClass::reset(self);
+    }
 }
 
 /// Receipts of one event id: subscribers, first and last receipt (ns after
@@ -540,5 +564,8 @@ impl Figure for Fanout {
     }
     fn same(&self, other: &Self) -> bool {
         self == other
+    }
+    fn reset(&mut self) {
+        self.0.clear();
     }
 }

@@ -21,6 +21,7 @@ pub mod output;
 pub mod plan;
 pub mod plan_cmd;
 pub mod report;
+pub mod report_model;
 pub mod run;
 pub mod search;
 pub mod sse;

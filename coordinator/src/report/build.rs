@@ -6,15 +6,15 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::percentiles;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
-use super::model::{
-    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
-    ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
-};
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::IntervalAgg;
 use crate::figures::Source;
 use crate::fleet::RunResult;
+use crate::report_model::{
+    AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
+    ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+};
 use crate::thresholds::request_scopes;
 use loadfleet_proto::figures::{Figures, RequestFigures};
 

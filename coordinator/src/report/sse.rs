@@ -11,9 +11,9 @@
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{new_histogram, percentiles};
 
-use super::model::SseReport;
-use super::model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::fleet::RunResult;
+use crate::report_model::SseReport;
+use crate::report_model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::sse::SseMerged;
 
 /// Most fan-out rows (event ids) the report lists, so a broadcast-heavy

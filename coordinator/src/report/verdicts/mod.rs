@@ -9,8 +9,8 @@ use loadfleet_proto::vocab::{
     AgentStatus, GrpcStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
 };
 
-use super::model::{AgentReport, Report, Totals, Verdict};
 use super::plan_info::{Placement, PlanInfo};
+use crate::report_model::{AgentReport, Report, Totals, Verdict};
 use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 
 mod offered;

@@ -274,6 +274,43 @@ async fn abort_stops_the_fleet_and_books_what_was_left() {
     assert_eq!(t.intended, t.sent + t.unsent.total());
 }
 
+/// An abort stops an agent that was still running: what it never reached
+/// is booked `aborted`, apart from the lost agent's `agent_lost`, and the
+/// plan's arrivals still add up.
+#[tokio::test(start_paused = true)]
+async fn abort_books_a_running_agents_remainder_aborted() {
+    let mut spec = spec(2);
+    spec.on_agent_loss = OnAgentLoss::Abort;
+    let mut fleet = Fleet::start(spec, never());
+    // Reports its first second, then runs on (answering heartbeats) until
+    // it is stopped.
+    let stays = fleet
+        .join(Script {
+            on_assignment: OnAssignment::FreezeAfter(Duration::from_secs(3600)),
+            ..Script::new("stays")
+        })
+        .await;
+    let _leaves = fleet
+        .join(Script {
+            on_assignment: OnAssignment::Leave,
+            ..Script::new("leaves")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    assert_eq!(run.aborted.as_deref(), Some("fake-leaves"));
+    assert_eq!(stays.get().stops.len(), 1, "the survivor was stopped");
+    let t = &run.aggregate.totals;
+    // 10 req/s for 2 s over two agents: each reported its first second's
+    // 5, and the second second's 5 of each went unsent, for its own reason.
+    assert_eq!((t.intended, t.sent), (20, 10));
+    assert_eq!(t.unsent.get(UnsentReason::AgentLost), 5);
+    assert_eq!(t.unsent.get(UnsentReason::Aborted), 5);
+    assert_eq!(t.intended, t.sent + t.unsent.total());
+}
+
 /// An agent that neither reads nor says anything after its hello is lost
 /// on its own; the others run on time, and their heartbeats never stop.
 #[tokio::test(start_paused = true)]

@@ -300,8 +300,7 @@ vocabulary! {
         /// `--allow-target` list; the request never left the agent.
         NotAllowed => "not_allowed",
         /// The agent that owned the arrival was lost before it reported
-        /// sending it (booked by the coordinator from the plan), or the run
-        /// was aborted because an agent was lost.
+        /// sending it (booked by the coordinator from the plan).
         AgentLost => "agent_lost",
         /// It waited for one of the agent's own connections (or HTTP/2
         /// streams) until its time ran out, and was never written: the
@@ -313,6 +312,10 @@ vocabulary! {
         /// No agent joined the run, so nobody could send it (booked by the
         /// coordinator from the plan).
         NoAgents => "no_agents",
+        /// The run was aborted before the arrival was due (`--on-agent-loss
+        /// abort`): an agent that was still running never reached it
+        /// (booked by the coordinator from the plan).
+        Aborted => "aborted",
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Each figure is written once, as a field of [`Figures`] (a scenario's
 //! interval), [`RequestFigures`] (one request of its mix) or
-//! [`SseFigures`] (its subscribers); the [`figures!`] declaration gives each
+//! [`SseFigures`] (its subscribers); the `figures!` declaration gives each
 //! type its decoding from the wire message (`TryFrom`, which checks every
 //! word against the vocabulary and every count and histogram against the
 //! bounds before anything is added), its encoding back, and `+=`. Snapshots

@@ -62,7 +62,7 @@ pub struct IntervalAgg {
     pub max_lag_us: u64,
     /// Latency per (scenario index, outcome class), for the HdrHistogram
     /// interval log.
-    pub latency_by_class: BTreeMap<(u32, String), Histogram<u64>>,
+    pub latency_by_class: BTreeMap<(u32, OutcomeClass), Histogram<u64>>,
     /// Set once the second was folded by [`Aggregate::fold_settled`]: its
     /// histograms were handed to the interval log and dropped, and only
     /// these figures of its latency are kept, so memory does not grow with
@@ -107,7 +107,7 @@ pub struct SettledSecond {
     /// earlier, which arrived after it was folded.
     pub first: Option<IntervalAgg>,
     /// Latency per (scenario index, outcome class), taken out of memory.
-    pub latency_by_class: BTreeMap<(u32, String), Histogram<u64>>,
+    pub latency_by_class: BTreeMap<(u32, OutcomeClass), Histogram<u64>>,
 }
 
 impl Aggregate {
@@ -284,7 +284,7 @@ impl Aggregate {
         for (class, h) in one.latency.iter() {
             Figure::add(
                 iv.latency_by_class
-                    .entry((s.scenario, class.as_str().to_owned()))
+                    .entry((s.scenario, class))
                     .or_insert_with(new_histogram),
                 h,
             );

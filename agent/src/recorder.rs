@@ -9,230 +9,92 @@
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::histogram::{encode, new_histogram};
+use loadfleet_proto::figures::{Figures, RequestFigures};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
 /// How a request ended; defined with the rest of a finished exchange.
 pub use crate::client::outcome::Outcome;
 use crate::client::outcome::Phases;
 
-use kinds::KindFigures;
-
-mod kinds;
-
-/// One latency histogram per outcome class, as in the report.
-const CLASSES: usize = OutcomeClass::ALL.len();
-
-/// Everything one worker saw during one interval.
+/// Everything one worker saw during one interval: the snapshot's figures
+/// themselves, recorded in place and encoded at the flush.
 struct Interval {
-    intended: u64,
-    sent: u64,
-    unsent: Vec<(UnsentReason, u64)>,
-    completed: u64,
-    completed_in_window: u64,
-    /// 2xx responses inside the window: the successful throughput.
-    completed_ok_in_window: u64,
-    status: Vec<(u16, u64)>,
-    errors: Vec<(ErrorKind, u64)>,
-    /// gRPC calls by their grpc-status.
-    grpc: Vec<(GrpcStatus, u64)>,
-    latency: [Histogram<u64>; CLASSES],
-    service_time: Histogram<u64>,
-    warmup_latency: Histogram<u64>,
-    lag: Histogram<u64>,
+    figures: Figures,
     max_in_flight: u64,
-    /// Waits for a connection of the worker's pool, by requests that had to.
-    pool_wait: Histogram<u64>,
-    phases: PhaseHistograms,
     /// The completions split by request of the mix, indexed by its kind
     /// (its place in the mix); grown on a kind's first completion and kept
     /// through recycling, so recording allocates nothing once warm.
-    requests: Vec<KindFigures>,
+    requests: Vec<RequestFigures>,
 }
 
-/// Where measured requests' time went on the wire (see
-/// [`Phases`]), and how many opened or reused a connection.
-struct PhaseHistograms {
-    connect: Histogram<u64>,
-    tls: Histogram<u64>,
-    ttfb: Histogram<u64>,
-    body: Histogram<u64>,
-    /// Connections opened, warm-up included: a connection opened during
-    /// the warm-up still serves the measured requests.
-    opened: u64,
-    reused: u64,
-}
-
-impl PhaseHistograms {
-    fn new() -> Self {
-        Self {
-            connect: new_histogram(),
-            tls: new_histogram(),
-            ttfb: new_histogram(),
-            body: new_histogram(),
-            opened: 0,
-            reused: 0,
-        }
+/// Where a measured request's time went on the wire (see [`Phases`]), and
+/// whether it opened or reused a connection. Connections opened count
+/// warm-up included: one opened during the warm-up still serves the
+/// measured requests.
+fn add_phases(f: &mut Figures, p: &Phases, measured: bool) {
+    f.connections_opened += u64::from(p.new_connection);
+    f.connections_reused += u64::from(p.reused);
+    if !measured {
+        return;
     }
-
-    fn add(&mut self, p: &Phases, measured: bool) {
-        if p.new_connection {
-            self.opened += 1;
+    for (h, d) in [
+        (&mut f.connect_time, p.connect),
+        (&mut f.tls_time, p.tls),
+        (&mut f.ttfb, p.ttfb),
+        (&mut f.body_time, p.body),
+    ] {
+        if let Some(d) = d {
+            record(h, d.as_micros() as u64);
         }
-        if p.reused {
-            self.reused += 1;
-        }
-        if !measured {
-            return;
-        }
-        for (h, d) in [
-            (&mut self.connect, p.connect),
-            (&mut self.tls, p.tls),
-            (&mut self.ttfb, p.ttfb),
-            (&mut self.body, p.body),
-        ] {
-            if let Some(d) = d {
-                record(h, d.as_micros() as u64);
-            }
-        }
-    }
-
-    fn reset(&mut self) {
-        for h in [
-            &mut self.connect,
-            &mut self.tls,
-            &mut self.ttfb,
-            &mut self.body,
-        ] {
-            h.reset();
-        }
-        self.opened = 0;
-        self.reused = 0;
-    }
-}
-
-/// A short list of counts as the wire's map of words.
-fn by_word<K: Copy>(
-    list: &[(K, u64)],
-    word: impl Fn(K) -> &'static str,
-) -> std::collections::HashMap<String, u64> {
-    list.iter()
-        .map(|&(k, n)| (word(k).to_string(), n))
-        .collect()
-}
-
-/// A short list of status counts as the wire's map of codes.
-fn by_code(list: &[(u16, u64)]) -> std::collections::HashMap<u32, u64> {
-    list.iter().map(|&(c, n)| (u32::from(c), n)).collect()
-}
-
-/// Adds one to the count for `key` in a short list (a handful of distinct
-/// keys per interval, so a linear scan beats hashing).
-fn bump<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K) {
-    add(list, key, 1);
-}
-
-fn add<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K, by: u64) {
-    match list.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, n)) => *n += by,
-        None => list.push((key, by)),
     }
 }
 
 impl Interval {
     fn new() -> Self {
         Self {
-            intended: 0,
-            sent: 0,
-            unsent: Vec::new(),
-            completed: 0,
-            completed_in_window: 0,
-            completed_ok_in_window: 0,
-            status: Vec::new(),
-            errors: Vec::new(),
-            grpc: Vec::new(),
-            latency: std::array::from_fn(|_| new_histogram()),
-            service_time: new_histogram(),
-            warmup_latency: new_histogram(),
-            lag: new_histogram(),
+            figures: Figures::default(),
             max_in_flight: 0,
-            pool_wait: new_histogram(),
-            phases: PhaseHistograms::new(),
             requests: Vec::new(),
         }
     }
 
     /// The figures of request kind `kind`, made on its first completion.
-    fn kind(&mut self, kind: usize) -> &mut KindFigures {
+    fn kind(&mut self, kind: usize) -> &mut RequestFigures {
         if self.requests.len() <= kind {
-            self.requests.resize_with(kind + 1, KindFigures::new);
+            self.requests.resize_with(kind + 1, RequestFigures::default);
         }
         &mut self.requests[kind]
     }
 
     fn to_snapshot(&self, scenario: u32, index: u64, gauge: Gauge) -> v1::Snapshot {
-        let mut latency = std::collections::HashMap::new();
-        for (class, h) in OutcomeClass::ALL.iter().zip(&self.latency) {
-            if !h.is_empty() {
-                latency.insert(class.as_str().to_string(), encode_or_empty(h));
-            }
-        }
-        v1::Snapshot {
+        let mut s = v1::Snapshot {
             interval_index: index,
-            intended: self.intended,
-            sent: self.sent,
-            unsent: by_word(&self.unsent, |k| k.as_str()),
-            completed: self.completed,
-            completed_in_window: self.completed_in_window,
-            completed_ok_in_window: self.completed_ok_in_window,
-            status: by_code(&self.status),
-            grpc_status: by_word(&self.grpc, |k| k.as_str()),
-            errors: by_word(&self.errors, |k| k.as_str()),
-            latency,
-            service_time: encode_or_empty(&self.service_time),
-            warmup_latency: encode_or_empty(&self.warmup_latency),
-            lag: encode_or_empty(&self.lag),
             in_flight: gauge.in_flight,
-            cpu_seconds: 0.0,
-            host_cpu: 0.0,
             // Numbered by the session as it sends the snapshot.
             seq: 0,
-            // Set by the worker on the newest snapshot of its flush.
-            connections: Default::default(),
             scenario,
             // Sends raise the peak; the gauge at either edge of the interval
             // bounds it from below too, so an interval with no sends (all
             // unsent, or the drain) still shows what was in flight.
             max_in_flight: self.max_in_flight.max(gauge.in_flight).max(gauge.at_start),
-            pool_saturated_ns: gauge.pool_saturated.as_nanos() as u64,
-            pool_wait: encode_or_empty(&self.pool_wait),
-            connect_time: encode_or_empty(&self.phases.connect),
-            tls_time: encode_or_empty(&self.phases.tls),
-            ttfb: encode_or_empty(&self.phases.ttfb),
-            body_time: encode_or_empty(&self.phases.body),
-            connections_opened: self.phases.opened,
-            connections_reused: self.phases.reused,
             // Attached by the worker for subscription scenarios.
             sse: None,
+            // A request with nothing completed is left out.
             requests: self
                 .requests
                 .iter()
                 .enumerate()
-                .filter(|(_, k)| k.any())
-                .map(|(kind, k)| k.to_proto(kind as u32))
+                .filter(|(_, k)| k.completed > 0)
+                .map(|(kind, k)| k.encode(kind as u32))
                 .collect(),
-        }
+            ..Default::default()
+        };
+        // CPU is the session's, and `connections` the worker's: both set
+        // on the snapshot after this.
+        self.figures.encode_into(&mut s);
+        s
     }
-}
-
-/// Encoding an in-memory histogram only fails on an internal bug; losing one
-/// interval's histogram is then logged rather than crashing the run.
-fn encode_or_empty(h: &Histogram<u64>) -> Vec<u8> {
-    encode(h).unwrap_or_else(|e| {
-        tracing::error!("dropping a histogram that failed to encode: {e}");
-        Vec::new()
-    })
 }
 
 /// Records into a histogram, widening it when needed; values are clamped to
@@ -339,10 +201,10 @@ impl Recorder {
     /// ([`Self::went_out`]); `in_flight` counts it.
     pub fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64, out: bool) {
         let i = self.at(interval);
-        i.intended += 1;
-        i.sent += u64::from(out);
+        i.figures.intended += 1;
+        i.figures.sent += u64::from(out);
         i.max_in_flight = i.max_in_flight.max(in_flight);
-        record(&mut i.lag, lag_micros);
+        record(&mut i.figures.lag, lag_micros);
     }
 
     /// An arrival of `interval` left the agent's queue: it is on the wire,
@@ -351,21 +213,21 @@ impl Recorder {
     /// its `intended` unless a request waited for a connection past the
     /// interval's end.
     pub fn went_out(&mut self, interval: u64) {
-        self.at(interval).sent += 1;
+        self.at(interval).figures.sent += 1;
     }
 
     /// An arrival that was never sent, with the reason.
     pub fn arrival_unsent(&mut self, interval: u64, reason: UnsentReason) {
-        let i = self.at(interval);
-        i.intended += 1;
-        bump(&mut i.unsent, reason);
+        let f = &mut self.at(interval).figures;
+        f.intended += 1;
+        f.unsent.bump(reason);
     }
 
     /// `n` arrivals, already intended, still waiting for a connection when
     /// the drain ended: never sent.
     pub fn held_unsent(&mut self, interval: u64, reason: UnsentReason, n: u64) {
         if n > 0 {
-            add(&mut self.at(interval).unsent, reason, n);
+            self.at(interval).figures.unsent.add(reason, n);
         }
     }
 
@@ -383,51 +245,45 @@ impl Recorder {
             phases,
             kind,
         } = c;
+        let split = self.split_by_request;
         let i = self.at(interval);
+        let f = &mut i.figures;
         if let Some(wait) = pool_wait_micros {
-            record(&mut i.pool_wait, wait);
+            record(&mut f.pool_wait, wait);
         }
-        if let Outcome::Unsent(reason) = outcome {
-            bump(&mut i.unsent, reason);
+        let Some(class) = count_outcome(
+            outcome,
+            in_window,
+            &mut f.completed,
+            &mut f.completed_in_window,
+            &mut f.completed_ok_in_window,
+            (&mut f.status, &mut f.errors, &mut f.grpc_status),
+        ) else {
+            if let Outcome::Unsent(reason) = outcome {
+                f.unsent.bump(reason);
+            }
             return;
-        }
-        i.completed += 1;
-        if in_window {
-            i.completed_in_window += 1;
-        }
-        i.phases.add(&phases, !warmup);
-        let class = match outcome {
-            Outcome::Status(code) => {
-                bump(&mut i.status, code);
-                OutcomeClass::of_status(code)
-            }
-            Outcome::Error(kind) => {
-                bump(&mut i.errors, kind);
-                OutcomeClass::Error
-            }
-            Outcome::Grpc(status) => {
-                bump(&mut i.grpc, status);
-                status.class()
-            }
-            Outcome::Unsent(_) => return,
         };
-        if in_window && class.is_ok() {
-            i.completed_ok_in_window += 1;
-        }
+        add_phases(f, &phases, !warmup);
         if warmup {
-            record(&mut i.warmup_latency, latency_micros);
+            record(&mut f.warmup_latency, latency_micros);
         } else {
-            record(&mut i.latency[class.index()], latency_micros);
-            record(&mut i.service_time, service_micros);
+            record(f.latency.get_mut(class), latency_micros);
+            record(&mut f.service_time, service_micros);
         }
-        if self.split_by_request {
-            let i = self.at(interval);
-            i.kind(kind).record(
+        if split {
+            let r = i.kind(kind);
+            count_outcome(
                 outcome,
-                class,
                 in_window,
-                (!warmup).then_some(latency_micros),
+                &mut r.completed,
+                &mut r.completed_in_window,
+                &mut r.completed_ok_in_window,
+                (&mut r.status, &mut r.errors, &mut r.grpc_status),
             );
+            if !warmup {
+                record(&mut r.latency, latency_micros);
+            }
         }
     }
 
@@ -437,7 +293,7 @@ impl Recorder {
     pub fn flush(&mut self, up_to: u64, gauge: Gauge) -> Vec<v1::Snapshot> {
         let mut out = Vec::new();
         while self.base < up_to {
-            let interval = self.open.pop_front().unwrap_or_else(Interval::new);
+            let mut interval = self.open.pop_front().unwrap_or_else(Interval::new);
             let last = self.base + 1 == up_to;
             // Only the first interval closed here starts at the last gauge.
             let at_start = if out.is_empty() {
@@ -445,18 +301,16 @@ impl Recorder {
             } else {
                 0
             };
-            out.push(interval.to_snapshot(
-                self.scenario,
-                self.base,
-                if last {
-                    Gauge { at_start, ..gauge }
-                } else {
-                    Gauge {
-                        at_start,
-                        ..Gauge::default()
-                    }
-                },
-            ));
+            let gauge = if last {
+                Gauge { at_start, ..gauge }
+            } else {
+                Gauge {
+                    at_start,
+                    ..Gauge::default()
+                }
+            };
+            interval.figures.pool_saturated_ns = gauge.pool_saturated.as_nanos() as u64;
+            out.push(interval.to_snapshot(self.scenario, self.base, gauge));
             self.spare.push(reset(interval));
             self.base += 1;
         }
@@ -468,28 +322,54 @@ impl Recorder {
 }
 
 fn reset(mut i: Interval) -> Interval {
-    i.intended = 0;
-    i.sent = 0;
-    i.unsent.clear();
+    i.figures.reset();
     i.max_in_flight = 0;
-    i.completed = 0;
-    i.completed_in_window = 0;
-    i.completed_ok_in_window = 0;
-    i.status.clear();
-    i.errors.clear();
-    i.grpc.clear();
-    for h in i.latency.iter_mut() {
-        h.reset();
-    }
-    i.service_time.reset();
-    i.warmup_latency.reset();
-    i.lag.reset();
-    i.pool_wait.reset();
-    i.phases.reset();
-    for k in &mut i.requests {
+    // A kind with nothing recorded is already clear (every record counts a
+    // completion), so an idle kind costs nothing per interval.
+    for k in i.requests.iter_mut().filter(|k| k.completed > 0) {
         k.reset();
     }
     i
+}
+
+/// Counts one outcome where a snapshot (or a request's part of it) counts
+/// it, and gives its class; `None` for an arrival that ended unsent.
+#[inline]
+fn count_outcome(
+    outcome: Outcome,
+    in_window: bool,
+    completed: &mut u64,
+    completed_in_window: &mut u64,
+    completed_ok_in_window: &mut u64,
+    (status, errors, grpc): (
+        &mut loadfleet_proto::figures::Codes,
+        &mut loadfleet_proto::figures::ErrorCounts,
+        &mut loadfleet_proto::figures::GrpcCounts,
+    ),
+) -> Option<OutcomeClass> {
+    let class = match outcome {
+        Outcome::Status(code) => {
+            status.bump(code);
+            OutcomeClass::of_status(code)
+        }
+        Outcome::Error(kind) => {
+            errors.bump(kind);
+            OutcomeClass::Error
+        }
+        Outcome::Grpc(s) => {
+            grpc.bump(s);
+            s.class()
+        }
+        Outcome::Unsent(_) => return None,
+    };
+    *completed += 1;
+    if in_window {
+        *completed_in_window += 1;
+        if class.is_ok() {
+            *completed_ok_in_window += 1;
+        }
+    }
+    Some(class)
 }
 
 #[cfg(test)]

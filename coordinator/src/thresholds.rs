@@ -12,7 +12,7 @@ use std::str::FromStr;
 use loadfleet_proto::vocab::GrpcStatus;
 
 use crate::figures::{Figure, Source, Unit, THRESHOLD_NAMES};
-use crate::report::model::Checked;
+use crate::report_model::Checked;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -291,7 +291,7 @@ mod tests {
             "status": {"OK": 970, "UNAVAILABLE": 10},
             "rate": {}
         });
-        let totals: crate::report::model::Totals =
+        let totals: crate::report_model::Totals =
             serde_json::from_value(t.clone()).expect("totals");
         check.check(&totals)
     }

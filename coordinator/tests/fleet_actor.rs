@@ -13,7 +13,7 @@ use loadfleet_coordinator::console::Console;
 use loadfleet_coordinator::fleet::{self, FleetEvent, LastSeen, Loss};
 use loadfleet_coordinator::plan::OnAgentLoss;
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
-use loadfleet_proto::vocab::AgentStatus;
+use loadfleet_proto::vocab::{AgentStatus, UnsentReason};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -133,7 +133,7 @@ async fn an_agent_that_leaves_mid_run_is_lost_and_the_others_finish() {
     let t = &run.aggregate.totals;
     assert_eq!(t.sent, 10 + 5);
     assert_eq!(t.intended, 20, "intended follows the plan");
-    assert_eq!(t.unsent.get("agent_lost"), Some(&5));
+    assert_eq!(t.unsent.get(UnsentReason::AgentLost), 5);
     assert_eq!(run.agents[1].lost_arrivals, 5);
     assert_eq!(run.aggregate.agents[1].intended, 10);
     // Per second too: the second second's 10 are 5 sent and 5 agent_lost.
@@ -245,7 +245,7 @@ async fn a_frozen_agent_is_lost_within_3_s_and_its_share_is_booked() {
     // (it reported only its first second) booked agent_lost.
     assert_eq!(t.intended, 80);
     assert_eq!(t.sent, 40 + 5);
-    assert_eq!(t.unsent.get("agent_lost"), Some(&35));
+    assert_eq!(t.unsent.get(UnsentReason::AgentLost), 35);
 }
 
 #[tokio::test(start_paused = true)]
@@ -271,7 +271,44 @@ async fn abort_stops_the_fleet_and_books_what_was_left() {
     assert_eq!(stays.assignments().len(), 1);
     let t = &run.aggregate.totals;
     assert_eq!(t.intended, 20);
-    assert_eq!(t.intended, t.sent + t.unsent.values().sum::<u64>());
+    assert_eq!(t.intended, t.sent + t.unsent.total());
+}
+
+/// An abort stops an agent that was still running: what it never reached
+/// is booked `aborted`, apart from the lost agent's `agent_lost`, and the
+/// plan's arrivals still add up.
+#[tokio::test(start_paused = true)]
+async fn abort_books_a_running_agents_remainder_aborted() {
+    let mut spec = spec(2);
+    spec.on_agent_loss = OnAgentLoss::Abort;
+    let mut fleet = Fleet::start(spec, never());
+    // Reports its first second, then runs on (answering heartbeats) until
+    // it is stopped.
+    let stays = fleet
+        .join(Script {
+            on_assignment: OnAssignment::FreezeAfter(Duration::from_secs(3600)),
+            ..Script::new("stays")
+        })
+        .await;
+    let _leaves = fleet
+        .join(Script {
+            on_assignment: OnAssignment::Leave,
+            ..Script::new("leaves")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    assert_eq!(run.aborted.as_deref(), Some("fake-leaves"));
+    assert_eq!(stays.get().stops.len(), 1, "the survivor was stopped");
+    let t = &run.aggregate.totals;
+    // 10 req/s for 2 s over two agents: each reported its first second's
+    // 5, and the second second's 5 of each went unsent, for its own reason.
+    assert_eq!((t.intended, t.sent), (20, 10));
+    assert_eq!(t.unsent.get(UnsentReason::AgentLost), 5);
+    assert_eq!(t.unsent.get(UnsentReason::Aborted), 5);
+    assert_eq!(t.intended, t.sent + t.unsent.total());
 }
 
 /// An agent that neither reads nor says anything after its hello is lost

@@ -9,6 +9,7 @@
 
 pub mod bounds;
 pub mod closed;
+pub mod figures;
 pub mod grpc;
 pub mod handover;
 pub mod histogram;

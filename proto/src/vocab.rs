@@ -35,6 +35,23 @@ macro_rules! vocabulary {
                     $( $name::$variant => $text, )+
                 }
             }
+
+            /// Position in [`Self::ALL`], for fixed-size per-word arrays
+            /// (a count per word costs an index, never a lookup).
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+
+        impl Word for $name {
+            const ALL: &'static [$name] = $name::ALL;
+            const NAME: &'static str = stringify!($name);
+            fn index(self) -> usize {
+                $name::index(self)
+            }
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
         }
 
         impl fmt::Display for $name {
@@ -72,6 +89,21 @@ macro_rules! vocabulary {
             }
         }
     };
+}
+
+/// A vocabulary as generic code sees it: figures keyed by its words
+/// ([`crate::figures::Counts`]) keep one count per word, at its index.
+pub trait Word:
+    Copy + Eq + Ord + fmt::Debug + fmt::Display + FromStr<Err = UnknownWord> + 'static
+{
+    /// Every word, in report order; a word's index is its place here.
+    const ALL: &'static [Self];
+    /// The vocabulary's name, as [`UnknownWord::vocabulary`] gives it.
+    const NAME: &'static str;
+    /// Position in [`Self::ALL`].
+    fn index(self) -> usize;
+    /// The one string form.
+    fn as_str(self) -> &'static str;
 }
 
 /// A string that is not part of a vocabulary (e.g. an unknown error kind
@@ -143,12 +175,6 @@ impl OutcomeClass {
         name.parse::<GrpcStatus>()
             .unwrap_or(GrpcStatus::Unknown)
             .class()
-    }
-
-    /// Position in [`OutcomeClass::ALL`], for fixed-size per-class arrays on
-    /// the request path.
-    pub const fn index(self) -> usize {
-        self as usize
     }
 
     /// A success: a 2xx answer or a gRPC `OK`. What the successful
@@ -274,8 +300,7 @@ vocabulary! {
         /// `--allow-target` list; the request never left the agent.
         NotAllowed => "not_allowed",
         /// The agent that owned the arrival was lost before it reported
-        /// sending it (booked by the coordinator from the plan), or the run
-        /// was aborted because an agent was lost.
+        /// sending it (booked by the coordinator from the plan).
         AgentLost => "agent_lost",
         /// It waited for one of the agent's own connections (or HTTP/2
         /// streams) until its time ran out, and was never written: the
@@ -287,6 +312,10 @@ vocabulary! {
         /// No agent joined the run, so nobody could send it (booked by the
         /// coordinator from the plan).
         NoAgents => "no_agents",
+        /// The run was aborted before the arrival was due (`--on-agent-loss
+        /// abort`): an agent that was still running never reached it
+        /// (booked by the coordinator from the plan).
+        Aborted => "aborted",
     }
 }
 

@@ -9,11 +9,11 @@
 //! (variant, c, w) and sent many times; the [`Ledger`] counts every send,
 //! so the reference histogram is fed exactly what went over the wire.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::histogram::{encode, new_histogram, CodecError};
+use loadfleet_proto::figures::Figures;
 use loadfleet_proto::rng::SplitMix64;
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{ErrorKind, OutcomeClass};
@@ -22,19 +22,19 @@ use loadfleet_proto::vocab::{ErrorKind, OutcomeClass};
 /// neighbouring snapshots differ.
 pub const VARIANTS: u64 = 16;
 
-/// One built snapshot and the values inside it.
+/// One built snapshot: its figures, and their wire form.
 #[derive(Debug)]
 pub struct Payload {
     /// Everything but `interval_index` and `scenario`, set at each send.
     pub snapshot: v1::Snapshot,
-    /// Measured completions: (class, latency µs).
-    values: Vec<(OutcomeClass, u64)>,
+    /// What the snapshot carries, as the coordinator decodes it.
+    figures: Figures,
     /// Distinct histogram values over the classes' latency histograms.
     pub distinct: u64,
 }
 
 /// What a completion became: the status (or transport error) and class.
-fn outcome(r: u64) -> (OutcomeClass, Option<u32>) {
+fn outcome(r: u64) -> (OutcomeClass, Option<u16>) {
     match r % 100 {
         0..=89 => (OutcomeClass::Success, Some(200)),
         90..=94 => (OutcomeClass::ClientError, Some(429)),
@@ -45,70 +45,74 @@ fn outcome(r: u64) -> (OutcomeClass, Option<u32>) {
 
 impl Payload {
     /// Builds the snapshot of `measured` + `warmup` completions.
-    pub fn build(variant: u64, measured: u64, warmup: u64) -> Result<Payload, CodecError> {
+    pub fn build(variant: u64, measured: u64, warmup: u64) -> Payload {
         let mut rng = SplitMix64::new(
             variant
                 .wrapping_mul(0x9E37_79B9)
                 .wrapping_add(measured.wrapping_mul(31))
                 .wrapping_add(warmup),
         );
-        let mut classes: BTreeMap<OutcomeClass, Histogram<u64>> = BTreeMap::new();
-        let mut service = new_histogram();
-        let mut lag = new_histogram();
-        let mut warm = new_histogram();
-        let mut status: HashMap<u32, u64> = HashMap::new();
-        let mut errors: HashMap<String, u64> = HashMap::new();
-        let mut values = Vec::with_capacity(measured as usize);
-        for j in 0..measured + warmup {
+        let all = measured + warmup;
+        let mut f = Figures {
+            intended: all,
+            sent: all,
+            completed: all,
+            completed_in_window: measured,
+            ..Figures::default()
+        };
+        for j in 0..all {
             let (class, code) = outcome(rng.next_u64());
             // Mean 20 ms, from 1 ms up: most values land in distinct buckets.
             let latency = 1_000 + (rng.exp1() * 19_000.0) as u64;
             let lagged = 20 + rng.next_u64() % 300;
             match code {
-                Some(code) => *status.entry(code).or_default() += 1,
-                None => *errors.entry(ErrorKind::Timeout.to_string()).or_default() += 1,
+                Some(code) => f.status.bump(code),
+                None => f.errors.bump(ErrorKind::Timeout),
             }
             if j < warmup {
-                record(&mut warm, latency);
+                record(&mut f.warmup_latency, latency);
             } else {
-                record(classes.entry(class).or_insert_with(new_histogram), latency);
-                record(&mut service, latency - lagged.min(latency - 1));
-                values.push((class, latency));
+                record(f.latency.get_mut(class), latency);
+                record(&mut f.service_time, latency - lagged.min(latency - 1));
             }
-            record(&mut lag, lagged);
+            record(&mut f.lag, lagged);
         }
-        let distinct = classes
-            .values()
-            .map(|h| h.iter_recorded().count() as u64)
+        let distinct = f
+            .latency
+            .iter()
+            .map(|(_, h)| h.iter_recorded().count() as u64)
             .sum();
-        let mut latency = HashMap::new();
-        for (class, h) in &classes {
-            latency.insert(class.to_string(), encode(h)?);
-        }
-        let all = measured + warmup;
-        Ok(Payload {
-            snapshot: v1::Snapshot {
-                intended: all,
-                sent: all,
-                completed: all,
-                completed_in_window: measured,
-                status,
-                errors,
-                latency,
-                service_time: encode(&service)?,
-                warmup_latency: encode(&warm)?,
-                lag: encode(&lag)?,
-                ..Default::default()
-            },
-            values,
+        let mut snapshot = v1::Snapshot::default();
+        f.encode_into(&mut snapshot);
+        Payload {
+            snapshot,
+            figures: f,
             distinct,
-        })
+        }
     }
 }
 
 /// Values are generated in range, so recording cannot fail.
 fn record(h: &mut Histogram<u64>, v: u64) {
     let _ = h.record(v);
+}
+
+/// `f` added to itself `n` times, in O(log n) additions: merging is
+/// associative, so doubling gives the same sum as one addition per send.
+fn times(f: &Figures, mut n: u64) -> Figures {
+    let mut out = Figures::default();
+    let mut power = f.clone();
+    while n > 0 {
+        if n & 1 == 1 {
+            out += &power;
+        }
+        n >>= 1;
+        if n > 0 {
+            let twice = power.clone();
+            power += &twice;
+        }
+    }
+    out
 }
 
 /// A payload's key: (variant, measured, warm-up).
@@ -120,18 +124,11 @@ pub struct Ledger {
     payloads: Mutex<HashMap<Key, (Arc<Payload>, u64)>>,
 }
 
-/// What the swarm sent, summed: the reference the report must equal.
+/// What the swarm sent, merged as the coordinator merges it: the
+/// reference the report must equal.
 #[derive(Debug)]
 pub struct Sent {
-    pub intended: u64,
-    pub sent: u64,
-    pub completed: u64,
-    pub completed_in_window: u64,
-    pub status: BTreeMap<u32, u64>,
-    pub errors: BTreeMap<String, u64>,
-    /// One histogram fed every measured latency sent.
-    pub latency: Histogram<u64>,
-    pub by_class: BTreeMap<String, Histogram<u64>>,
+    pub figures: Figures,
     pub snapshots: u64,
     /// Mean distinct latency values per snapshot sent.
     pub distinct_per_snapshot: f64,
@@ -139,12 +136,7 @@ pub struct Sent {
 
 impl Ledger {
     /// The payload for `measured` + `warmup` completions, counted as sent.
-    pub fn take(
-        &self,
-        variant: u64,
-        measured: u64,
-        warmup: u64,
-    ) -> Result<Arc<Payload>, CodecError> {
+    pub fn take(&self, variant: u64, measured: u64, warmup: u64) -> Arc<Payload> {
         let key = (variant % VARIANTS, measured, warmup);
         let mut payloads = self
             .payloads
@@ -152,54 +144,29 @@ impl Ledger {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((p, sends)) = payloads.get_mut(&key) {
             *sends += 1;
-            return Ok(p.clone());
+            return p.clone();
         }
-        let p = Arc::new(Payload::build(key.0, measured, warmup)?);
+        let p = Arc::new(Payload::build(key.0, measured, warmup));
         payloads.insert(key, (p.clone(), 1));
-        Ok(p)
+        p
     }
 
-    /// Everything sent, with every latency recorded as often as it went out.
+    /// Everything sent, each payload counted as often as it went out.
     pub fn sent(&self) -> Sent {
         let payloads = self
             .payloads
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = Sent {
-            intended: 0,
-            sent: 0,
-            completed: 0,
-            completed_in_window: 0,
-            status: BTreeMap::new(),
-            errors: BTreeMap::new(),
-            latency: new_histogram(),
-            by_class: BTreeMap::new(),
+            figures: Figures::default(),
             snapshots: 0,
             distinct_per_snapshot: 0.0,
         };
         let mut distinct = 0u64;
         for (p, sends) in payloads.values() {
-            let (s, n) = (&p.snapshot, *sends);
-            out.intended += s.intended * n;
-            out.sent += s.sent * n;
-            out.completed += s.completed * n;
-            out.completed_in_window += s.completed_in_window * n;
-            for (code, c) in &s.status {
-                *out.status.entry(*code).or_default() += c * n;
-            }
-            for (kind, c) in &s.errors {
-                *out.errors.entry(kind.clone()).or_default() += c * n;
-            }
-            for (class, v) in &p.values {
-                let _ = out.latency.record_n(*v, n);
-                let h = out
-                    .by_class
-                    .entry(class.to_string())
-                    .or_insert_with(new_histogram);
-                let _ = h.record_n(*v, n);
-            }
-            out.snapshots += n;
-            distinct += p.distinct * n;
+            out.figures += &times(&p.figures, *sends);
+            out.snapshots += sends;
+            distinct += p.distinct * sends;
         }
         out.distinct_per_snapshot = distinct as f64 / out.snapshots.max(1) as f64;
         out
@@ -213,7 +180,7 @@ mod tests {
 
     #[test]
     fn a_thousand_completions_hold_about_a_thousand_distinct_values() {
-        let p = Payload::build(3, 1000, 0).unwrap();
+        let p = Payload::build(3, 1000, 0);
         assert!(p.distinct > 800, "{}", p.distinct);
         assert_eq!(p.snapshot.completed, 1000);
         assert_eq!(p.snapshot.latency.len(), 4, "every outcome class occurs");
@@ -230,17 +197,22 @@ mod tests {
     #[test]
     fn the_ledger_counts_every_send() {
         let ledger = Ledger::default();
-        let a = ledger.take(1, 100, 10).unwrap();
-        ledger.take(1, 100, 10).unwrap();
-        ledger.take(2, 50, 0).unwrap();
+        let a = ledger.take(1, 100, 10);
+        ledger.take(1, 100, 10);
+        ledger.take(2, 50, 0);
         let sent = ledger.sent();
         assert_eq!(sent.snapshots, 3);
-        assert_eq!(sent.intended, 2 * 110 + 50);
-        assert_eq!(sent.completed_in_window, 250);
-        assert_eq!(sent.latency.len(), 250);
+        assert_eq!(sent.figures.intended, 2 * 110 + 50);
+        assert_eq!(sent.figures.completed_in_window, 250);
+        assert_eq!(sent.figures.latency.all().len(), 250);
         let twice = decode(&a.snapshot.latency["2xx"]).unwrap().len() * 2;
-        let b = ledger.take(2, 50, 0).unwrap();
+        let b = ledger.take(2, 50, 0);
         let b2xx = decode(&b.snapshot.latency["2xx"]).unwrap().len();
-        assert_eq!(sent.by_class["2xx"].len(), twice + b2xx);
+        let by_class = sent
+            .figures
+            .latency
+            .get(OutcomeClass::Success)
+            .map_or(0, |h| h.len());
+        assert_eq!(by_class, twice + b2xx);
     }
 }

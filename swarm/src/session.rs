@@ -251,7 +251,7 @@ async fn session(
                 let Some(p) = play.as_mut() else { continue };
                 for scenario in 0..p.scenarios {
                     let Some(cell) = p.cells.get(&(scenario, p.next)) else { continue };
-                    let payload = swarm.ledger.take(index as u64 + p.next, cell.measured, cell.warmup)?;
+                    let payload = swarm.ledger.take(index as u64 + p.next, cell.measured, cell.warmup);
                     let mut snapshot = payload.snapshot.clone();
                     snapshot.interval_index = p.next;
                     snapshot.scenario = scenario;

@@ -36,6 +36,7 @@ pub fn summary(agents: &[Outcome], sent: &Sent) -> Value {
         .filter_map(|(i, a)| a.error.as_ref().map(|e| format!("swarm-{i}: {e}")))
         .take(20)
         .collect();
+    let f = &sent.figures;
     let gap = |f: fn(&Outcome) -> Duration| {
         agents.iter().map(f).max().unwrap_or_default().as_secs_f64() * 1000.0
     };
@@ -65,14 +66,14 @@ pub fn summary(agents: &[Outcome], sent: &Sent) -> Value {
         "sent": {
             "snapshots": sent.snapshots,
             "distinct_values_per_snapshot": sent.distinct_per_snapshot,
-            "intended": sent.intended,
-            "sent": sent.sent,
-            "completed": sent.completed,
-            "completed_in_window": sent.completed_in_window,
-            "status": sent.status.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            "errors": sent.errors,
-            "latency_ms": percentiles(&sent.latency),
-            "latency_by_class_ms": sent.by_class.iter().map(|(k, h)| (k.clone(), percentiles(h))).collect::<serde_json::Map<_, _>>(),
+            "intended": f.intended,
+            "sent": f.sent,
+            "completed": f.completed,
+            "completed_in_window": f.completed_in_window,
+            "status": f.status.by_word(),
+            "errors": f.errors.by_word(),
+            "latency_ms": percentiles(&f.latency.all()),
+            "latency_by_class_ms": f.latency.iter().map(|(k, h)| (k.to_string(), percentiles(h))).collect::<serde_json::Map<_, _>>(),
         },
     })
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use loadfleet_proto::histogram::decode;
+use loadfleet_proto::vocab::{ErrorKind, GrpcStatus};
 use std::time::Duration;
 
 #[test]

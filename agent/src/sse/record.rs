@@ -6,153 +6,49 @@ use std::collections::{HashMap, VecDeque};
 
 use hdrhistogram::Histogram;
 use loadfleet_proto::bounds::{MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_RECORDED_MICROS};
-use loadfleet_proto::histogram::{encode, new_histogram};
+use loadfleet_proto::figures::{Receipts, SseFigures};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::ErrorKind;
 
-/// Receipts of one id in one interval: (subscribers, first ns, last ns).
-type Receipts = (u64, u64, u64);
-
-/// Everything one worker's subscribers did in one interval.
+/// Everything one worker's subscribers did in one interval: the snapshot's
+/// subscription figures, recorded in place, with the fan-out receipts kept
+/// by the raw id bytes as the parser hands them over (made text once, at
+/// the flush).
 struct Interval {
-    opened: u64,
-    first_event: Histogram<u64>,
-    events: u64,
-    per_subscriber: Histogram<u64>,
-    gap: Histogram<u64>,
-    ended_by_server: u64,
-    reconnects: u64,
-    resumed: u64,
-    latency: Histogram<u64>,
-    negative_latency: Histogram<u64>,
-    negative: u64,
-    no_send_time: u64,
-    duplicates: u64,
-    comments: u64,
-    stream_errors: Vec<(ErrorKind, u64)>,
-    refused: Vec<(u16, u64)>,
+    figures: SseFigures,
     max_open: u64,
     fanout: HashMap<Box<[u8]>, Receipts>,
-    fanout_untracked: u64,
 }
 
 impl Interval {
     fn new() -> Self {
         Interval {
-            opened: 0,
-            first_event: new_histogram(),
-            events: 0,
-            per_subscriber: new_histogram(),
-            gap: new_histogram(),
-            ended_by_server: 0,
-            reconnects: 0,
-            resumed: 0,
-            latency: new_histogram(),
-            negative_latency: new_histogram(),
-            negative: 0,
-            no_send_time: 0,
-            duplicates: 0,
-            comments: 0,
-            stream_errors: Vec::new(),
-            refused: Vec::new(),
+            figures: SseFigures::default(),
             max_open: 0,
             fanout: HashMap::new(),
-            fanout_untracked: 0,
         }
     }
 
     /// Empties the interval for reuse, keeping its allocations.
     fn reset(&mut self) {
-        for h in [
-            &mut self.first_event,
-            &mut self.per_subscriber,
-            &mut self.gap,
-            &mut self.latency,
-            &mut self.negative_latency,
-        ] {
-            h.reset();
-        }
-        for n in [
-            &mut self.opened,
-            &mut self.events,
-            &mut self.ended_by_server,
-            &mut self.reconnects,
-            &mut self.resumed,
-            &mut self.negative,
-            &mut self.no_send_time,
-            &mut self.duplicates,
-            &mut self.comments,
-            &mut self.max_open,
-            &mut self.fanout_untracked,
-        ] {
-            *n = 0;
-        }
-        self.stream_errors.clear();
-        self.refused.clear();
+        self.figures.reset();
+        self.max_open = 0;
         self.fanout.clear();
     }
 
-    fn to_figures(&self, open_streams: u64) -> v1::SseFigures {
-        let mut fanout: Vec<v1::SseFanout> = self
-            .fanout
-            .iter()
-            .map(|(id, &(subscribers, first_ns, last_ns))| v1::SseFanout {
-                id: String::from_utf8_lossy(id).into_owned(),
-                subscribers,
-                first_ns,
-                last_ns,
-            })
-            .collect();
-        fanout.sort_by(|a, b| a.id.cmp(&b.id));
-        v1::SseFigures {
-            opened: self.opened,
-            first_event: encode_or_empty(&self.first_event),
-            events: self.events,
-            events_per_subscriber: encode_or_empty(&self.per_subscriber),
-            gap: encode_or_empty(&self.gap),
-            ended_by_server: self.ended_by_server,
-            reconnects: self.reconnects,
-            resumed: self.resumed,
-            open_streams,
-            latency: encode_or_empty(&self.latency),
-            negative_latency: encode_or_empty(&self.negative_latency),
-            negative: self.negative,
-            no_send_time: self.no_send_time,
-            duplicates: self.duplicates,
-            comments: self.comments,
-            stream_errors: self
-                .stream_errors
-                .iter()
-                .map(|&(k, n)| (k.as_str().to_owned(), n))
-                .collect(),
-            refused: self
-                .refused
-                .iter()
-                .map(|&(code, n)| (u32::from(code), n))
-                .collect(),
-            max_open_streams: self.max_open.max(open_streams),
-            fanout,
-            fanout_untracked: self.fanout_untracked,
+    /// The wire form of the interval, fan-out receipts moved in.
+    fn close(&mut self, open_streams: u64) -> v1::SseFigures {
+        for (id, r) in &self.fanout {
+            self.figures.fanout.add_id(&String::from_utf8_lossy(id), *r);
         }
+        let mut f = v1::SseFigures {
+            open_streams,
+            max_open_streams: self.max_open.max(open_streams),
+            ..Default::default()
+        };
+        self.figures.encode_into(&mut f);
+        f
     }
-}
-
-/// Adds one to `key`'s count in a short list.
-fn bump<K: PartialEq + Copy>(list: &mut Vec<(K, u64)>, key: K) {
-    match list.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, n)) => *n += 1,
-        None => list.push((key, 1)),
-    }
-}
-
-fn encode_or_empty(h: &Histogram<u64>) -> Vec<u8> {
-    if h.is_empty() {
-        return Vec::new();
-    }
-    encode(h).unwrap_or_else(|e| {
-        tracing::error!("dropping a histogram that failed to encode: {e}");
-        Vec::new()
-    })
 }
 
 /// Records µs (or a count) into a histogram, kept within the bound every
@@ -203,9 +99,7 @@ impl SseRecorder {
         self.open_streams += 1;
         let open = self.open_streams;
         let i = self.at(interval);
-        if first {
-            i.opened += 1;
-        }
+        i.figures.opened += u64::from(first);
         i.max_open = i.max_open.max(open);
     }
 
@@ -213,73 +107,75 @@ impl SseRecorder {
     pub fn stream_closed(&mut self, interval: u64, by_server: bool) {
         self.open_streams = self.open_streams.saturating_sub(1);
         if by_server {
-            self.at(interval).ended_by_server += 1;
+            self.at(interval).figures.ended_by_server += 1;
         }
     }
 
     /// A connection attempt after the first; `resumed` when it sent
     /// `Last-Event-ID`.
     pub fn reconnect(&mut self, interval: u64, resumed: bool) {
-        let i = self.at(interval);
-        i.reconnects += 1;
-        if resumed {
-            i.resumed += 1;
-        }
+        let f = &mut self.at(interval).figures;
+        f.reconnects += 1;
+        f.resumed += u64::from(resumed);
     }
 
     /// An error on an open stream or a reconnect attempt.
     pub fn stream_error(&mut self, interval: u64, kind: ErrorKind) {
-        bump(&mut self.at(interval).stream_errors, kind);
+        self.at(interval).figures.stream_errors.bump(kind);
     }
 
     /// A reconnect answered without a stream.
     pub fn refused(&mut self, interval: u64, status: u16) {
-        bump(&mut self.at(interval).refused, status);
+        self.at(interval).figures.refused.bump(status);
     }
 
     pub fn comment(&mut self, interval: u64) {
-        self.at(interval).comments += 1;
+        self.at(interval).figures.comments += 1;
     }
 
     /// One event received; the optional figures are those that apply.
     pub fn event(&mut self, interval: u64, event: &Received<'_>) {
         let i = self.at(interval);
-        i.events += 1;
+        let f = &mut i.figures;
+        f.events += 1;
         if let Some(first) = event.first_event_micros {
-            record(&mut i.first_event, first);
+            record(&mut f.first_event, first);
         }
         if let Some(gap) = event.gap_micros {
-            record(&mut i.gap, gap);
+            record(&mut f.gap, gap);
         }
         match event.latency_micros {
-            Some(l) if l >= 0 => record(&mut i.latency, l.unsigned_abs()),
+            Some(l) if l >= 0 => record(&mut f.latency, l.unsigned_abs()),
             Some(l) => {
-                i.negative += 1;
-                record(&mut i.negative_latency, l.unsigned_abs());
+                f.negative += 1;
+                record(&mut f.negative_latency, l.unsigned_abs());
             }
-            None => i.no_send_time += 1,
+            None => f.no_send_time += 1,
         }
-        if event.duplicate {
-            i.duplicates += 1;
-        }
+        f.duplicates += u64::from(event.duplicate);
         if let Some((id, at_ns)) = event.fanout {
             if id.len() > MAX_FANOUT_ID_BYTES {
-                i.fanout_untracked += 1;
+                f.fanout_untracked += 1;
             } else if let Some(r) = i.fanout.get_mut(id) {
-                r.0 += 1;
-                r.1 = r.1.min(at_ns);
-                r.2 = r.2.max(at_ns);
+                r.subscribers += 1;
+                r.first_ns = r.first_ns.min(at_ns);
+                r.last_ns = r.last_ns.max(at_ns);
             } else if i.fanout.len() < MAX_FANOUT_IDS {
-                i.fanout.insert(id.into(), (1, at_ns, at_ns));
+                let r = Receipts {
+                    subscribers: 1,
+                    first_ns: at_ns,
+                    last_ns: at_ns,
+                };
+                i.fanout.insert(id.into(), r);
             } else {
-                i.fanout_untracked += 1;
+                f.fanout_untracked += 1;
             }
         }
     }
 
     /// A subscriber ended after receiving `events` events in all.
     pub fn subscriber_done(&mut self, interval: u64, events: u64) {
-        record(&mut self.at(interval).per_subscriber, events);
+        record(&mut self.at(interval).figures.events_per_subscriber, events);
     }
 
     /// Closes every interval before `up_to`, as the scenario's recorder
@@ -288,7 +184,7 @@ impl SseRecorder {
         let mut out = Vec::new();
         while self.base < up_to {
             let mut interval = self.open.pop_front().unwrap_or_else(Interval::new);
-            out.push(interval.to_figures(self.open_streams));
+            out.push(interval.close(self.open_streams));
             interval.reset();
             self.spare.push(interval);
             self.base += 1;

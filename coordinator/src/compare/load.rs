@@ -1,5 +1,5 @@
 //! Reading the reports to compare, into the report's own types
-//! ([`crate::report::model`]) so the schema is written once.
+//! ([`crate::report_model`]) so the schema is written once.
 //!
 //! A report this coordinator cannot read (another schema, a key of the
 //! wrong type, a key it needs missing) is refused by name, as bad input.
@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::bad;
 use crate::error::Error;
-use crate::report::model::Repeats;
-use crate::report::model::{RunInfo, Scenario, Totals, Verdict, SCHEMA};
+use crate::report_model::Repeats;
+use crate::report_model::{RunInfo, Scenario, Totals, Verdict, SCHEMA};
 
 /// One report to compare.
 #[derive(Debug, Clone)]

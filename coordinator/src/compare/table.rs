@@ -10,8 +10,8 @@ use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::load::{Compared, Input};
 use crate::figures::{median, Figure, Phase, Quantile, SseFigure, Unit, HEADLINE};
-use crate::report::model::Totals;
-use crate::report::model::{Headline, Repeats};
+use crate::report_model::Totals;
+use crate::report_model::{Headline, Repeats};
 
 /// What a row reads from a report.
 enum Read {

@@ -6,7 +6,7 @@ use super::render::fmt_ratio;
 use super::table::{fmt_number, letter, ratio, Ratio, Reading};
 use super::*;
 use crate::figures::median;
-use crate::report::model::SCHEMA;
+use crate::report_model::SCHEMA;
 
 /// A real report (tests/fixtures/report.json: 100 req/s for 3 s) with
 /// its totals' figures replaced.

@@ -4,7 +4,7 @@
 use loadfleet_proto::vocab::{GrpcStatus, OutcomeClass};
 
 use super::{Figure, Phase, Quantile, Source, SseFigure};
-use crate::report::model::{Percentiles, Phases, RequestReport, Scenario, Totals};
+use crate::report_model::{Percentiles, Phases, RequestReport, Scenario, Totals};
 
 impl Quantile {
     pub fn of(self, p: &Percentiles) -> f64 {

@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::compare::{Compared, Input, Table};
-use crate::report::model::{Report, Totals};
+use crate::report_model::{Report, Totals};
 use crate::thresholds::Threshold;
 
 /// A real report (tests/fixtures/report.json) with every kind of outcome:

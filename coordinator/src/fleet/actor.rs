@@ -225,25 +225,25 @@ impl Fleet {
             }
             Some(agent_message::Kind::Snapshot(s)) => {
                 match self.checks.snapshot(agent, &s, &self.aggregate.totals) {
-                    Check::Accept => {}
+                    Check::Accept(decoded) => self.aggregate.add(agent, &decoded),
                     Check::Duplicate => {
                         let r = Rejection::new(
                             "duplicate",
                             format!("snapshot seq {} again (ignored)", s.seq),
                         );
                         self.checks.count(agent, &a.hello.agent_id, &r);
-                        return;
                     }
-                    Check::Violation(r) => return self.violation(agent, r),
-                }
-                if let Err(e) = self.aggregate.add(agent, &s) {
-                    tracing::error!(
-                        "agent {}: dropped a corrupt snapshot: {e}",
-                        a.hello.agent_id
-                    );
-                    self.corrupt_snapshots += 1;
-                    let r = Rejection::new("corrupt_histogram", e.to_string());
-                    self.violation(agent, r);
+                    Check::Violation(r) => {
+                        if r.what == "corrupt_histogram" {
+                            tracing::error!(
+                                "agent {}: dropped a corrupt snapshot: {}",
+                                a.hello.agent_id,
+                                r.detail
+                            );
+                            self.corrupt_snapshots += 1;
+                        }
+                        self.violation(agent, r)
+                    }
                 }
             }
             Some(agent_message::Kind::Finished(f)) => match self.checks.finished(agent, &f) {

@@ -162,8 +162,8 @@ impl Fleet {
     /// per agent and as soon as it is lost (a lost agent reports nothing
     /// more, and its hand-over is already made), so `report.partial.json`
     /// carries it. At the end of an aborted run (`ended`), the same holds
-    /// for every agent's share. The counting walks the schedule off the
-    /// control loop.
+    /// for every other agent's share, booked `aborted`: they were stopped,
+    /// not lost. The counting walks the schedule off the control loop.
     pub(super) async fn book_lost_arrivals(&mut self, ended: bool) {
         let aborted = ended && self.aborted.is_some();
         let booked: Vec<(usize, usize)> = self
@@ -198,6 +198,11 @@ impl Fleet {
             }
         };
         for (i, slot) in booked {
+            let reason = if self.agents[i].is_lost() {
+                UnsentReason::AgentLost
+            } else {
+                UnsentReason::Aborted
+            };
             let mut missing_total = 0;
             // What it reported intended but not yet sent was waiting for
             // its connections when it was lost: never sent either.
@@ -205,7 +210,7 @@ impl Fleet {
                 let held = self.aggregate.held(i, sc);
                 let last = self.aggregate.reported(i, sc).len().saturating_sub(1);
                 self.aggregate
-                    .book_held_unsent(i, sc, last as u64, held, UnsentReason::AgentLost);
+                    .book_held_unsent(i, sc, last as u64, held, reason);
                 missing_total += held;
             }
             for (sc, counts) in planned.iter().enumerate() {
@@ -220,13 +225,8 @@ impl Fleet {
                         .copied()
                         .unwrap_or(0);
                     let missing = planned.saturating_sub(reported);
-                    self.aggregate.book_unsent(
-                        i,
-                        sc,
-                        interval as u64,
-                        missing,
-                        UnsentReason::AgentLost,
-                    );
+                    self.aggregate
+                        .book_unsent(i, sc, interval as u64, missing, reason);
                     missing_total += missing;
                 }
             }

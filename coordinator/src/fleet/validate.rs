@@ -1,27 +1,23 @@
 //! Checks on what agents send, before anything of it is allocated or merged.
 //!
 //! Agents run on shared machines and dial in across networks, so every
-//! snapshot is input to check, not a fact to add: its words must come from
-//! the typed vocabulary (each unknown key would be a new histogram kept for
-//! the whole run), its interval must fall within the run plus its drain
-//! (each far-off index would be another), its counts must add up and stay
-//! within [`MAX_SNAPSHOT_COUNT`] so no total wraps, and it must come in
-//! order. An agent that breaks the protocol is dropped as lost with the
-//! reason: what it sent before stays in the figures, the offending message
-//! does not. A repeated snapshot is only ignored.
+//! snapshot is input to check, not a fact to add: it must come in order,
+//! its interval must fall within the run plus its drain (each far-off index
+//! would be another set of histograms) and its requests within its
+//! scenario's mix, all checked before it is decoded; decoding
+//! ([`loadfleet_proto::figures`]) refuses unknown words and counts and
+//! histograms out of bounds; then its counts must add up, and fit the run's
+//! totals so no total wraps. An agent that breaks the protocol is dropped
+//! as lost with the reason: what it sent before stays in the figures, the
+//! offending message does not. A repeated snapshot is only ignored.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-use loadfleet_proto::bounds::{
-    MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_IN_FLIGHT, MAX_SNAPSHOT_COUNT, MAX_STREAM_ERROR_KINDS,
-};
+use loadfleet_proto::bounds::MAX_SNAPSHOT_COUNT;
+use loadfleet_proto::figures::{Figures, Snapshot};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, GrpcStatus, HttpProtocol, OutcomeClass, UnsentReason};
-
-use crate::aggregate::Merged;
 
 /// Slack after the run and its drain for the last snapshot's interval: the
 /// agent's final snapshot is stamped when it has stopped, which can be after
@@ -57,10 +53,10 @@ fn reject(what: &'static str, detail: impl Into<String>) -> Rejection {
 }
 
 /// What to do with a snapshot.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Check {
-    /// Merge it.
-    Accept,
+    /// Merge it, as decoded.
+    Accept(Box<Snapshot>),
     /// A sequence number already seen: ignore it (counted).
     Duplicate,
     /// The agent broke the protocol: drop it, keep what it sent before.
@@ -139,8 +135,8 @@ impl Checks {
 
     /// Checks one snapshot of a running agent against the run and against
     /// `totals` (every sum the snapshot joins is at most the total, so a
-    /// total that does not overflow means none does).
-    pub fn snapshot(&mut self, agent: usize, s: &v1::Snapshot, totals: &Merged) -> Check {
+    /// total that does not overflow means none does), and decodes it.
+    pub fn snapshot(&mut self, agent: usize, s: &v1::Snapshot, totals: &Figures) -> Check {
         let last = self.ledger_mut(agent).last_seq;
         if s.seq <= last {
             return Check::Duplicate;
@@ -151,26 +147,34 @@ impl Checks {
                 format!("snapshot seq {} after {last}: snapshots are missing", s.seq),
             ));
         }
-        if let Err(r) = self.content(s, totals) {
+        if let Err(r) = self.placement(s) {
             return Check::Violation(r);
         }
+        let decoded = match Snapshot::try_from(s) {
+            Ok(d) => d,
+            Err(e) => return Check::Violation(reject(e.what(), e.to_string())),
+        };
+        if let Err(r) = content(&decoded, totals) {
+            return Check::Violation(r);
+        }
+        let f = &decoded.figures;
         let l = self.ledger_mut(agent);
         // `content` checked that these sums do not overflow.
-        let resolved = s.sent + s.unsent.values().sum::<u64>();
-        let intended = l.held + s.intended;
+        let resolved = f.sent + f.unsent.total();
+        let intended = l.held + f.intended;
         if resolved > intended {
             return Check::Violation(reject(
                 "counts_disagree",
                 format!(
                     "sent {} + unsent {} is more than the {intended} arrivals intended and not yet sent",
-                    s.sent,
-                    resolved - s.sent
+                    f.sent,
+                    resolved - f.sent
                 ),
             ));
         }
         l.held = intended - resolved;
         l.last_seq = s.seq;
-        Check::Accept
+        Check::Accept(Box::new(decoded))
     }
 
     /// Checks `Finished.snapshots` against the snapshots that arrived.
@@ -188,7 +192,10 @@ impl Checks {
         Ok(())
     }
 
-    fn content(&self, s: &v1::Snapshot, totals: &Merged) -> Result<(), Rejection> {
+    /// Where the snapshot belongs, checked on the wire before anything of
+    /// it is decoded: each far-off interval or unknown request would be
+    /// more histograms kept for the run.
+    fn placement(&self, s: &v1::Snapshot) -> Result<(), Rejection> {
         if s.scenario as usize >= self.scenarios {
             return Err(reject(
                 "scenario_out_of_range",
@@ -207,217 +214,82 @@ impl Checks {
                 ),
             ));
         }
-        words::<OutcomeClass>("unknown_class", "latency", s.latency.keys())?;
-        words::<UnsentReason>("unknown_reason", "unsent", s.unsent.keys())?;
-        words::<ErrorKind>("unknown_error_kind", "errors", s.errors.keys())?;
-        words::<GrpcStatus>("unknown_grpc_status", "grpc_status", s.grpc_status.keys())?;
-        words::<HttpProtocol>("unknown_protocol", "connections", s.connections.keys())?;
-        if let Some(code) = s.status.keys().find(|c| !(100..=999).contains(*c)) {
-            return Err(reject(
-                "bad_status",
-                format!("status {code} is not a 3-digit HTTP status"),
-            ));
-        }
-        let unsent = sum("unsent", s.unsent.values())?;
-        let singles = [
-            ("intended", s.intended, totals.intended),
-            ("sent", s.sent, totals.sent),
-            ("completed", s.completed, totals.completed),
-            (
-                "completed_in_window",
-                s.completed_in_window,
-                totals.completed_in_window,
-            ),
-            (
-                "completed_ok_in_window",
-                s.completed_ok_in_window,
-                totals.completed_ok_in_window,
-            ),
-            ("unsent", unsent, totals.unsent_total()),
-            (
-                "connections_opened",
-                s.connections_opened,
-                totals.connections_opened,
-            ),
-            (
-                "connections_reused",
-                s.connections_reused,
-                totals.connections_reused,
-            ),
-        ];
-        for (field, v, total) in singles {
-            fits(field, v, total)?;
-        }
-        for (k, &v) in &s.unsent {
-            fits("unsent", v, totals.unsent.get(k).copied().unwrap_or(0))?;
-        }
-        for (k, &v) in &s.status {
-            fits("status", v, totals.status.get(k).copied().unwrap_or(0))?;
-        }
-        for (k, &v) in &s.errors {
-            fits("errors", v, totals.errors.get(k).copied().unwrap_or(0))?;
-        }
-        for (k, &v) in &s.grpc_status {
-            fits(
-                "grpc_status",
-                v,
-                totals.grpc_status.get(k).copied().unwrap_or(0),
-            )?;
-        }
-        for (k, &v) in &s.connections {
-            fits(
-                "connections",
-                v,
-                totals.connections.get(k).copied().unwrap_or(0),
-            )?;
-        }
-        let outcomes = sum(
-            "status + errors + grpc_status",
-            s.status
-                .values()
-                .chain(s.errors.values())
-                .chain(s.grpc_status.values()),
-        )?;
-        // A request opens a connection or reuses one, never both, and is
-        // counted when it completes.
-        if s.connections_opened.saturating_add(s.connections_reused) > s.completed {
-            return Err(reject(
-                "counts_disagree",
-                format!(
-                    "connections_opened {} + connections_reused {} > completed {}",
-                    s.connections_opened, s.connections_reused, s.completed
-                ),
-            ));
-        }
-        if outcomes > s.completed {
-            return Err(reject(
-                "counts_disagree",
-                format!(
-                    "{outcomes} outcomes (status + errors + grpc_status) but {} completed",
-                    s.completed
-                ),
-            ));
-        }
-        for (field, v) in [
-            ("in_flight", s.in_flight),
-            ("max_in_flight", s.max_in_flight),
-        ] {
-            if v > u64::from(MAX_IN_FLIGHT) {
-                return Err(reject(
-                    "count_out_of_range",
-                    format!("{field} = {v} is more than {MAX_IN_FLIGHT}"),
-                ));
-            }
-        }
-        if let Some(f) = &s.sse {
-            sse(f)?;
-        }
-        requests::check(s, self.kinds.get(s.scenario as usize).copied().unwrap_or(0))?;
-        for (field, v) in [("cpu_seconds", s.cpu_seconds), ("host_cpu", s.host_cpu)] {
-            if !(0.0..=1e9).contains(&v) {
-                return Err(reject(
-                    "count_out_of_range",
-                    format!("{field} = {v} is not a plausible figure"),
-                ));
-            }
-        }
-        Ok(())
+        requests::placement(s, self.kinds.get(s.scenario as usize).copied().unwrap_or(0))
     }
 }
 
-/// A subscription snapshot part: counts bounded, words from the vocabulary,
-/// lists within their bounds, fan-out receipts in order.
-fn sse(f: &v1::SseFigures) -> Result<(), Rejection> {
-    for (field, v) in [
-        ("sse.opened", f.opened),
-        ("sse.events", f.events),
-        ("sse.ended_by_server", f.ended_by_server),
-        ("sse.reconnects", f.reconnects),
-        ("sse.resumed", f.resumed),
-        ("sse.negative", f.negative),
-        ("sse.no_send_time", f.no_send_time),
-        ("sse.duplicates", f.duplicates),
-        ("sse.comments", f.comments),
-        ("sse.fanout_untracked", f.fanout_untracked),
-    ] {
-        fits(field, v, 0)?;
+/// The decoded snapshot's counts: each fits its total, and they add up.
+fn content(s: &Snapshot, totals: &Figures) -> Result<(), Rejection> {
+    let f = &s.figures;
+    let singles = [
+        ("intended", f.intended, totals.intended),
+        ("sent", f.sent, totals.sent),
+        ("completed", f.completed, totals.completed),
+        (
+            "completed_in_window",
+            f.completed_in_window,
+            totals.completed_in_window,
+        ),
+        (
+            "completed_ok_in_window",
+            f.completed_ok_in_window,
+            totals.completed_ok_in_window,
+        ),
+        ("unsent", f.unsent.total(), totals.unsent.total()),
+        (
+            "connections_opened",
+            f.connections_opened,
+            totals.connections_opened,
+        ),
+        (
+            "connections_reused",
+            f.connections_reused,
+            totals.connections_reused,
+        ),
+    ];
+    for (field, v, total) in singles {
+        fits(field, v, total)?;
     }
-    for (field, v) in [
-        ("sse.open_streams", f.open_streams),
-        ("sse.max_open_streams", f.max_open_streams),
-    ] {
-        if v > u64::from(MAX_IN_FLIGHT) {
-            return Err(reject(
-                "count_out_of_range",
-                format!("{field} = {v} is more than {MAX_IN_FLIGHT}"),
-            ));
-        }
+    for (k, v) in f.unsent.iter() {
+        fits("unsent", v, totals.unsent.get(k))?;
     }
-    if f.stream_errors.len() + f.refused.len() > MAX_STREAM_ERROR_KINDS {
-        return Err(reject(
-            "count_out_of_range",
-            format!(
-                "sse.stream_errors and sse.refused have more than {MAX_STREAM_ERROR_KINDS} keys"
-            ),
-        ));
+    for (k, v) in f.status.iter() {
+        fits("status", v, totals.status.get(k))?;
     }
-    words::<ErrorKind>(
-        "unknown_error_kind",
-        "sse.stream_errors",
-        f.stream_errors.keys(),
+    for (k, v) in f.errors.iter() {
+        fits("errors", v, totals.errors.get(k))?;
+    }
+    for (k, v) in f.grpc_status.iter() {
+        fits("grpc_status", v, totals.grpc_status.get(k))?;
+    }
+    for (k, v) in f.connections.iter() {
+        fits("connections", v, totals.connections.get(k))?;
+    }
+    let outcomes = sum(
+        "status + errors + grpc_status",
+        [f.status.total(), f.errors.total(), f.grpc_status.total()].iter(),
     )?;
-    for &v in f.stream_errors.values().chain(f.refused.values()) {
-        fits("sse.stream_errors", v, 0)?;
-    }
-    if let Some(code) = f.refused.keys().find(|c| !(100..=999).contains(*c)) {
+    // A request opens a connection or reuses one, never both, and is
+    // counted when it completes.
+    if f.connections_opened.saturating_add(f.connections_reused) > f.completed {
         return Err(reject(
-            "bad_status",
-            format!("sse.refused status {code} is not a 3-digit HTTP status"),
-        ));
-    }
-    if f.fanout.len() > MAX_FANOUT_IDS {
-        return Err(reject(
-            "count_out_of_range",
+            "counts_disagree",
             format!(
-                "sse.fanout has {} ids, more than {MAX_FANOUT_IDS}",
-                f.fanout.len()
+                "connections_opened {} + connections_reused {} > completed {}",
+                f.connections_opened, f.connections_reused, f.completed
             ),
         ));
     }
-    for r in &f.fanout {
-        if r.id.len() > MAX_FANOUT_ID_BYTES || r.first_ns > r.last_ns || r.subscribers == 0 {
-            return Err(reject(
-                "bad_fanout",
-                format!(
-                    "sse.fanout id of {} bytes (at most {MAX_FANOUT_ID_BYTES}), {} subscribers, first {} last {}",
-                    r.id.len(),
-                    r.subscribers,
-                    r.first_ns,
-                    r.last_ns
-                ),
-            ));
-        }
-        fits("sse.fanout.subscribers", r.subscribers, 0)?;
+    if outcomes > f.completed {
+        return Err(reject(
+            "counts_disagree",
+            format!(
+                "{outcomes} outcomes (status + errors + grpc_status) but {} completed",
+                f.completed
+            ),
+        ));
     }
-    Ok(())
-}
-
-/// Every key must be a word of `T`'s vocabulary.
-fn words<'a, T: FromStr>(
-    what: &'static str,
-    field: &str,
-    mut keys: impl Iterator<Item = &'a String>,
-) -> Result<(), Rejection> {
-    match keys.find(|k| T::from_str(k).is_err()) {
-        Some(k) => {
-            let shown: String = k.chars().take(64).collect();
-            Err(reject(
-                what,
-                format!("{field} key {shown:?} is not in the vocabulary"),
-            ))
-        }
-        None => Ok(()),
-    }
+    requests::check(s)
 }
 
 /// One count: within [`MAX_SNAPSHOT_COUNT`], and addable to its total.

@@ -12,7 +12,8 @@ use std::ops::Range;
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::new_histogram;
 
-use crate::aggregate::{Aggregate, Merged};
+use crate::aggregate::Aggregate;
+use loadfleet_proto::figures::Figures;
 
 /// One scenario's figures in a frame.
 #[derive(Debug, Clone)]
@@ -45,15 +46,15 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn of(m: &Merged) -> Self {
+    fn of(m: &Figures) -> Self {
         Self {
             intended: m.intended,
             sent: m.sent,
-            unsent: m.unsent.clone(),
+            unsent: m.unsent.by_word(),
             completed: m.completed,
-            status: m.status.clone(),
-            errors: m.errors.clone(),
-            grpc_status: m.grpc_status.clone(),
+            status: m.status.iter().map(|(c, n)| (u32::from(c), n)).collect(),
+            errors: m.errors.by_word(),
+            grpc_status: m.grpc_status.by_word(),
             failures: m.failures(),
             pool_saturated_ns: m.pool_saturated_ns,
         }
@@ -215,7 +216,7 @@ impl Framer {
                         .unwrap_or_else(|| format!("scenario-{i}")),
                     totals,
                     step,
-                    latency: m.latency_all(),
+                    latency: m.latency.all(),
                     service_time: m.service_time.clone(),
                     step_latency,
                 }
@@ -246,6 +247,7 @@ impl Framer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loadfleet_proto::figures::Snapshot;
     use loadfleet_proto::histogram::encode;
     use loadfleet_proto::v1;
 
@@ -279,8 +281,8 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let mut f = Framer::default();
         for i in 0..4 {
-            agg.add(0, &snapshot(i, 0, 3)).unwrap();
-            agg.add(0, &snapshot(i, 1, 2)).unwrap();
+            agg.add(0, &Snapshot::try_from(&snapshot(i, 0, 3)).unwrap());
+            agg.add(0, &Snapshot::try_from(&snapshot(i, 1, 2)).unwrap());
         }
         assert!(f.frame(0, 0, 0, &agg, &names, vec![], 1, 0).is_none());
         let one = f.frame(0, 0, 2, &agg, &names, vec![], 1, 0).unwrap();
@@ -290,7 +292,7 @@ mod tests {
         assert_eq!(one.scenarios[0].step_latency.len(), 6);
         assert!(f.frame(0, 0, 2, &agg, &names, vec![], 1, 0).is_none());
         assert!(!f.due(0, 2) && f.due(0, 3) && f.due(0, u64::MAX) && f.due(1, 0));
-        agg.add(0, &snapshot(4, 0, 5)).unwrap();
+        agg.add(0, &Snapshot::try_from(&snapshot(4, 0, 5)).unwrap());
         let end = f
             .frame(0, 0, u64::MAX, &agg, &names, vec![], 1, 10)
             .unwrap();

@@ -6,18 +6,18 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::percentiles;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
 
-use super::model::{
+use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
+use super::{sse, verdicts};
+use crate::aggregate::IntervalAgg;
+use crate::figures::Source;
+use crate::fleet::RunResult;
+use crate::report_model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
     ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
-use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
-use super::{sse, verdicts};
-use crate::aggregate::{IntervalAgg, Merged};
-use crate::figures::Source;
-use crate::fleet::RunResult;
-use crate::per_request::RequestMerged;
 use crate::thresholds::request_scopes;
 use crate::units;
+use loadfleet_proto::figures::{Figures, RequestFigures};
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -75,7 +75,7 @@ fn union_length(windows: &[Window]) -> f64 {
     total
 }
 
-fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
+fn totals_of(m: &Figures, window_s: f64, warmup_s: f64) -> Totals {
     // Every request sent either completed (with a status or an error) or
     // has no outcome: that is what is left in flight, the same way for the
     // totals, each scenario and each agent, so they add up.
@@ -87,12 +87,12 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
             0.0
         }
     };
-    let mut other = m.unsent.clone();
-    let concurrency_limit = other
-        .remove(UnsentReason::ConcurrencyLimit.as_str())
-        .unwrap_or(0);
-    let late = other.remove(UnsentReason::Late.as_str()).unwrap_or(0);
-    let all = m.latency_all();
+    let mut other = m.unsent.by_word();
+    let concurrency_limit = m.unsent.get(UnsentReason::ConcurrencyLimit);
+    let late = m.unsent.get(UnsentReason::Late);
+    other.remove(UnsentReason::ConcurrencyLimit.as_str());
+    other.remove(UnsentReason::Late.as_str());
+    let all = m.latency.all();
     Totals {
         intended: m.intended,
         sent: m.sent,
@@ -101,13 +101,13 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
         completed_ok_in_window: m.completed_ok_in_window,
         in_flight_at_end,
         unsent: Unsent {
-            total: m.unsent_total(),
+            total: m.unsent.total(),
             concurrency_limit,
             late,
             other,
         },
-        status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-        errors: m.errors.clone(),
+        status: m.status.by_word(),
+        errors: m.errors.by_word(),
         grpc: grpc_of(m),
         failures: m.failures(),
         throughput_rps: per_window(m.completed_in_window),
@@ -128,7 +128,7 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
         latency_by_class_ms: m
             .latency
             .iter()
-            .filter_map(|(k, h)| percentiles(h).map(|p| (k.clone(), p)))
+            .filter_map(|(k, h)| percentiles(h).map(|p| (k.as_str().to_owned(), p)))
             .collect(),
         warmup: Warmup {
             seconds: warmup_s,
@@ -140,40 +140,26 @@ fn totals_of(m: &Merged, window_s: f64, warmup_s: f64) -> Totals {
 
 /// The gRPC figures of `m`; `None` when no call answered a grpc-status,
 /// so an HTTP run's report has no `grpc` key.
-fn grpc_of(m: &Merged) -> Option<Grpc> {
-    let calls: u64 = m.grpc_status.values().sum();
+fn grpc_of(m: &Figures) -> Option<Grpc> {
+    let calls = m.grpc_status.total();
     if calls == 0 {
         return None;
     }
     let of = m.completed.max(calls) as f64;
     Some(Grpc {
         calls,
-        status: m.grpc_status.clone(),
+        status: m.grpc_status.by_word(),
         rate: m
             .grpc_status
             .iter()
-            .map(|(k, &n)| (k.clone(), n as f64 / of))
+            .map(|(k, n)| (k.as_str().to_owned(), n as f64 / of))
             .collect(),
     })
 }
 
-/// The one request of a mix of one: the scenario's completions, with its
-/// measured latency over every outcome class.
-fn sole_request(m: &Merged) -> RequestMerged {
-    RequestMerged {
-        completed: m.completed,
-        completed_in_window: m.completed_in_window,
-        completed_ok_in_window: m.completed_ok_in_window,
-        status: m.status.clone(),
-        errors: m.errors.clone(),
-        grpc_status: m.grpc_status.clone(),
-        latency: m.latency_all(),
-    }
-}
-
 /// Each request of a scenario's mix, named as in the plan, from its merged
 /// figures; throughput over the scenario's window of `window_s` seconds.
-fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec<RequestReport> {
+fn requests_of(names: &[String], merged: &[RequestFigures], window_s: f64) -> Vec<RequestReport> {
     let per_window = |n: u64| {
         if window_s > 0.0 {
             n as f64 / window_s
@@ -194,9 +180,9 @@ fn requests_of(names: &[String], merged: &[RequestMerged], window_s: f64) -> Vec
                 failures: m.failures(),
                 throughput_rps: per_window(m.completed_in_window),
                 throughput_ok_rps: per_window(m.completed_ok_in_window),
-                status: m.status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-                errors: m.errors.clone(),
-                grpc_status: m.grpc_status.clone(),
+                status: m.status.by_word(),
+                errors: m.errors.by_word(),
+                grpc_status: m.grpc_status.by_word(),
                 latency_ms: percentiles(&m.latency),
             }
         })
@@ -277,7 +263,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 requests: if info.requests.len() == 1 {
                     // Agents keep no split for a mix of one: its figures
                     // are the scenario's.
-                    requests_of(&info.requests, &[sole_request(&m)], w.end_s - w.start_s)
+                    requests_of(&info.requests, &[m.as_request()], w.end_s - w.start_s)
                 } else {
                     requests_of(
                         &info.requests,
@@ -334,7 +320,7 @@ pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
             elapsed_s,
             protocol: ProtocolInfo {
                 asked: ctx.protocol.as_str().to_string(),
-                connections: result.aggregate.totals.connections.clone(),
+                connections: result.aggregate.totals.connections.by_word(),
             },
             tls: ctx.tls.clone(),
         },
@@ -382,17 +368,13 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                 share: a.share,
                 intended: m.intended,
                 sent: m.sent,
-                unsent: m.unsent_total(),
+                unsent: m.unsent.total(),
                 completed: m.completed,
                 cpu: cores / f64::from(cpus),
                 cpu_cores: cores,
                 cpu_seconds: m.cpu_seconds,
                 cpus,
-                host_cpu: if m.host_cpu.1 > 0 {
-                    m.host_cpu.0 / m.host_cpu.1 as f64
-                } else {
-                    0.0
-                },
+                host_cpu: m.host_cpu.get().unwrap_or(0.0),
                 lag_ms: (!m.lag.is_empty()).then(|| Lag {
                     p50: units::us_to_ms(m.lag.value_at_quantile(0.5)),
                     p99: units::us_to_ms(m.lag.value_at_quantile(0.99)),
@@ -407,7 +389,7 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                 } else {
                     0.0
                 },
-                protocol: m.connections.clone(),
+                protocol: m.connections.by_word(),
                 status: if a.lost.is_some() {
                     AgentStatus::Lost
                 } else if a.finished.as_ref().is_some_and(|f| f.cut_short) {
@@ -444,7 +426,7 @@ pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
         intended: iv.intended,
         sent: iv.sent,
         unsent: iv.unsent,
-        unsent_by_reason: iv.unsent_by_reason.clone(),
+        unsent_by_reason: iv.unsent_by_reason.by_word(),
         completed: iv.completed,
         errors: iv.errors,
         classes: OutcomeClass::ALL

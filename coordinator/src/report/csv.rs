@@ -7,7 +7,7 @@ use std::io::Write;
 
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
-use super::model::{IntervalReport, Report};
+use crate::report_model::{IntervalReport, Report};
 
 /// The per-second series as CSV, for spreadsheets and plotting tools.
 pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {

@@ -22,7 +22,7 @@ pub fn ms(v: f64) -> String {
 
 /// A threshold's `actual` in its own unit, as the text report and the
 /// page show it: "19.67%", "420.0ms", "78.0 req/s", "10".
-pub fn threshold_actual(c: &crate::report::model::Checked) -> String {
+pub fn threshold_actual(c: &crate::report_model::Checked) -> String {
     match (c.actual, c.unit.as_str()) {
         (None, _) => "n/a".into(),
         (Some(a), "ms") => ms(a),
@@ -101,7 +101,7 @@ pub fn utc(unix: f64) -> String {
 
 /// What was asked and spoken, and how TLS was checked; `None` for a report
 /// written before the report said so.
-pub fn protocol_line(r: &super::model::Report) -> Option<String> {
+pub fn protocol_line(r: &crate::report_model::Report) -> Option<String> {
     let p = &r.run.protocol;
     if p.asked.is_empty() {
         return None;
@@ -131,7 +131,7 @@ pub fn protocol_line(r: &super::model::Report) -> Option<String> {
 
 /// The unsent count with every reason that is not zero, as the headline
 /// reads it: `1444 (pool_timeout 1444)`, or `0`.
-pub fn unsent(u: &super::model::Unsent) -> String {
+pub fn unsent(u: &crate::report_model::Unsent) -> String {
     match unsent_reasons(u) {
         None => u.total.to_string(),
         Some(reasons) => format!("{} ({reasons})", u.total),
@@ -140,7 +140,7 @@ pub fn unsent(u: &super::model::Unsent) -> String {
 
 /// Every unsent reason that is not zero with its count, `late 3,
 /// pool_timeout 1444`; `None` when nothing was unsent.
-pub fn unsent_reasons(u: &super::model::Unsent) -> Option<String> {
+pub fn unsent_reasons(u: &crate::report_model::Unsent) -> Option<String> {
     let reasons: Vec<String> = [
         (UnsentReason::ConcurrencyLimit.as_str(), u.concurrency_limit),
         (UnsentReason::Late.as_str(), u.late),

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
 use hdrhistogram::Histogram;
+use loadfleet_proto::vocab::OutcomeClass;
 
 /// Values are microseconds; the log's max column shows milliseconds.
 const MAX_VALUE_DIVISOR: f64 = 1000.0;
@@ -47,7 +48,7 @@ pub fn write_header(out: &mut impl Write, started_at: SystemTime) -> std::io::Re
 pub fn write_entries(
     out: &mut impl Write,
     second: u64,
-    latency_by_class: &BTreeMap<(u32, String), Histogram<u64>>,
+    latency_by_class: &BTreeMap<(u32, OutcomeClass), Histogram<u64>>,
     scenarios: &[String],
 ) -> std::io::Result<()> {
     let mut serializer = V2DeflateSerializer::new();
@@ -111,9 +112,7 @@ mod tests {
     fn entries_carry_no_header_and_the_header_is_written_once() {
         let mut h = Histogram::<u64>::new(3).unwrap();
         h.record(1500).unwrap();
-        let by_class: BTreeMap<_, _> = [((0u32, OutcomeClass::Success.to_string()), h)]
-            .into_iter()
-            .collect();
+        let by_class: BTreeMap<_, _> = [((0u32, OutcomeClass::Success), h)].into_iter().collect();
         let mut log = Vec::new();
         write_header(
             &mut log,

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use super::model::Report;
+use crate::report_model::Report;
 
 /// Pretty-printed, so a report can be read and diffed by people too.
 pub fn write_json(out: &mut impl Write, r: &Report) -> std::io::Result<()> {

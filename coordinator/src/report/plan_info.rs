@@ -9,7 +9,7 @@ use std::time::Duration;
 use loadfleet_proto::schedule::Process;
 use loadfleet_proto::vocab::HttpProtocol;
 
-use super::model::TlsInfo;
+use crate::report_model::TlsInfo;
 
 use crate::plan::{Model, Plan};
 use crate::thresholds::Threshold;

@@ -8,9 +8,9 @@
 
 use serde_json::{Map, Value};
 
-use super::model::{Checked, Headline, Repeats, Report, Totals, Verdict};
 use super::verdicts;
 use crate::figures::{median, Figure, Quantile, Source, Unit as FigureUnit, HEADLINE};
+use crate::report_model::{Checked, Headline, Repeats, Report, Totals, Verdict};
 use crate::thresholds::Threshold;
 
 impl Headline {

@@ -8,8 +8,8 @@
 use loadfleet_proto::schedule::{Process, Stage};
 
 use super::format::secs;
-use super::model::Report;
 use crate::plan::{Model, Plan};
+use crate::report_model::Report;
 use crate::units;
 
 /// At most this many parts are spelled out; the rest are counted, so a

@@ -11,9 +11,9 @@
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::{new_histogram, percentiles};
 
-use super::model::SseReport;
-use super::model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::fleet::RunResult;
+use crate::report_model::SseReport;
+use crate::report_model::{Counts, Delivery, Fanout, FanoutRow, OpenStreams};
 use crate::sse::SseMerged;
 use crate::units;
 
@@ -98,24 +98,24 @@ pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f6
     // Rows in time order read as a timeline of broadcasts.
     rows.sort_by(|a, b| a.first_s.total_cmp(&b.first_s));
     SseReport {
-        opened: m.opened,
-        first_event_ms: percentiles(&m.first_event),
-        events: m.events,
-        events_per_subscriber: counts(&m.events_per_subscriber),
-        gap_ms: percentiles(&m.gap),
-        ended_by_server: m.ended_by_server,
-        reconnects: m.reconnects,
-        resumed: m.resumed,
-        duplicates: m.duplicates,
-        comments: m.comments,
-        stream_errors: m.stream_errors.clone(),
-        refused: m.refused.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        opened: m.figures.opened,
+        first_event_ms: percentiles(&m.figures.first_event),
+        events: m.figures.events,
+        events_per_subscriber: counts(&m.figures.events_per_subscriber),
+        gap_ms: percentiles(&m.figures.gap),
+        ended_by_server: m.figures.ended_by_server,
+        reconnects: m.figures.reconnects,
+        resumed: m.figures.resumed,
+        duplicates: m.figures.duplicates,
+        comments: m.figures.comments,
+        stream_errors: m.figures.stream_errors.by_word(),
+        refused: m.figures.refused.by_word(),
         delivery: Delivery {
             send_time: send_time.to_owned(),
-            latency_ms: percentiles(&m.latency),
-            negative: m.negative,
-            negative_ms: percentiles(&m.negative_latency),
-            no_send_time: m.no_send_time,
+            latency_ms: percentiles(&m.figures.latency),
+            negative: m.figures.negative,
+            negative_ms: percentiles(&m.figures.negative_latency),
+            no_send_time: m.figures.no_send_time,
             rests_on,
             agent_wall_offset_ms,
             agent_wall_uncertainty_ms,
@@ -125,7 +125,7 @@ pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f6
             spread_p50_ms: (!spreads.is_empty())
                 .then(|| units::us_to_ms(spreads.value_at_quantile(0.5))),
             spread_max_ms: (!spreads.is_empty()).then(|| units::us_to_ms(spreads.max())),
-            untracked: m.fanout_untracked,
+            untracked: m.figures.fanout_untracked,
             rows,
         },
         open_streams: m

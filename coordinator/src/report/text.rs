@@ -8,9 +8,9 @@ use std::io::Write;
 use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
-use super::model::Repeats;
-use super::model::{Grpc, Percentiles, Report, Scenario};
 use super::repeats::{Unit, COLUMNS};
+use crate::report_model::Repeats;
+use crate::report_model::{Grpc, Percentiles, Report, Scenario};
 
 fn percentile_row(
     out: &mut impl Write,
@@ -346,8 +346,8 @@ fn write_requests(out: &mut impl Write, s: &Scenario) -> std::io::Result<()> {
 fn write_sse(
     out: &mut impl Write,
     name: &str,
-    t: &super::model::Totals,
-    s: &super::model::SseReport,
+    t: &crate::report_model::Totals,
+    s: &crate::report_model::SseReport,
 ) -> std::io::Result<()> {
     let list = |m: &std::collections::BTreeMap<String, u64>| -> String {
         if m.is_empty() {

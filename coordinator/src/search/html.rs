@@ -38,7 +38,7 @@ fn page(s: &SearchRecord) -> Markup {
     let at = |f: &dyn Fn(&Step) -> Option<f64>| -> Vec<(f64, Option<f64>)> {
         steps.iter().map(|st| (st.offered, f(st))).collect()
     };
-    let pct = |f: fn(&crate::report::model::Percentiles) -> f64| {
+    let pct = |f: fn(&crate::report_model::Percentiles) -> f64| {
         at(&|st: &Step| st.figures.latency_ms.as_ref().map(f))
     };
     let mut latency = vec![

@@ -9,7 +9,7 @@ use super::ladder::Judged;
 use crate::figures::Unit;
 use crate::fleet::RunResult;
 use crate::report::format::threshold_actual;
-use crate::report::model::{Checked, Report};
+use crate::report_model::{Checked, Report};
 use crate::thresholds::Threshold;
 
 /// Unsent reasons that say the target was slow, not the fleet short: an

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::ladder::{Outcome, Purpose, Undecided};
 use crate::cli::Vary;
 use crate::report::format::{ms, num};
-use crate::report::model::{Checked, Percentiles, Report, Warmup};
+use crate::report_model::{Checked, Percentiles, Report, Warmup};
 
 pub const SCHEMA: &str = "loadfleet.search/v1";
 

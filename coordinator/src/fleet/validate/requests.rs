@@ -1,18 +1,17 @@
 //! Checks on a snapshot's per-request figures (`Snapshot.requests`): each
-//! names a request of its scenario's mix by index, in increasing order
-//! (so no request comes twice, checked without allocating), its words come
-//! from the vocabulary and its counts stay within bounds and agree with
-//! the snapshot's own. Each accepted entry is merged into that request's
-//! figures for the whole run, so an unknown index would be a row the plan
-//! never had.
+//! names a request of its scenario's mix by index (checked on the wire,
+//! before decoding; decoding checks that they come in increasing order, so
+//! no request comes twice), and its counts agree with the snapshot's own.
+//! Each accepted entry is merged into that request's figures for the whole
+//! run, so an unknown index would be a row the plan never had.
 
+use loadfleet_proto::figures::{RequestFigures, Snapshot};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, GrpcStatus};
 
-use super::{fits, reject, sum, words, Rejection};
+use super::{reject, Rejection};
 
-/// Checks `s.requests` against a scenario of `kinds` requests.
-pub(super) fn check(s: &v1::Snapshot, kinds: usize) -> Result<(), Rejection> {
+/// Checks that `s.requests` names requests of a scenario of `kinds`.
+pub(super) fn placement(s: &v1::Snapshot, kinds: usize) -> Result<(), Rejection> {
     if s.requests.len() > kinds {
         return Err(reject(
             "request_out_of_range",
@@ -22,58 +21,45 @@ pub(super) fn check(s: &v1::Snapshot, kinds: usize) -> Result<(), Rejection> {
             ),
         ));
     }
-    let mut next = 0u64;
-    for r in &s.requests {
-        let index = u64::from(r.request);
-        if index >= kinds as u64 {
-            return Err(reject(
-                "request_out_of_range",
-                format!(
-                    "request {} but the scenario has {kinds} requests",
-                    r.request
-                ),
-            ));
-        }
-        if index < next {
-            return Err(reject(
-                "request_out_of_order",
-                format!(
-                    "request {} after request {}: each request comes once, in order",
-                    r.request,
-                    next - 1
-                ),
-            ));
-        }
-        next = index + 1;
-        one(r)?;
+    if let Some(r) = s.requests.iter().find(|r| r.request as usize >= kinds) {
+        return Err(reject(
+            "request_out_of_range",
+            format!(
+                "request {} but the scenario has {kinds} requests",
+                r.request
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the decoded entries against each other and the snapshot. Each
+/// count is at most the snapshot's `completed` (checked by the sums), which
+/// was checked to fit the run's totals, so no request's total can wrap.
+pub(super) fn check(s: &Snapshot) -> Result<(), Rejection> {
+    for (request, r) in &s.requests {
+        one(*request, r)?;
     }
     if s.requests.is_empty() {
         return Ok(());
     }
+    let f = &s.figures;
+    let total = |part: fn(&RequestFigures) -> u64| {
+        s.requests
+            .iter()
+            .fold(0u64, |a, (_, r)| a.saturating_add(part(r)))
+    };
     for (field, parts, whole) in [
-        (
-            "completed",
-            sum(
-                "requests.completed",
-                s.requests.iter().map(|r| &r.completed),
-            )?,
-            s.completed,
-        ),
+        ("completed", total(|r| r.completed), f.completed),
         (
             "completed_in_window",
-            sum(
-                "requests.completed_in_window",
-                s.requests.iter().map(|r| &r.completed_in_window),
-            )?,
-            s.completed_in_window,
+            total(|r| r.completed_in_window),
+            f.completed_in_window,
         ),
         (
             "completed_ok_in_window",
-            sum(
-                "requests.completed_ok_in_window",
-                s.requests.iter().map(|r| &r.completed_ok_in_window),
-            )?,
-            s.completed_ok_in_window,
+            total(|r| r.completed_ok_in_window),
+            f.completed_ok_in_window,
         ),
     ] {
         if parts != whole {
@@ -86,46 +72,14 @@ pub(super) fn check(s: &v1::Snapshot, kinds: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// One request's entry: words known, counts bounded and consistent. Each
-/// count is at most the snapshot's `completed` (checked by the caller's
-/// sums), which was checked to fit the run's totals, so no request's
-/// total can wrap either.
-fn one(r: &v1::RequestFigures) -> Result<(), Rejection> {
-    let at = |field: &str| format!("requests[{}].{field}", r.request);
-    words::<ErrorKind>("unknown_error_kind", &at("errors"), r.errors.keys())?;
-    words::<GrpcStatus>(
-        "unknown_grpc_status",
-        &at("grpc_status"),
-        r.grpc_status.keys(),
-    )?;
-    if let Some(code) = r.status.keys().find(|c| !(100..=999).contains(*c)) {
-        return Err(reject(
-            "bad_status",
-            format!("{} {code} is not a 3-digit HTTP status", at("status")),
-        ));
-    }
-    for (field, v) in [
-        ("completed", r.completed),
-        ("completed_in_window", r.completed_in_window),
-        ("completed_ok_in_window", r.completed_ok_in_window),
-    ] {
-        fits(&at(field), v, 0)?;
-    }
-    for &v in r
+/// One request's entry: its outcomes and window counts within its
+/// completions.
+fn one(request: u32, r: &RequestFigures) -> Result<(), Rejection> {
+    let outcomes = r
         .status
-        .values()
-        .chain(r.errors.values())
-        .chain(r.grpc_status.values())
-    {
-        fits(&at("status"), v, 0)?;
-    }
-    let outcomes = sum(
-        &at("status + errors + grpc_status"),
-        r.status
-            .values()
-            .chain(r.errors.values())
-            .chain(r.grpc_status.values()),
-    )?;
+        .total()
+        .saturating_add(r.errors.total())
+        .saturating_add(r.grpc_status.total());
     if outcomes > r.completed
         || r.completed_in_window > r.completed
         || r.completed_ok_in_window > r.completed_in_window
@@ -133,11 +87,8 @@ fn one(r: &v1::RequestFigures) -> Result<(), Rejection> {
         return Err(reject(
             "counts_disagree",
             format!(
-                "{}: {outcomes} outcomes, {} completed, {} in the window, {} of them ok",
-                at("completed"),
-                r.completed,
-                r.completed_in_window,
-                r.completed_ok_in_window
+                "requests[{request}].completed: {outcomes} outcomes, {} completed, {} in the window, {} of them ok",
+                r.completed, r.completed_in_window, r.completed_ok_in_window
             ),
         ));
     }

@@ -8,7 +8,7 @@ use loadfleet_proto::vocab::OutcomeClass;
 use maud::{html, Markup};
 
 use crate::report::format::fin;
-use crate::report::model::{IntervalReport, Report, Totals};
+use crate::report_model::{IntervalReport, Report, Totals};
 
 // Series colours: one meaning each, and used for chart strokes only (the
 // page's own accents below are deliberately different shades), so the

@@ -9,7 +9,7 @@ use maud::{html, Markup};
 use loadfleet_proto::vocab::UnsentReason;
 
 use crate::report::format::{count, ms, num, secs, share};
-use crate::report::model::{Percentiles, Report, Totals};
+use crate::report_model::{Percentiles, Report, Totals};
 
 pub(super) fn headline(r: &Report) -> Markup {
     let t = &r.totals;

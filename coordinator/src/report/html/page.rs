@@ -8,7 +8,7 @@ use super::chart::charts;
 use super::figures::{headline, subscriptions};
 use super::tables::{agents, outcomes, repeats, requests, scenarios};
 use crate::report::format::{protocol_line, secs, threshold_actual, utc};
-use crate::report::model::Report;
+use crate::report_model::Report;
 
 /// Writes the page for `r` to `out`.
 pub fn write_html(out: &mut impl std::io::Write, r: &Report) -> std::io::Result<()> {

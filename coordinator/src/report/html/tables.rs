@@ -6,8 +6,8 @@ use maud::{html, Markup};
 use loadfleet_proto::vocab::{AgentStatus, GrpcStatus, OutcomeClass, UnsentReason};
 
 use crate::report::format::{count, fin, ms, num, secs, share};
-use crate::report::model::{Lag, Percentiles, Report, Totals};
 use crate::report::repeats::{Unit, COLUMNS};
+use crate::report_model::{Lag, Percentiles, Report, Totals};
 
 /// With --repeat: every run's headline figures, then median, min and max.
 pub(super) fn repeats(r: &Report) -> Markup {

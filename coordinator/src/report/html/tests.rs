@@ -5,7 +5,7 @@ use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCod
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
 use super::render;
 use crate::report::format::{count, secs, utc};
-use crate::report::model::{
+use crate::report_model::{
     AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo, Scenario,
     Totals, Unsent, Verdict, Warmup, Window, SCHEMA,
 };
@@ -363,7 +363,7 @@ fn completions_are_stacked_by_the_classes_the_run_had() {
 /// request gets none (its figures are the scenario's).
 #[test]
 fn a_mix_gets_a_requests_table() {
-    let request = |name: &str, code: &str, n: u64| crate::report::model::RequestReport {
+    let request = |name: &str, code: &str, n: u64| crate::report_model::RequestReport {
         name: name.into(),
         completed: n,
         completed_in_window: n,

@@ -9,8 +9,8 @@ use loadfleet_proto::vocab::{
     AgentStatus, GrpcStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel,
 };
 
-use super::model::{AgentReport, Report, Totals, Verdict};
 use super::plan_info::{Placement, PlanInfo};
+use crate::report_model::{AgentReport, Report, Totals, Verdict};
 use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 
 mod offered;
@@ -99,20 +99,20 @@ fn delivery_clock_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> 
         .iter()
         .zip(&result.aggregate.sse)
         .filter_map(|(s, m)| Some((s, m.as_ref()?)))
-        .filter(|(_, m)| m.negative > 0)
+        .filter(|(_, m)| m.figures.negative > 0)
         .map(|(s, m)| {
-            let with_time = m.negative + m.latency.len();
+            let with_time = m.figures.negative + m.figures.latency.len();
             Verdict {
                 level: VerdictLevel::Warn,
                 code: VerdictCode::Clock,
                 message: format!(
                     "scenario {}: {} of {} events ({:.1}%) arrived before the target says it sent them, by up to {:.1} ms (p50 {:.1} ms): the target's and the agents' clocks disagree at least that much; {measured}. Delivery latency is off by that much; synchronise the clocks (chrony/NTP) or read it as relative",
                     s.name,
-                    m.negative,
+                    m.figures.negative,
                     with_time,
-                    100.0 * m.negative as f64 / with_time.max(1) as f64,
-                    units::us_to_ms(m.negative_latency.max()),
-                    units::us_to_ms(m.negative_latency.value_at_quantile(0.5)),
+                    100.0 * m.figures.negative as f64 / with_time.max(1) as f64,
+                    units::us_to_ms(m.figures.negative_latency.max()),
+                    units::us_to_ms(m.figures.negative_latency.value_at_quantile(0.5)),
                 ),
             }
         })
@@ -197,18 +197,12 @@ fn health_verdicts(
             .aggregate
             .agents
             .get(i)
-            .and_then(|m| m.unsent.get(UnsentReason::Late.as_str()).copied())
-            .unwrap_or(0);
+            .map_or(0, |m| m.unsent.get(UnsentReason::Late));
         let capped = result
             .aggregate
             .agents
             .get(i)
-            .and_then(|m| {
-                m.unsent
-                    .get(UnsentReason::ConcurrencyLimit.as_str())
-                    .copied()
-            })
-            .unwrap_or(0);
+            .map_or(0, |m| m.unsent.get(UnsentReason::ConcurrencyLimit));
         let lag_p99 = a.lag_ms.as_ref().map_or(0.0, |l| l.p99);
         let lag_bad = lag_p99 > SATURATED_LAG_MS || (late > 0 && late_means_behind);
         let cpu_bad = a.cpu >= SATURATED_CPU;

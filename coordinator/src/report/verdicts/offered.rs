@@ -5,8 +5,8 @@
 
 use loadfleet_proto::vocab::{AgentStatus, GrpcStatus, UnsentReason, VerdictCode, VerdictLevel};
 
-use crate::report::model::{AgentReport, Totals, Verdict};
 use crate::report::plan_info::{FailureLimits, PlanInfo};
+use crate::report_model::{AgentReport, Totals, Verdict};
 
 /// Unsent arrivals above this share of the intended ones make the run
 /// degraded: the load offered was not the load planned.

@@ -4,6 +4,7 @@ use crate::aggregate::Aggregate;
 use crate::fleet::AgentView;
 use crate::report::build::build;
 use crate::report::plan_info::ScenarioInfo;
+use loadfleet_proto::figures::Snapshot;
 use loadfleet_proto::histogram::{encode, new_histogram};
 use loadfleet_proto::v1;
 use std::time::Duration;
@@ -18,24 +19,23 @@ fn result(n: u64, latency_us: u64, lag_us: u64, cpu_seconds: f64, rtt_ms: u64) -
         lag.record(lag_us).unwrap();
     }
     let mut aggregate = Aggregate::new(1, 1);
-    aggregate
-        .add(
-            0,
-            &v1::Snapshot {
-                intended: n,
-                sent: n,
-                completed: n,
-                completed_in_window: n,
-                status: [(200, n)].into_iter().collect(),
-                latency: [(OutcomeClass::Success.to_string(), encode(&lat).unwrap())]
-                    .into_iter()
-                    .collect(),
-                lag: encode(&lag).unwrap(),
-                cpu_seconds,
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    aggregate.add(
+        0,
+        &Snapshot::try_from(&v1::Snapshot {
+            intended: n,
+            sent: n,
+            completed: n,
+            completed_in_window: n,
+            status: [(200, n)].into_iter().collect(),
+            latency: [(OutcomeClass::Success.to_string(), encode(&lat).unwrap())]
+                .into_iter()
+                .collect(),
+            lag: encode(&lag).unwrap(),
+            cpu_seconds,
+            ..Default::default()
+        })
+        .unwrap(),
+    );
     RunResult {
         agents_expected: 1,
         agents_joined: 1,
@@ -252,7 +252,7 @@ fn localhost_is_said_for_one_machine_loopback_and_a_shared_host() {
 /// `result` plus one more snapshot of agent a0, built by `extra`.
 fn with(extra: v1::Snapshot) -> Report {
     let mut r = result(100, 5_000, 50, 0.5, 1);
-    r.aggregate.add(0, &extra).unwrap();
+    r.aggregate.add(0, &Snapshot::try_from(&extra).unwrap());
     build(&r, &context(None))
 }
 

@@ -2,8 +2,9 @@
 //! back by `compare`. The schema, key by key with units, is documented in
 //! `docs/report.md`; a change here is a change to that contract.
 //!
-//! Plain data with no behaviour: every other report module reads it, so it
-//! depends on none of them.
+//! Plain data with no behaviour: the report's modules, the figure registry
+//! and the thresholds all read it, so it sits below them and depends on
+//! none of them.
 
 use std::collections::BTreeMap;
 

@@ -22,7 +22,7 @@ struct Entry {
 /// A `--allow-target` value that is not `host` or `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("--allow-target {entry:?}: {problem}; write HOST, HOST:PORT or [IPv6]:PORT")]
-pub struct AllowListError {
+pub(crate) struct AllowListError {
     /// The entry as given.
     pub entry: String,
     /// What is wrong with it.
@@ -32,7 +32,7 @@ pub struct AllowListError {
 /// Why this agent will not send where an assignment points. The message
 /// goes back to the coordinator, whose report names the refusal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TargetRefused {
+pub(crate) enum TargetRefused {
     /// A placeholder comes before the end of the URL's authority (in the
     /// scheme, the host or the port), so the target is only known per
     /// request.
@@ -59,14 +59,14 @@ pub enum TargetRefused {
 
 /// The parsed `--allow-target` list; empty allows any target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AllowList {
+pub(crate) struct AllowList {
     entries: Vec<Entry>,
 }
 
 impl AllowList {
     /// Parses the flag's values (`host`, `host:port`, `[v6]:port`, or a
     /// bare IPv6 address).
-    pub fn parse<S: AsRef<str>>(values: &[S]) -> Result<Self, AllowListError> {
+    pub(crate) fn parse<S: AsRef<str>>(values: &[S]) -> Result<Self, AllowListError> {
         let mut entries = Vec::with_capacity(values.len());
         for value in values {
             let raw = value.as_ref();
@@ -112,15 +112,10 @@ impl AllowList {
         Ok(Self { entries })
     }
 
-    /// True when any target is allowed (no `--allow-target` given).
-    pub fn is_open(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Whether `host` (as a URI has it, IPv6 in brackets or not) and `port`
     /// are allowed. Allocates nothing: it runs for every request whose URL
     /// has placeholders.
-    pub fn permits(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn permits(&self, host: &str, port: u16) -> bool {
         if self.entries.is_empty() {
             return true;
         }
@@ -137,7 +132,7 @@ impl AllowList {
     /// it: http or https with a host (else `invalid_request`), and that
     /// host and port (the scheme's default when not written) on the list
     /// (else `not_allowed`).
-    pub fn vet_uri(&self, uri: &Uri) -> Result<(), UnsentReason> {
+    pub(crate) fn vet_uri(&self, uri: &Uri) -> Result<(), UnsentReason> {
         let https = match uri.scheme_str() {
             Some("https") => true,
             Some("http") => false,
@@ -158,7 +153,7 @@ impl AllowList {
     /// Checks a URL template at assignment: its scheme and authority must be
     /// literal (no placeholder before the `/`, `?` or `#` that ends the
     /// authority) and allowed.
-    pub fn check_template(&self, url: &str) -> Result<(), TargetRefused> {
+    pub(crate) fn check_template(&self, url: &str) -> Result<(), TargetRefused> {
         if self.entries.is_empty() {
             return Ok(());
         }

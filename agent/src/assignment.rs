@@ -24,7 +24,7 @@ use crate::worker::{Model, ScenarioPlan, WorkerPlan};
 /// Why this agent refuses an assignment. The message goes back to the
 /// coordinator as a `Refusal`, whose report names it; nothing is sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A URL aims outside `--allow-target`, or could (a placeholder in its
     /// scheme or authority).
     #[error(transparent)]
@@ -38,7 +38,7 @@ pub enum Refusal {
 /// Checks an assignment before anything is parsed or allocated for it:
 /// first its sizes and numbers against the plan bounds, then every URL
 /// template against the allow list. `now_ns` is the agent's clock.
-pub fn vet(a: &v1::Assignment, allow: &AllowList, now_ns: u64) -> Result<(), Refusal> {
+pub(crate) fn vet(a: &v1::Assignment, allow: &AllowList, now_ns: u64) -> Result<(), Refusal> {
     bounds::check_assignment(a, now_ns)?;
     for sc in &a.scenarios {
         for r in &sc.requests {
@@ -52,7 +52,7 @@ pub fn vet(a: &v1::Assignment, allow: &AllowList, now_ns: u64) -> Result<(), Ref
 /// assignments from validated plans, so these mean a mismatched or broken
 /// coordinator; the agent then sends nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum AssignmentError {
+pub(crate) enum AssignmentError {
     /// Snapshots need an interval to bucket into.
     #[error("assignment interval is 0")]
     ZeroInterval,
@@ -105,7 +105,7 @@ enum ParsedModel {
 
 /// Splits the assignment into one plan per worker, all starting at
 /// `start` on this agent's clock.
-pub fn plan_workers(
+pub(crate) fn plan_workers(
     a: &v1::Assignment,
     config: &AgentConfig,
     start: Instant,

@@ -10,7 +10,7 @@ use crate::allow::AllowList;
 
 /// How the agent was started.
 #[derive(Debug, Clone)]
-pub struct AgentConfig {
+pub(crate) struct AgentConfig {
     pub coordinator: String,
     pub token: String,
     pub id: String,

@@ -11,39 +11,42 @@
 //! ([`request`]; gRPC calls with [`client::grpc`]), sends them through its own
 //! [`client`] and counts what happened in its [`recorder`].
 
-pub mod allow;
-pub mod assignment;
-pub mod client;
-pub mod config;
-pub mod recorder;
-pub mod request;
+mod allow;
+mod assignment;
+mod client;
+mod command;
+mod config;
+mod recorder;
+mod request;
 mod runners;
-pub mod session;
-pub mod sse;
-pub mod worker;
+mod session;
+mod sse;
+mod worker;
 
 /// Exit statuses of `loadfleet-agent`, as README.md's table lists them, so
 /// a supervisor (systemd, a Kubernetes Job) can tell a finished run from a
 /// stopped one and both from a failure.
-pub mod exit {
+mod exit {
     /// Every run the coordinator assigned finished, and it closed the
     /// session.
-    pub const FINISHED: u8 = 0;
+    pub(crate) const FINISHED: u8 = 0;
     /// A flag is wrong; the message names it (clap uses 2 as well).
-    pub const BAD_FLAGS: u8 = 2;
+    pub(crate) const BAD_FLAGS: u8 = 2;
     /// The coordinator stopped the run early (e.g. Ctrl-C on it); what was
     /// measured was delivered. The coordinator's own status for a cut-short
     /// run is 3 too.
-    pub const STOPPED: u8 = 3;
+    pub(crate) const STOPPED: u8 = 3;
     /// No session, or it broke: the coordinator could not be reached,
     /// refused this agent (token, protocol version, no room), went silent
     /// (dead-man switch) or closed the stream mid-run.
-    pub const COORDINATOR: u8 = 4;
+    pub(crate) const COORDINATOR: u8 = 4;
     /// This agent refused its assignment (`--allow-target`) or could not
     /// carry it out; nothing was sent.
-    pub const ASSIGNMENT: u8 = 5;
+    pub(crate) const ASSIGNMENT: u8 = 5;
 }
 
 /// The system calls (CPU time and pinning, interfaces, the precise timer)
 /// live in `loadfleet-sys`, shared with the testbed and the coordinator.
-pub use loadfleet_sys::{self as sys, timer};
+use loadfleet_sys::{self as sys, timer};
+
+pub use command::main;

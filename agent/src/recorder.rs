@@ -14,7 +14,7 @@ use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
 /// How a request ended; defined with the rest of a finished exchange.
-pub use crate::client::outcome::Outcome;
+pub(crate) use crate::client::outcome::Outcome;
 use crate::client::outcome::Phases;
 
 /// Everything one worker saw during one interval: the snapshot's figures
@@ -109,7 +109,7 @@ fn record(h: &mut Histogram<u64>, micros: u64) {
 
 /// Gauges read at a flush, attached to the newest interval it closes.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Gauge {
+pub(crate) struct Gauge {
     /// Requests of this scenario in flight at the flush.
     pub in_flight: u64,
     /// Time the worker's pool held requests waiting since the last flush,
@@ -122,7 +122,7 @@ pub struct Gauge {
 }
 
 impl Gauge {
-    pub fn new(in_flight: u64, pool_saturated: std::time::Duration) -> Self {
+    pub(crate) fn new(in_flight: u64, pool_saturated: std::time::Duration) -> Self {
         Self {
             in_flight,
             pool_saturated,
@@ -133,7 +133,7 @@ impl Gauge {
 
 /// One finished request, as the recorder needs it.
 #[derive(Debug, Clone, Copy)]
-pub struct Completion {
+pub(crate) struct Completion {
     pub outcome: Outcome,
     /// From the intended send time.
     pub latency_micros: u64,
@@ -151,7 +151,7 @@ pub struct Completion {
 }
 
 /// The recorder of one worker for one scenario.
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// Completions are also kept per request of the mix; not for a mix of
     /// one, whose figures are the scenario's (a second histogram record
     /// per request, some 4% of the agent's instructions, for nothing).
@@ -167,7 +167,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(scenario: u32) -> Self {
+    pub(crate) fn new(scenario: u32) -> Self {
         Self {
             split_by_request: true,
             scenario,
@@ -179,7 +179,7 @@ impl Recorder {
     }
 
     /// Whether completions are kept per request of the mix as well.
-    pub fn split_by_request(mut self, split: bool) -> Self {
+    pub(crate) fn split_by_request(mut self, split: bool) -> Self {
         self.split_by_request = split;
         self
     }
@@ -199,7 +199,7 @@ impl Recorder {
     /// An arrival handed to the transport: intended now, and sent now when
     /// `out` (it left at once), otherwise once it leaves the agent's queue
     /// ([`Self::went_out`]); `in_flight` counts it.
-    pub fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64, out: bool) {
+    pub(crate) fn arrival(&mut self, interval: u64, lag_micros: u64, in_flight: u64, out: bool) {
         let i = self.at(interval);
         i.figures.intended += 1;
         i.figures.sent += u64::from(out);
@@ -212,12 +212,12 @@ impl Recorder {
     /// while that is open, so an interval's `sent` and `unsent` add up to
     /// its `intended` unless a request waited for a connection past the
     /// interval's end.
-    pub fn went_out(&mut self, interval: u64) {
+    pub(crate) fn went_out(&mut self, interval: u64) {
         self.at(interval).figures.sent += 1;
     }
 
     /// An arrival that was never sent, with the reason.
-    pub fn arrival_unsent(&mut self, interval: u64, reason: UnsentReason) {
+    pub(crate) fn arrival_unsent(&mut self, interval: u64, reason: UnsentReason) {
         let f = &mut self.at(interval).figures;
         f.intended += 1;
         f.unsent.bump(reason);
@@ -225,7 +225,7 @@ impl Recorder {
 
     /// `n` arrivals, already intended, still waiting for a connection when
     /// the drain ended: never sent.
-    pub fn held_unsent(&mut self, interval: u64, reason: UnsentReason, n: u64) {
+    pub(crate) fn held_unsent(&mut self, interval: u64, reason: UnsentReason, n: u64) {
         if n > 0 {
             self.at(interval).figures.unsent.add(reason, n);
         }
@@ -234,7 +234,7 @@ impl Recorder {
     /// A finished request: a response with a status, or a transport error;
     /// or one that ended unsent in the agent's queue, whose `interval` is
     /// then its arrival's.
-    pub fn completed(&mut self, interval: u64, c: Completion) {
+    pub(crate) fn completed(&mut self, interval: u64, c: Completion) {
         let Completion {
             outcome,
             latency_micros,
@@ -290,7 +290,7 @@ impl Recorder {
     /// Closes every interval before `up_to` and returns their snapshots.
     /// The gauge is read at the moment of the flush; it is attached to the
     /// newest closed interval only.
-    pub fn flush(&mut self, up_to: u64, gauge: Gauge) -> Vec<v1::Snapshot> {
+    pub(crate) fn flush(&mut self, up_to: u64, gauge: Gauge) -> Vec<v1::Snapshot> {
         let mut out = Vec::new();
         while self.base < up_to {
             let mut interval = self.open.pop_front().unwrap_or_else(Interval::new);

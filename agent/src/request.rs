@@ -25,7 +25,7 @@ use crate::client::grpc::{self, Encoder};
 /// checks plans the same way, so reaching one of these means the
 /// assignment did not come from a valid plan.
 #[derive(Debug, thiserror::Error)]
-pub enum MixError {
+pub(crate) enum MixError {
     /// A scenario must send something.
     #[error("the scenario has no requests")]
     NoRequests,
@@ -242,14 +242,14 @@ type HttpParts = (
 
 /// What a scenario's gRPC requests share: the message types, decoded once,
 /// and the deadline they carry.
-pub struct GrpcContext {
+pub(crate) struct GrpcContext {
     pool: DescriptorPool,
     timeout: Duration,
 }
 
 impl GrpcContext {
     /// The scenario's descriptor set, decoded; `None` when it has none.
-    pub fn new(descriptors: &[u8], timeout: Duration) -> Result<Option<Self>, MixError> {
+    pub(crate) fn new(descriptors: &[u8], timeout: Duration) -> Result<Option<Self>, MixError> {
         if descriptors.is_empty() {
             return Ok(None);
         }
@@ -265,13 +265,13 @@ impl GrpcContext {
 
 /// Whether a request URL (a template or not) starts `http://`, so that
 /// whatever its placeholders render it goes over plain TCP.
-pub fn plain_http_url(url: &str) -> bool {
+pub(crate) fn plain_http_url(url: &str) -> bool {
     url.get(..7)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
 }
 
 /// A scenario's weighted mix of requests and the data they draw from.
-pub struct RequestMix {
+pub(crate) struct RequestMix {
     specs: Vec<RequestSpec>,
     interleave: Interleave,
     rows: Vec<Vec<String>>,
@@ -289,7 +289,7 @@ impl RequestMix {
     /// The mix of `requests`; gRPC ones are encoded with `grpc`'s types
     /// (a scenario that sends one carries them: the assignment's bounds
     /// check refuses one that does not).
-    pub fn from_proto(
+    pub(crate) fn from_proto(
         requests: &[v1::RequestTemplate],
         data: Option<&v1::DataTable>,
         grpc: Option<&GrpcContext>,
@@ -321,7 +321,7 @@ impl RequestMix {
     /// Whether every request goes over plain TCP (no TLS): then the
     /// HTTP/1.1 transport knows when each answer arrived, however late it
     /// reads it.
-    pub fn plain_http(&self) -> bool {
+    pub(crate) fn plain_http(&self) -> bool {
         self.plain_http
     }
 
@@ -330,7 +330,7 @@ impl RequestMix {
     /// host: the host whose connections a run can open ahead (see
     /// [`crate::client::Transport::open_ahead`]) and the open loop can
     /// drive itself ([`crate::client::Transport::direct`]).
-    pub fn sole_origin(&self) -> Option<&Uri> {
+    pub(crate) fn sole_origin(&self) -> Option<&Uri> {
         let first = self.specs.first()?.origin.as_ref()?;
         self.specs
             .iter()
@@ -339,13 +339,13 @@ impl RequestMix {
     }
 
     /// How many requests the mix has.
-    pub fn kinds(&self) -> usize {
+    pub(crate) fn kinds(&self) -> usize {
         self.specs.len()
     }
 
     /// Which of the mix's requests arrival `seq` is (its index in the
     /// assignment): what its outcome is recorded under, a table lookup.
-    pub fn kind(&self, seq: u64) -> usize {
+    pub(crate) fn kind(&self, seq: u64) -> usize {
         if self.specs.len() == 1 {
             return 0;
         }
@@ -356,7 +356,7 @@ impl RequestMix {
     /// the same bytes every time: a transport may then render it once and
     /// keep it, instead of building and rendering it per arrival (some 700
     /// user-space instructions per request).
-    pub fn fixed_kind(&self, seq: u64) -> Option<usize> {
+    pub(crate) fn fixed_kind(&self, seq: u64) -> Option<usize> {
         let kind = self.interleave.owner(seq);
         self.specs[kind].fixed().then_some(kind)
     }
@@ -367,7 +367,7 @@ impl RequestMix {
     /// counted unsent, never sent. Static URLs were checked against the
     /// list at assignment; rendered ones are checked here, without
     /// allocating.
-    pub fn build(
+    pub(crate) fn build(
         &self,
         seq: u64,
         rng: &mut SplitMix64,

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 /// The idle runners of one worker's scenario, each waiting for a job `J`.
-pub struct Runners<J> {
+pub(crate) struct Runners<J> {
     idle: RefCell<Vec<Rc<Mailbox<J>>>>,
     /// Jobs waiting for a runner to finish, oldest first.
     backlog: RefCell<VecDeque<J>>,
@@ -33,7 +33,7 @@ pub struct Runners<J> {
 }
 
 /// A new runner's mailbox, holding its first job (see [`Runners::serve`]).
-pub struct Seat<J>(Rc<Mailbox<J>>);
+pub(crate) struct Seat<J>(Rc<Mailbox<J>>);
 
 /// Where one runner waits for its next job.
 struct Mailbox<J> {
@@ -42,7 +42,7 @@ struct Mailbox<J> {
 }
 
 impl<J> Runners<J> {
-    pub fn new() -> Rc<Self> {
+    pub(crate) fn new() -> Rc<Self> {
         Rc::new(Self {
             idle: RefCell::new(Vec::new()),
             backlog: RefCell::new(VecDeque::new()),
@@ -57,7 +57,7 @@ impl<J> Runners<J> {
     /// (`free`, asked only then; `None` when the transport has none to
     /// wait for). Only ever while a runner is busy, as only a runner
     /// finishing empties the backlog.
-    pub fn must_hold(&self, free: impl FnOnce() -> Option<usize>) -> bool {
+    pub(crate) fn must_hold(&self, free: impl FnOnce() -> Option<usize>) -> bool {
         if !self.backlog.borrow().is_empty() {
             return true;
         }
@@ -66,25 +66,25 @@ impl<J> Runners<J> {
     }
 
     /// Jobs wait in the backlog for a connection to free up.
-    pub fn backlogged(&self) -> bool {
+    pub(crate) fn backlogged(&self) -> bool {
         !self.backlog.borrow().is_empty()
     }
 
     /// Jobs offered to runners that have not taken them up yet.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.pending.get()
     }
 
     /// Puts `job` at the back of the backlog; call only when
     /// [`Self::must_hold`] says so.
-    pub fn hold(&self, job: J) {
+    pub(crate) fn hold(&self, job: J) {
         self.backlog.borrow_mut().push_back(job);
     }
 
     /// Gives `job` to an idle runner and wakes it. When every runner is
     /// busy, it returns the job seated for a new runner, which the caller
     /// starts with [`Self::serve`].
-    pub fn offer(&self, job: J) -> Option<Seat<J>> {
+    pub(crate) fn offer(&self, job: J) -> Option<Seat<J>> {
         self.pending.set(self.pending.get() + 1);
         let Some(mailbox) = self.idle.borrow_mut().pop() else {
             self.started.set(self.started.get() + 1);
@@ -109,7 +109,7 @@ impl<J> Runners<J> {
     /// The first job comes through the seat, not as an argument: an async
     /// function keeps its arguments' room for its whole life, so a job
     /// passed in would be kept twice over by every runner.
-    pub async fn serve<F, Fut>(self: Rc<Self>, seat: Seat<J>, mut work: F)
+    pub(crate) async fn serve<F, Fut>(self: Rc<Self>, seat: Seat<J>, mut work: F)
     where
         F: FnMut(J) -> Fut,
         Fut: std::future::Future<Output = ()>,

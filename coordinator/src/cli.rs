@@ -10,7 +10,7 @@ use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::Overlay;
-pub use crate::plan::Vary;
+pub(crate) use crate::plan::Vary;
 use crate::thresholds::percent;
 
 #[derive(Debug, Parser)]
@@ -19,13 +19,13 @@ use crate::thresholds::percent;
     version,
     about = "Run a distributed open-model load test and report what really happened"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a load test with a local or remote fleet of agents.
     Run(Box<RunArgs>),
     /// Find the highest open rate the target sustains within an SLO.
@@ -44,7 +44,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum PlanCommand {
+pub(crate) enum PlanCommand {
     /// Validate a plan: exit 0 when it is fine, 2 with every problem (field,
     /// line, fix) when not.
     Check {
@@ -67,7 +67,7 @@ pub enum PlanCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// Reports to compare (report.json files, or the folders holding them;
     /// or search.json files); ratios are relative to the first.
     #[arg(required = true, num_args = 2.., value_name = "REPORT")]
@@ -78,7 +78,7 @@ pub struct CompareArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SearchArgs {
+pub(crate) struct SearchArgs {
     /// A rule every step must keep, in the --threshold language, e.g.
     /// 'p99<300ms', 'failures<1%', 'unsent==0' (repeatable; plan:
     /// `[search] slo = [...]`).
@@ -111,7 +111,7 @@ pub struct SearchArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Plan file (TOML). Flags given with it override the plan's values.
     pub plan: Option<PathBuf>,
     /// Flags laid over the plan (or making one, without a file).
@@ -202,7 +202,7 @@ impl RunArgs {
     /// Both at once is refused rather than one silently winning: with two
     /// sources, a stale variable left in the environment could override the
     /// secret the operator meant.
-    pub fn token(&self) -> Result<Option<String>, Error> {
+    pub(crate) fn token(&self) -> Result<Option<String>, Error> {
         match (&self.token, &self.token_file) {
             (Some(_), Some(_)) => Err(error::flags(
                 "--token (LOADFLEET_TOKEN) and --token-file (LOADFLEET_TOKEN_FILE) are both set; give the token one way: --token-file for a secret file, otherwise --token",
@@ -226,7 +226,7 @@ impl RunArgs {
 }
 
 /// A rate flag: `500` or `500/s`.
-pub fn rate(s: &str) -> Result<f64, String> {
+pub(crate) fn rate(s: &str) -> Result<f64, String> {
     s.trim_end_matches("/s")
         .parse()
         .map_err(|_| format!("{s:?} is not a rate; write requests per second, e.g. 500"))

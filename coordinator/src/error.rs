@@ -5,7 +5,7 @@ use crate::plan::PlanErrors;
 
 /// Why a command stopped before it could finish.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The plan (a file, flags, or a file with flags over it) has mistakes;
     /// each names its field and line, or its flag. Nothing was sent.
     #[error("{}", .0.to_string().trim_end())]
@@ -30,7 +30,7 @@ pub enum Error {
 /// the user's input was wrong (fix it and run again), 3 when the run itself
 /// could not be carried out. (0 and 1 are the report's verdict.)
 impl Error {
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::Plan(_) | Error::Flags(_) | Error::CompareInput(_) => 2,
             Error::Output(_) | Error::Run(_) => 3,
@@ -41,7 +41,7 @@ impl Error {
 impl Error {
     /// Did the output stop because its reader went away (`… | head`)? That
     /// is the reader's choice, not a failure: the command ends quietly.
-    pub fn is_broken_pipe(&self) -> bool {
+    pub(crate) fn is_broken_pipe(&self) -> bool {
         match self {
             Error::Output(e) => e.kind() == std::io::ErrorKind::BrokenPipe,
             Error::Run(e) => e.chain().any(|c| {
@@ -54,6 +54,6 @@ impl Error {
 }
 
 /// Bad flags: exit status 2, with a message naming what to fix.
-pub fn flags(message: impl Into<String>) -> Error {
+pub(crate) fn flags(message: impl Into<String>) -> Error {
     Error::Flags(message.into())
 }

@@ -21,7 +21,7 @@ const MAX_FILES: usize = 1000;
 
 /// Why the message types could not be had from the target.
 #[derive(Debug, thiserror::Error)]
-pub enum ReflectionError {
+pub(crate) enum ReflectionError {
     /// No gRPC connection to the target.
     #[error("cannot reach {url} for reflection: {reason}")]
     Connect {
@@ -49,7 +49,7 @@ pub enum ReflectionError {
 /// The message types of `services` (fully qualified names), from the
 /// reflection service of the gRPC server at `url`, as an encoded
 /// `FileDescriptorSet`. Gives up after `timeout`.
-pub async fn reflect(
+pub(crate) async fn reflect(
     url: &str,
     services: &[String],
     timeout: Duration,

@@ -7,22 +7,25 @@
 //! thin; the run lives in the fleet actor ([`fleet`]), the merged numbers in
 //! [`aggregate`], and every output format in [`report`].
 
-pub mod aggregate;
-pub mod cli;
-pub mod compare;
+mod aggregate;
+mod cli;
+mod command;
+mod compare;
 pub mod console;
-pub mod error;
-pub mod figures;
+mod error;
+mod figures;
 pub mod fleet;
-pub mod grpc;
-pub mod local;
-pub mod output;
+mod grpc;
+mod local;
+mod output;
 pub mod plan;
-pub mod plan_cmd;
+mod plan_cmd;
 pub mod report;
-pub mod report_model;
-pub mod run;
-pub mod search;
-pub mod sse;
+mod report_model;
+mod run;
+mod search;
+mod sse;
 pub mod thresholds;
-pub mod units;
+mod units;
+
+pub use command::main;

@@ -17,7 +17,7 @@ use crate::error::{self, Error};
 /// by `LOADFLEET_<NAME>_BIN`. An empty variable counts as unset, as shells
 /// treat `VAR=`; one naming no file is refused by name before anything
 /// starts, rather than failing later as a bare "No such file".
-pub fn sibling_binary(name: &str) -> Result<PathBuf, Error> {
+pub(crate) fn sibling_binary(name: &str) -> Result<PathBuf, Error> {
     let var = format!(
         "LOADFLEET_{}_BIN",
         name.trim_start_matches("loadfleet-").to_uppercase()
@@ -51,20 +51,20 @@ pub fn sibling_binary(name: &str) -> Result<PathBuf, Error> {
 
 /// CPUs this process may run on, in order; none if the kernel will not
 /// say, which local mode treats like a single CPU (nothing is pinned).
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     loadfleet_sys::allowed_cpus().map_or_else(|_| Vec::new(), |cpus| cpus.cpus().to_vec())
 }
 
 /// Which CPUs the target and the agents get.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuSplit {
+pub(crate) struct CpuSplit {
     pub target: Vec<usize>,
     pub agents: Vec<usize>,
 }
 
 /// Target on the first half of the CPUs, agents on the rest; `None` on a
 /// single CPU, where nothing can be kept apart.
-pub fn split_cpus(cpus: &[usize]) -> Option<CpuSplit> {
+pub(crate) fn split_cpus(cpus: &[usize]) -> Option<CpuSplit> {
     if cpus.len() < 2 {
         return None;
     }
@@ -77,7 +77,7 @@ pub fn split_cpus(cpus: &[usize]) -> Option<CpuSplit> {
 
 /// CPUs as "2,3": the form the LOCALHOST verdict prints, and the one that
 /// `--cpus` of the testbed and the agents accepts.
-pub fn cpu_list(cpus: &[usize]) -> String {
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
     cpus.iter()
         .map(usize::to_string)
         .collect::<Vec<_>>()
@@ -85,7 +85,7 @@ pub fn cpu_list(cpus: &[usize]) -> String {
 }
 
 /// Starts the testbed `bin` and waits for its `listening on ADDR` line.
-pub async fn start_testbed(
+pub(crate) async fn start_testbed(
     bin: &Path,
     args: &[String],
     cpus: Option<&[usize]>,
@@ -117,7 +117,7 @@ pub async fn start_testbed(
 
 /// Starts `n` agents (`bin`) dialing `coordinator`; agent `i` sends from
 /// 127.0.0.(2+i) so each looks like its own host to the target.
-pub fn start_agents(
+pub(crate) fn start_agents(
     bin: &Path,
     n: u32,
     coordinator: &str,

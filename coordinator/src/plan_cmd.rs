@@ -8,7 +8,7 @@ use crate::plan::{self, Model, Overlay};
 
 /// Validates the plan, its `[[output]]` and `[search]` tables included,
 /// and summarises it.
-pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
+pub(crate) fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
     let plan = plan::load(file)?;
     writeln!(
         out,
@@ -57,7 +57,7 @@ pub fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
 
 /// Per-second load for the fleet and each agent, with a text chart: the
 /// plan with `flags` laid over it, exactly as `run` would send it.
-pub fn preview(
+pub(crate) fn preview(
     file: &Path,
     flags: &Overlay,
     agents: u32,

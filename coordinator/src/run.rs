@@ -22,11 +22,11 @@ use crate::fleet::RunResult;
 use crate::output::Outputs;
 use crate::plan::{self, Plan};
 use crate::report::{self, PlanInfo};
-pub use host::{Host, Served};
-pub use setup::{flags, setup, ControlTls, RunSetup};
+pub(crate) use host::Host;
+pub(crate) use setup::{flags, setup};
 
 /// Runs the whole command; the value is the process exit status.
-pub async fn run(args: RunArgs) -> Result<u8, Error> {
+pub(crate) async fn run(args: RunArgs) -> Result<u8, Error> {
     let console = Console::stderr();
     let plan = plan::resolve_all(args.plan.as_deref(), &flags(&args, None))?;
     let mut setup = setup(&args, plan, args.token()?, &|k| std::env::var(k).ok())?;

@@ -11,7 +11,7 @@ use loadfleet_proto::figures::{Receipts, Sse, SseFigures};
 /// Most event ids kept for the fan-out table over a whole run; ids beyond
 /// it are counted as untracked. Bounds the coordinator's memory whatever
 /// the agents send.
-pub const MAX_FANOUT_IDS_KEPT: usize = 10_000;
+pub(crate) const MAX_FANOUT_IDS_KEPT: usize = 10_000;
 
 /// One scenario's subscription figures, all agents together.
 #[derive(Debug, Clone, Default)]

@@ -6,33 +6,33 @@
 //! one place.
 
 /// Microseconds as milliseconds.
-pub fn us_to_ms(us: u64) -> f64 {
+pub(crate) fn us_to_ms(us: u64) -> f64 {
     us as f64 / 1e3
 }
 
 /// Microseconds as seconds.
-pub fn us_to_s(us: u64) -> f64 {
+pub(crate) fn us_to_s(us: u64) -> f64 {
     us as f64 / 1e6
 }
 
 /// Seconds as whole microseconds (a bucket bound in a histogram's unit);
 /// negative or NaN input gives 0.
-pub fn s_to_us(s: f64) -> u64 {
+pub(crate) fn s_to_us(s: f64) -> u64 {
     (s * 1e6) as u64
 }
 
 /// Nanoseconds (signed, as a clock offset may be) as milliseconds.
-pub fn ns_to_ms(ns: impl Into<i128>) -> f64 {
+pub(crate) fn ns_to_ms(ns: impl Into<i128>) -> f64 {
     ns.into() as f64 / 1e6
 }
 
 /// Nanoseconds as seconds.
-pub fn ns_to_s(ns: impl Into<i128>) -> f64 {
+pub(crate) fn ns_to_s(ns: impl Into<i128>) -> f64 {
     ns.into() as f64 / 1e9
 }
 
 /// Nanoseconds as whole microseconds, rounded down.
-pub fn ns_to_us(ns: u64) -> u64 {
+pub(crate) fn ns_to_us(ns: u64) -> u64 {
     ns / 1_000
 }
 

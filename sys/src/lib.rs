@@ -21,8 +21,6 @@
 // The one crate allowed `unsafe` (the workspace denies it): what `nix` and
 // tokio leave to raw calls is wrapped here behind safe functions.
 #![allow(unsafe_code)]
-#![warn(unreachable_pub)]
-
 mod cpus;
 mod host;
 mod limits;

@@ -21,8 +21,6 @@
 //! `listening on <addr>`, to stdout, which is how tests and the coordinator
 //! learn the port when listening on port 0.
 
-#![warn(unreachable_pub)]
-
 pub mod cli;
 mod delay;
 mod grpc;

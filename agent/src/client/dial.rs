@@ -24,10 +24,10 @@ use super::failure::ClientFailure;
 /// TLS side is boxed: a rustls session is over a kilobyte, and without the
 /// box every plain connection (and every request or held stream that owns
 /// one) would carry that much unused room.
-pub type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+pub(crate) type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// One connection just opened, with what it cost.
-pub struct Dialed {
+pub(crate) struct Dialed {
     pub io: Io,
     /// The protocol the server chose by ALPN (`h2`, `http/1.1`), if TLS
     /// negotiated one.
@@ -41,7 +41,7 @@ pub struct Dialed {
 
 /// Opens connections for one worker; cheap to clone, single-threaded.
 #[derive(Clone)]
-pub struct Dialer {
+pub(crate) struct Dialer {
     inner: Rc<DialerInner>,
 }
 
@@ -77,7 +77,7 @@ const RETRY_FAILED_LOOKUP: Duration = Duration::from_secs(1);
 impl Dialer {
     /// `tls` carries the trust and the ALPN offer of the transport using
     /// this dialer; `source` is the local address to send from.
-    pub fn new(source: Option<IpAddr>, tls: Arc<rustls::ClientConfig>) -> Self {
+    pub(crate) fn new(source: Option<IpAddr>, tls: Arc<rustls::ClientConfig>) -> Self {
         Self {
             inner: Rc::new(DialerInner {
                 source,
@@ -92,7 +92,7 @@ impl Dialer {
     /// Adds source addresses to fall back on, in order, when `source` (and
     /// then each of these) runs out of ports. Only addresses of `source`'s
     /// family are kept: the others could not reach the same targets.
-    pub fn with_more_sources(self, more: Vec<IpAddr>) -> Self {
+    pub(crate) fn with_more_sources(self, more: Vec<IpAddr>) -> Self {
         let Some(first) = self.inner.source else {
             return self;
         };
@@ -118,7 +118,7 @@ impl Dialer {
     /// of every request's future — which lives as long as the request is in
     /// flight — though only the few requests that open a connection use
     /// them.
-    pub async fn dial(&self, uri: &Uri) -> Result<Dialed, ClientFailure> {
+    pub(crate) async fn dial(&self, uri: &Uri) -> Result<Dialed, ClientFailure> {
         Box::pin(self.open(uri)).await
     }
 

@@ -11,7 +11,7 @@ use super::http1::wire::WireError;
 
 /// The ways a request can fail, kept apart to classify them.
 #[derive(Debug)]
-pub enum ClientFailure {
+pub(crate) enum ClientFailure {
     /// The URL has no host to connect to (or one a header cannot carry).
     NoHost,
     /// The host name did not resolve.
@@ -40,7 +40,7 @@ pub enum ClientFailure {
 
 impl ClientFailure {
     /// The report's error kind: what an operator would act on.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             ClientFailure::NoHost => ErrorKind::InvalidRequest,
             ClientFailure::Dns | ClientFailure::NoAddress => ErrorKind::Dns,
@@ -64,7 +64,7 @@ impl ClientFailure {
 /// The error kind of an I/O failure, while opening a connection
 /// (`connect`) or on one already open.
 /// The kind of an I/O error on a connection already open (a held stream).
-pub fn stream_io_kind(e: &std::io::Error) -> ErrorKind {
+pub(crate) fn stream_io_kind(e: &std::io::Error) -> ErrorKind {
     io_kind(e.kind(), false)
 }
 

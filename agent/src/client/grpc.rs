@@ -22,24 +22,24 @@ use super::outcome::Outcome;
 /// Marks a request as a gRPC call (an `http::Extensions` entry), so the
 /// transport's answer is read for its grpc-status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Call;
+pub(crate) struct Call;
 
 /// A request's message type, to encode its JSON with.
 #[derive(Debug, Clone)]
-pub struct Encoder {
+pub(crate) struct Encoder {
     input: MessageDescriptor,
 }
 
 impl Encoder {
     /// The encoder of `method`'s input type in `pool`.
-    pub fn new(pool: &DescriptorPool, method: &str) -> Result<Self, GrpcError> {
+    pub(crate) fn new(pool: &DescriptorPool, method: &str) -> Result<Self, GrpcError> {
         Ok(Self {
             input: grpc::input_type(pool, method)?,
         })
     }
 
     /// The framed protobuf body of one JSON message.
-    pub fn encode(&self, json: &str) -> Result<Bytes, GrpcError> {
+    pub(crate) fn encode(&self, json: &str) -> Result<Bytes, GrpcError> {
         Ok(Bytes::from(grpc::frame(&grpc::encode_json(
             &self.input,
             json,
@@ -49,7 +49,7 @@ impl Encoder {
 
 /// The headers every call carries, before its metadata: the deadline is
 /// the request timeout, so the server can give up when the agent will.
-pub fn call_headers(timeout: Duration) -> HeaderMap {
+pub(crate) fn call_headers(timeout: Duration) -> HeaderMap {
     let mut h = HeaderMap::with_capacity(4);
     h.insert(
         http::header::CONTENT_TYPE,
@@ -65,7 +65,7 @@ pub fn call_headers(timeout: Duration) -> HeaderMap {
 /// The outcome of a call from the HTTP status, headers and trailers of its
 /// answer. A 200 without a grpc-status anywhere is not gRPC: a protocol
 /// error.
-pub fn outcome(status: u16, headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Outcome {
+pub(crate) fn outcome(status: u16, headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Outcome {
     if status != 200 {
         return Outcome::Status(status);
     }
@@ -84,7 +84,7 @@ pub fn outcome(status: u16, headers: &HeaderMap, trailers: Option<&HeaderMap>) -
 /// A call whose time ran out on the wire has, for gRPC, exceeded its
 /// deadline, as any gRPC client reports it; one that ran out waiting for
 /// the agent's own connections stays unsent.
-pub fn on_timeout(outcome: Outcome) -> Outcome {
+pub(crate) fn on_timeout(outcome: Outcome) -> Outcome {
     match outcome {
         Outcome::Error(ErrorKind::Timeout) => Outcome::Grpc(GrpcStatus::DeadlineExceeded),
         other => other,

@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{HeaderMap, CONNECTION, HOST, TE, TRANSFER_ENCODING, UPGRADE};
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Full};
@@ -47,18 +47,16 @@ const CONNECTION_WINDOW: u32 = 16 << 20;
 /// What an HTTP/2 exchange brought back, for a caller that looks beyond
 /// the status (gRPC reads `grpc-status` from the trailers).
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The response head: status and headers.
     pub head: http::response::Parts,
-    /// The response body, when the caller asked to keep it (else empty).
-    pub body: Bytes,
     /// The trailers, when the peer sent any.
     pub trailers: Option<HeaderMap>,
 }
 
 /// One worker's HTTP/2 connections and the arrivals waiting for a stream.
 #[derive(Clone)]
-pub struct Http2Client {
+pub(crate) struct Http2Client {
     inner: Rc<Inner>,
 }
 
@@ -152,7 +150,7 @@ impl Drop for OpenSlot {
 }
 
 impl Http2Client {
-    pub fn new(dialer: Dialer, connections: usize, max_connections: usize) -> Self {
+    pub(crate) fn new(dialer: Dialer, connections: usize, max_connections: usize) -> Self {
         Self {
             inner: Rc::new(Inner {
                 dialer,
@@ -175,13 +173,13 @@ impl Http2Client {
 
     /// Time during which requests waited for a stream since the last call,
     /// up to `now`.
-    pub fn take_saturated(&self, now: Instant) -> Duration {
+    pub(crate) fn take_saturated(&self, now: Instant) -> Duration {
         self.inner.saturation.take(now)
     }
 
     /// Connections established since the last call, by the protocol they
     /// speak.
-    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+    pub(crate) fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
         let (tls, clear) = self.inner.established.replace((0, 0));
         [(HttpProtocol::H2, tls), (HttpProtocol::H2c, clear)]
             .into_iter()
@@ -189,15 +187,14 @@ impl Http2Client {
             .collect()
     }
 
-    /// Sends one request on a stream and reads the whole response (keeping
-    /// the body when `keep_body`): the status and headers, and the
+    /// Sends one request on a stream and reads the whole response: the
+    /// status and headers, and the
     /// trailers a protocol on top of HTTP/2 (gRPC) reads its own status
     /// from. The body is part of the latency because a user waits for it
     /// too.
     pub(super) async fn exchange(
         &self,
         request: Request<Full<Bytes>>,
-        keep_body: bool,
         progress: &Progress<'_>,
     ) -> Result<Answer, ClientFailure> {
         let (mut parts, body) = request.into_parts();
@@ -242,22 +239,14 @@ impl Http2Client {
             let headers_at = Instant::now();
             progress.ttfb.set(Some(headers_at - on_wire));
             let (head, mut recv) = response.into_parts();
-            let mut kept = BytesMut::new();
             while let Some(chunk) = recv.data().await {
                 let chunk = chunk.map_err(gone)?;
                 // Gives the window back, so the peer may send more.
                 let _ = recv.flow_control().release_capacity(chunk.len());
-                if keep_body {
-                    kept.extend_from_slice(&chunk);
-                }
             }
             let trailers = recv.trailers().await.map_err(gone)?;
             progress.body.set(Some(headers_at.elapsed()));
-            return Ok(Answer {
-                head,
-                body: kept.freeze(),
-                trailers,
-            });
+            return Ok(Answer { head, trailers });
         }
     }
 

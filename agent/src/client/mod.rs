@@ -12,13 +12,13 @@
 
 mod dial;
 mod failure;
-pub mod grpc;
+pub(crate) mod grpc;
 mod h2;
 mod http1;
-pub mod outcome;
+pub(crate) mod outcome;
 mod progress;
 mod saturation;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -32,20 +32,20 @@ use http_body_util::Full;
 use loadfleet_proto::vocab::{ErrorKind, HttpProtocol, UnsentReason};
 use tokio::time::Instant;
 
-pub use dial::{Dialed, Dialer, Io};
-pub use failure::{stream_io_kind, ClientFailure};
-pub use h2::{Answer, Http2Client};
+pub(crate) use dial::{Dialer, Io};
+pub(crate) use failure::stream_io_kind;
+pub(crate) use h2::Http2Client;
 pub(crate) use http1::wire;
 use http1::Http1Client;
-pub use http1::{DirectPool, Fixed, Outgoing};
-pub use outcome::{Exchanged, Outcome, Phases};
+pub(crate) use http1::{DirectPool, Fixed, Outgoing};
+pub(crate) use outcome::{Exchanged, Outcome, Phases};
 use progress::Progress;
-pub use saturation::Queued;
+pub(crate) use saturation::Queued;
 
 /// How a worker's transport is set up; `Send`, so it can cross to the
 /// worker's thread, where the transport itself is made.
 #[derive(Debug, Clone)]
-pub struct ClientConfig {
+pub(crate) struct ClientConfig {
     pub timeout: Duration,
     /// Connections opened ahead of the start, at most.
     pub connections: usize,
@@ -65,7 +65,7 @@ pub struct ClientConfig {
 
 /// One worker's transport; cheap to clone, single-threaded.
 #[derive(Clone)]
-pub struct Transport {
+pub(crate) struct Transport {
     kind: Kind,
     timeout: Duration,
 }
@@ -77,7 +77,7 @@ enum Kind {
 }
 
 impl Transport {
-    pub fn new(config: ClientConfig) -> Self {
+    pub(crate) fn new(config: ClientConfig) -> Self {
         let dialer = Dialer::new(config.source, config.tls).with_more_sources(config.more_sources);
         let kind = match config.protocol {
             HttpProtocol::Http1 => Kind::Http1(Http1Client::new(dialer, config.max_connections)),
@@ -108,7 +108,7 @@ impl Transport {
     /// that moment: a connection freed for a waiter with almost no time
     /// left would otherwise be closed by that waiter's deadline, and under
     /// overload every freed connection would be.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         request: Request<Full<Bytes>>,
         sent_at: Instant,
@@ -138,22 +138,16 @@ impl Transport {
                 // Boxed: the HTTP/2 exchange's future is several times the
                 // HTTP/1.1 one's, and without the box every HTTP/1.1 request
                 // in flight would carry its room too.
-                Kind::Http2(c) => {
-                    Box::pin(c.exchange(request, false, &progress))
-                        .await
-                        .map(|answer| {
-                            let status = answer.head.status.as_u16();
-                            if grpc {
-                                grpc::outcome(
-                                    status,
-                                    &answer.head.headers,
-                                    answer.trailers.as_ref(),
-                                )
-                            } else {
-                                Outcome::Status(status)
-                            }
-                        })
-                }
+                Kind::Http2(c) => Box::pin(c.exchange(request, &progress))
+                    .await
+                    .map(|answer| {
+                        let status = answer.head.status.as_u16();
+                        if grpc {
+                            grpc::outcome(status, &answer.head.headers, answer.trailers.as_ref())
+                        } else {
+                            Outcome::Status(status)
+                        }
+                    }),
             }
         };
         let result = if expired {
@@ -213,7 +207,7 @@ impl Transport {
     /// Otherwise the first arrivals of a fast run all open connections at
     /// once, and that burst of handshakes holds the rest of the schedule
     /// back.
-    pub async fn open_ahead(&self, uri: &http::Uri, n: usize) {
+    pub(crate) async fn open_ahead(&self, uri: &http::Uri, n: usize) {
         if let Kind::Http1(c) = &self.kind {
             c.open_ahead(uri, n).await;
         }
@@ -222,7 +216,7 @@ impl Transport {
     /// A pool the open loop drives itself ([`DirectPool`]), with this
     /// transport's connections, timeout, source addresses and TLS settings:
     /// for HTTP/1.1 to `uri`'s host only, `None` otherwise.
-    pub fn direct<T: Copy + 'static>(
+    pub(crate) fn direct<T: Copy + 'static>(
         &self,
         uri: &http::Uri,
     ) -> Option<std::io::Result<DirectPool<T>>> {
@@ -238,7 +232,7 @@ impl Transport {
     /// Whether an answer's time is when it reached the machine, not when it
     /// was read ([`Exchanged::answered`]), for requests over plain TCP:
     /// true for HTTP/1.1, whose reads take the kernel's stamp.
-    pub fn stamps_answers(&self) -> bool {
+    pub(crate) fn stamps_answers(&self) -> bool {
         matches!(self.kind, Kind::Http1(_))
     }
 
@@ -246,7 +240,7 @@ impl Transport {
     /// waiting: idle connections and slots free to open one. `None` for
     /// HTTP/2, whose streams a worker does not queue for (see
     /// [`crate::runners`]).
-    pub fn free_connections(&self) -> Option<usize> {
+    pub(crate) fn free_connections(&self) -> Option<usize> {
         match &self.kind {
             Kind::Http1(c) => Some(c.free_connections()),
             Kind::Http2(_) => None,
@@ -255,7 +249,7 @@ impl Transport {
 
     /// Counts a request the worker holds back as waiting for a connection
     /// (for `GENERATOR_POOL`), until it is sent.
-    pub fn queue(&self) -> Queued {
+    pub(crate) fn queue(&self) -> Queued {
         match &self.kind {
             Kind::Http1(c) => c.queue(),
             Kind::Http2(c) => c.queue(),
@@ -266,7 +260,7 @@ impl Transport {
     /// connections: every one is open and busy, none idle. Only HTTP/1.1
     /// answers wait to be read on the worker's ticks (see
     /// [`Self::stamps_answers`]), so only it can say yes.
-    pub fn pool_full(&self) -> bool {
+    pub(crate) fn pool_full(&self) -> bool {
         match &self.kind {
             Kind::Http1(c) => c.pool_full(),
             Kind::Http2(_) => false,
@@ -276,7 +270,7 @@ impl Transport {
     /// Whether answers too large to land whole in a socket nobody reads
     /// may be under way ([`DirectPool::answers_need_reading`]), so that a
     /// worker must not sleep blind through them. HTTP/2 never ticks.
-    pub fn answers_need_reading(&self) -> bool {
+    pub(crate) fn answers_need_reading(&self) -> bool {
         match &self.kind {
             Kind::Http1(c) => c.answers_need_reading(),
             Kind::Http2(_) => false,
@@ -285,7 +279,7 @@ impl Transport {
 
     /// Time during which requests waited for a connection (or a stream)
     /// since the last call, up to `now`: load was held back by the agent.
-    pub fn take_saturated(&self, now: Instant) -> Duration {
+    pub(crate) fn take_saturated(&self, now: Instant) -> Duration {
         match &self.kind {
             Kind::Http1(c) => c.take_saturated(now),
             Kind::Http2(c) => c.take_saturated(now),
@@ -294,7 +288,7 @@ impl Transport {
 
     /// Connections established since the last call, by the protocol
     /// actually spoken on them: what the report names as negotiated.
-    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+    pub(crate) fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
         match &self.kind {
             Kind::Http1(c) => c.take_connections(),
             Kind::Http2(c) => c.take_connections(),

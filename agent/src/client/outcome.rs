@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// How a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A response arrived with this status code.
     Status(u16),
     /// No response: a transport error of this kind.
@@ -30,7 +30,7 @@ pub enum Outcome {
 /// kept apart as the pool wait, so a busy agent is not read as a slow
 /// network.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Phases {
+pub(crate) struct Phases {
     /// TCP connect, when this request opened its connection.
     pub connect: Option<Duration>,
     /// TLS handshake, when this request opened a TLS connection.
@@ -47,7 +47,7 @@ pub struct Phases {
 
 /// What became of one request in the transport.
 #[derive(Debug, Clone, Copy)]
-pub struct Exchanged {
+pub(crate) struct Exchanged {
     pub outcome: Outcome,
     /// When the request went onto a connection (the start of its service
     /// time), if it did.

@@ -65,7 +65,7 @@ impl Saturation {
 /// one in a pool's queue, or one the worker holds in its own queue while
 /// every connection is busy ([`crate::client::Transport::queue`]), with no
 /// task parked for it.
-pub struct Queued {
+pub(crate) struct Queued {
     saturation: Rc<Saturation>,
 }
 

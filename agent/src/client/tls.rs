@@ -14,7 +14,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Why `--ca-cert` (or the TLS settings) cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum TlsError {
+pub(crate) enum TlsError {
     /// The file cannot be opened or read.
     #[error("--ca-cert {}: cannot read it", .path.display())]
     Read {
@@ -48,9 +48,6 @@ pub enum TlsError {
         /// The flag's value.
         path: PathBuf,
     },
-    /// The crypto provider supports none of the safe protocol versions.
-    #[error("TLS protocol versions")]
-    Versions(#[source] rustls::Error),
 }
 
 /// The trust anchors for https:// targets: the system's store and
@@ -63,7 +60,7 @@ pub enum TlsError {
 /// instructions of all the rest of the agent's start (19 of 22.5 million
 /// under callgrind), which a run against plain http:// targets never needs.
 #[derive(Debug)]
-pub struct TargetRoots {
+pub(crate) struct TargetRoots {
     /// `--ca-cert`'s anchors, checked.
     flag: rustls::RootCertStore,
     /// The system's anchors and the flag's, once read.
@@ -72,7 +69,7 @@ pub struct TargetRoots {
 
 impl TargetRoots {
     /// Reads and checks `--ca-cert`; the system's store is left for later.
-    pub fn new(ca_cert: Option<&Path>) -> Result<Self, TlsError> {
+    pub(crate) fn new(ca_cert: Option<&Path>) -> Result<Self, TlsError> {
         let mut flag = rustls::RootCertStore::empty();
         if let Some(path) = ca_cert {
             let certs = CertificateDer::pem_file_iter(path).map_err(|source| TlsError::Read {
@@ -103,7 +100,7 @@ impl TargetRoots {
 
     /// Every anchor: the system's store (read now if it was not yet) and
     /// `--ca-cert`'s.
-    pub fn all(&self) -> Arc<rustls::RootCertStore> {
+    pub(crate) fn all(&self) -> Arc<rustls::RootCertStore> {
         self.all
             .get_or_init(|| {
                 let mut roots = rustls::RootCertStore::empty();
@@ -120,7 +117,7 @@ impl TargetRoots {
 
     /// Whether the system's store has been read.
     #[cfg(test)]
-    pub fn read(&self) -> bool {
+    pub(crate) fn read(&self) -> bool {
         self.all.get().is_some()
     }
 }
@@ -128,7 +125,7 @@ impl TargetRoots {
 /// Why the plan's TLS settings (shipped in the assignment) cannot be used.
 /// The coordinator checked the files, so these mean a broken coordinator.
 #[derive(Debug, thiserror::Error)]
-pub enum TargetTlsError {
+pub(crate) enum TargetTlsError {
     /// `tls.ca_cert` holds something that is not a usable CA certificate.
     #[error("tls.ca_cert: not a usable PEM CA certificate")]
     Ca,
@@ -150,7 +147,7 @@ pub enum TargetTlsError {
 /// and --ca-cert) plus the plan's CAs, its client certificate, or no
 /// checks at all when it says `insecure`; `alpn` is what the transport
 /// offers, most wanted first.
-pub fn target_config(
+pub(crate) fn target_config(
     roots: &rustls::RootCertStore,
     plan: Option<&loadfleet_proto::v1::TargetTls>,
     alpn: &[&[u8]],

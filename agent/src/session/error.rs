@@ -11,7 +11,7 @@ use crate::exit;
 
 /// How a session ended, for the exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionEnd {
+pub(crate) enum SessionEnd {
     /// The schedule ran and every snapshot was delivered.
     Finished,
     /// The coordinator told us to stop early; what we measured was delivered.
@@ -20,7 +20,7 @@ pub enum SessionEnd {
 
 impl SessionEnd {
     /// The agent's exit status for this end (see [`crate::exit`]).
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             SessionEnd::Finished => exit::FINISHED,
             SessionEnd::Stopped => exit::STOPPED,
@@ -30,7 +30,7 @@ impl SessionEnd {
 
 /// Why a session ended without its runs finishing.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     /// `--coordinator` is not a URL the agent can dial.
     #[error(
         "--coordinator {url:?} is not a valid URL (expected http://HOST:PORT or https://HOST:PORT)"
@@ -138,7 +138,7 @@ pub enum SessionError {
 
 impl SessionError {
     /// The agent's exit status for this failure (see [`crate::exit`]).
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             SessionError::CoordinatorUrl { .. }
             | SessionError::CoordinatorTls(_)

@@ -30,7 +30,7 @@ use crate::worker::{self, WorkerEvent, WorkerPlan};
 use connect::{connect, hello, message, Clock};
 use cpu::CpuSampler;
 use error::refusal_or_tls;
-pub use error::{SessionEnd, SessionError};
+pub(crate) use error::{SessionEnd, SessionError};
 
 /// Warns when the open-file limit is below what the assignment may need:
 /// running out shows up as `local_address` or `connect` errors that are the
@@ -50,7 +50,7 @@ fn warn_if_few_files(a: &v1::Assignment, open_files: u64) {
 }
 
 /// Runs one session from registration to the end of the last run.
-pub async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
+pub(crate) async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError> {
     let clock = Clock(Instant::now());
     let mut client = connect(&config).await?;
 

@@ -19,7 +19,7 @@ use crate::client::{Dialer, Io};
 use crate::recorder::Outcome;
 
 /// One worker's part of one subscription scenario.
-pub struct Hook {
+pub(crate) struct Hook {
     spec: Arc<SseSpec>,
     recorder: RefCell<SseRecorder>,
     dialer: Dialer,
@@ -34,7 +34,7 @@ impl Hook {
     /// trust, the timeout for the first answer), but offer only HTTP/1.1
     /// over ALPN, whatever the other transports offer: that is what a held
     /// stream speaks.
-    pub fn new(
+    pub(crate) fn new(
         spec: Arc<SseSpec>,
         client: &crate::client::ClientConfig,
         common_start: Instant,
@@ -55,7 +55,7 @@ impl Hook {
 
     /// The end of a subscriber's hold: `hold` after its intended instant,
     /// or the end of the scenario's schedule when there is no hold.
-    pub fn until(&self, intended: Instant, schedule_end: Instant) -> Instant {
+    pub(crate) fn until(&self, intended: Instant, schedule_end: Instant) -> Instant {
         if self.spec.hold.is_zero() {
             schedule_end
         } else {
@@ -66,7 +66,7 @@ impl Hook {
     /// Runs one subscriber until `until` (or a stop). `first` gets the
     /// outcome of its first connection, when that was known, and the
     /// connection's phases: the subscriber's time to subscribe.
-    pub async fn subscribe<B>(
+    pub(crate) async fn subscribe<B>(
         &self,
         request: &http::Request<B>,
         intended: Instant,
@@ -96,7 +96,7 @@ impl Hook {
 
     /// Attaches the subscription figures of the intervals before `up_to`
     /// to their snapshots (which the scenario's recorder just closed).
-    pub fn attach(&self, snapshots: &mut [v1::Snapshot], up_to: u64) {
+    pub(crate) fn attach(&self, snapshots: &mut [v1::Snapshot], up_to: u64) {
         let figures = self.recorder.borrow_mut().flush(up_to);
         attach(snapshots, figures);
     }

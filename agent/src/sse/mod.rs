@@ -8,10 +8,10 @@
 //! in-flight cap, unsent accounting) is the worker's, unchanged: a
 //! subscriber is one arrival that stays in flight while it holds its stream.
 
-pub mod hook;
-pub mod parser;
-pub mod record;
-pub mod subscriber;
+pub(crate) mod hook;
+pub(crate) mod parser;
+pub(crate) mod record;
+pub(crate) mod subscriber;
 
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use subscriber::Number;
 
 /// A subscription scenario's settings, parsed once from the assignment.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SseSpec {
+pub(crate) struct SseSpec {
     /// Open model: how long each subscriber holds on.
     pub hold: Duration,
     /// Reconnection time until the server sends `retry:`.
@@ -33,7 +33,7 @@ pub struct SseSpec {
 
 /// Where an event carries the server's send time.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SendTime {
+pub(crate) enum SendTime {
     /// Nowhere: no delivery latency.
     None,
     /// The event id is the time.
@@ -45,7 +45,7 @@ pub enum SendTime {
 
 /// The unit of a send time since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     Seconds,
     Millis,
     Micros,
@@ -77,13 +77,13 @@ impl Unit {
 /// An SSE setting of the assignment that this agent cannot use. The
 /// coordinator validated the plan, so this means a mismatched coordinator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
+pub(crate) enum SpecError {
     #[error("sse.send_time_unit {0:?} is not one of s, ms, us, ns")]
     Unit(String),
 }
 
 impl SseSpec {
-    pub fn from_proto(p: &v1::SseScenario) -> Result<Self, SpecError> {
+    pub(crate) fn from_proto(p: &v1::SseScenario) -> Result<Self, SpecError> {
         let unit = match p.send_time_unit.as_str() {
             "s" => Unit::Seconds,
             "" | "ms" => Unit::Millis,

@@ -10,11 +10,11 @@
 
 /// Longest line (and longest data of one event) the parser holds, so a
 /// stream that never ends a line cannot grow the agent without bound.
-pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 256 * 1024;
 
 /// What the stream said, as the parser reads it.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Item<'a> {
+pub(crate) enum Item<'a> {
     /// A dispatched event.
     Event(Event<'a>),
     /// A comment line (`:` first), the usual keep-alive.
@@ -25,7 +25,7 @@ pub enum Item<'a> {
 
 /// One dispatched event; the slices live until the next call.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Event<'a> {
+pub(crate) struct Event<'a> {
     /// The last event ID after this event (an `id:` sticks to later events
     /// until another `id:` replaces it).
     pub id: &'a [u8],
@@ -40,11 +40,11 @@ pub struct Event<'a> {
 /// The stream broke the parser's size limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("an event-stream line or event is longer than {MAX_EVENT_BYTES} bytes")]
-pub struct TooLarge;
+pub(crate) struct TooLarge;
 
 /// Incremental event-stream parser of one connection.
 #[derive(Debug, Default)]
-pub struct Parser {
+pub(crate) struct Parser {
     /// The incomplete line carried over from the previous chunk.
     line: Vec<u8>,
     /// The previous chunk ended in CR: an LF starting this one is its pair.
@@ -64,19 +64,19 @@ pub struct Parser {
 impl Parser {
     /// A parser for a new connection. The last event ID starts empty; the
     /// caller keeps it across reconnects (to send as `Last-Event-ID`).
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The last event ID: what a reconnect sends as `Last-Event-ID`.
-    pub fn last_id(&self) -> &[u8] {
+    pub(crate) fn last_id(&self) -> &[u8] {
         &self.dispatched_id
     }
 
     /// Starts reading a new connection of the same subscription: anything
     /// half-read is dropped (an event cut off by the end of a stream is
     /// never dispatched), the last event ID is kept.
-    pub fn reconnect(&mut self) {
+    pub(crate) fn reconnect(&mut self) {
         self.line.clear();
         self.data.clear();
         self.kind.clear();
@@ -89,7 +89,11 @@ impl Parser {
 
     /// Feeds the next bytes of the stream, calling `on` for each item they
     /// complete, in order.
-    pub fn feed(&mut self, chunk: &[u8], mut on: impl FnMut(Item<'_>)) -> Result<(), TooLarge> {
+    pub(crate) fn feed(
+        &mut self,
+        chunk: &[u8],
+        mut on: impl FnMut(Item<'_>),
+    ) -> Result<(), TooLarge> {
         if !self.started {
             // The BOM may itself be split across chunks; wait for 3 bytes.
             let have = self.line.len() + chunk.len();

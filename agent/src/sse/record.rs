@@ -60,7 +60,7 @@ fn record(h: &mut Histogram<u64>, value: u64) {
 }
 
 /// The subscription recorder of one worker for one scenario.
-pub struct SseRecorder {
+pub(crate) struct SseRecorder {
     base: u64,
     open: VecDeque<Interval>,
     spare: Vec<Interval>,
@@ -75,7 +75,7 @@ impl Default for SseRecorder {
 }
 
 impl SseRecorder {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         SseRecorder {
             base: 0,
             open: VecDeque::new(),
@@ -95,7 +95,7 @@ impl SseRecorder {
 
     /// A stream opened (a 2xx event-stream response); `first` for the
     /// subscriber's first connection.
-    pub fn stream_opened(&mut self, interval: u64, first: bool) {
+    pub(crate) fn stream_opened(&mut self, interval: u64, first: bool) {
         self.open_streams += 1;
         let open = self.open_streams;
         let i = self.at(interval);
@@ -104,7 +104,7 @@ impl SseRecorder {
     }
 
     /// A stream closed, for whatever reason.
-    pub fn stream_closed(&mut self, interval: u64, by_server: bool) {
+    pub(crate) fn stream_closed(&mut self, interval: u64, by_server: bool) {
         self.open_streams = self.open_streams.saturating_sub(1);
         if by_server {
             self.at(interval).figures.ended_by_server += 1;
@@ -113,28 +113,28 @@ impl SseRecorder {
 
     /// A connection attempt after the first; `resumed` when it sent
     /// `Last-Event-ID`.
-    pub fn reconnect(&mut self, interval: u64, resumed: bool) {
+    pub(crate) fn reconnect(&mut self, interval: u64, resumed: bool) {
         let f = &mut self.at(interval).figures;
         f.reconnects += 1;
         f.resumed += u64::from(resumed);
     }
 
     /// An error on an open stream or a reconnect attempt.
-    pub fn stream_error(&mut self, interval: u64, kind: ErrorKind) {
+    pub(crate) fn stream_error(&mut self, interval: u64, kind: ErrorKind) {
         self.at(interval).figures.stream_errors.bump(kind);
     }
 
     /// A reconnect answered without a stream.
-    pub fn refused(&mut self, interval: u64, status: u16) {
+    pub(crate) fn refused(&mut self, interval: u64, status: u16) {
         self.at(interval).figures.refused.bump(status);
     }
 
-    pub fn comment(&mut self, interval: u64) {
+    pub(crate) fn comment(&mut self, interval: u64) {
         self.at(interval).figures.comments += 1;
     }
 
     /// One event received; the optional figures are those that apply.
-    pub fn event(&mut self, interval: u64, event: &Received<'_>) {
+    pub(crate) fn event(&mut self, interval: u64, event: &Received<'_>) {
         let i = self.at(interval);
         let f = &mut i.figures;
         f.events += 1;
@@ -174,13 +174,13 @@ impl SseRecorder {
     }
 
     /// A subscriber ended after receiving `events` events in all.
-    pub fn subscriber_done(&mut self, interval: u64, events: u64) {
+    pub(crate) fn subscriber_done(&mut self, interval: u64, events: u64) {
         record(&mut self.at(interval).figures.events_per_subscriber, events);
     }
 
     /// Closes every interval before `up_to`, as the scenario's recorder
     /// does with its own, so the two lists pair up one to one.
-    pub fn flush(&mut self, up_to: u64) -> Vec<v1::SseFigures> {
+    pub(crate) fn flush(&mut self, up_to: u64) -> Vec<v1::SseFigures> {
         let mut out = Vec::new();
         while self.base < up_to {
             let mut interval = self.open.pop_front().unwrap_or_else(Interval::new);
@@ -195,7 +195,7 @@ impl SseRecorder {
 
 /// What the subscriber knows about one received event.
 #[derive(Debug, Default)]
-pub struct Received<'a> {
+pub(crate) struct Received<'a> {
     /// Set on the subscriber's first event: from its intended instant.
     pub first_event_micros: Option<u64>,
     /// Since the previous event on the same stream.
@@ -209,7 +209,7 @@ pub struct Received<'a> {
 }
 
 /// Attaches each interval's subscription figures to its snapshot.
-pub fn attach(snapshots: &mut [v1::Snapshot], figures: Vec<v1::SseFigures>) {
+pub(crate) fn attach(snapshots: &mut [v1::Snapshot], figures: Vec<v1::SseFigures>) {
     for (snapshot, figures) in snapshots.iter_mut().zip(figures) {
         snapshot.sse = Some(figures);
     }

@@ -23,10 +23,10 @@ use crate::client::wire::{self, BodyDecoder, Head};
 use crate::recorder::Outcome;
 
 /// Read buffer of a stream: a few events' worth.
-pub const READ_BUF: usize = 2048;
+pub(crate) const READ_BUF: usize = 2048;
 
 /// Opens connections for subscribers (the worker's dialer).
-pub trait Connect {
+pub(crate) trait Connect {
     type Io: AsyncRead + AsyncWrite + Unpin;
     /// A connection to the target of `uri`, TLS included for https.
     fn connect(
@@ -36,7 +36,7 @@ pub trait Connect {
 }
 
 /// A connection just opened, with what opening it took.
-pub struct Connected<Io> {
+pub(crate) struct Connected<Io> {
     pub io: Io,
     pub connect: Duration,
     pub tls: Option<Duration>,
@@ -45,7 +45,7 @@ pub struct Connected<Io> {
 /// Where a subscriber's first connection spent its time until the
 /// response headers: its time to subscribe, split as a request's phases.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Opening {
+pub(crate) struct Opening {
     pub connect: Option<Duration>,
     pub tls: Option<Duration>,
     /// From the request going out to the response headers.
@@ -53,7 +53,7 @@ pub struct Opening {
 }
 
 /// What every subscriber of one scenario on one worker shares.
-pub struct Subscribers<'a, C> {
+pub(crate) struct Subscribers<'a, C> {
     pub spec: &'a SseSpec,
     pub connector: &'a C,
     pub recorder: &'a RefCell<SseRecorder>,
@@ -65,7 +65,7 @@ pub struct Subscribers<'a, C> {
 }
 
 /// One subscriber's request, rendered once.
-pub struct Subscription {
+pub(crate) struct Subscription {
     pub uri: ::http::Uri,
     /// Request line and headers, without the final empty line (so that
     /// `Last-Event-ID` can follow on a reconnect).
@@ -75,7 +75,7 @@ pub struct Subscription {
 impl Subscription {
     /// Renders a request for a held stream: always a GET with `Accept:
     /// text/event-stream`, the template's own headers kept.
-    pub fn from_request<B>(request: &::http::Request<B>) -> Result<Self, ErrorKind> {
+    pub(crate) fn from_request<B>(request: &::http::Request<B>) -> Result<Self, ErrorKind> {
         let uri = request.uri().clone();
         let host = uri.authority().ok_or(ErrorKind::InvalidRequest)?.as_str();
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
@@ -150,7 +150,7 @@ impl<C: Connect> Subscribers<'_, C> {
     /// `first` is told the outcome of the first connection (a status, or
     /// the error) and when it was known: the subscription's time to
     /// subscribe.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         subscription: &Subscription,
         intended: Instant,
@@ -449,7 +449,7 @@ fn wall_ns() -> i128 {
 
 impl SendTime {
     /// The send time in an event, ns since the Unix epoch.
-    pub fn read(&self, id: &[u8], data: &[u8]) -> Option<i128> {
+    pub(crate) fn read(&self, id: &[u8], data: &[u8]) -> Option<i128> {
         match self {
             SendTime::None => None,
             SendTime::Id(unit) => unit.to_ns(parse_number(id)?),
@@ -485,7 +485,7 @@ fn parse_number(bytes: &[u8]) -> Option<Number> {
 
 /// A send time as written in the event.
 #[derive(Debug, Clone, Copy)]
-pub enum Number {
+pub(crate) enum Number {
     Int(i64),
     Float(f64),
 }

@@ -44,14 +44,14 @@ use crate::client::Transport;
 use crate::recorder::Recorder;
 use crate::sse::hook::Hook;
 
-pub use plan::{Handovers, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
+pub(crate) use plan::{Handovers, Model, ScenarioPlan, WorkerEvent, WorkerPlan};
 
 use direct::{direct_pool, drive_pool, pool_news};
 use flush::{flush_last, flush_loop, PoolFigures};
 use shared::Shared;
 
 /// Runs a worker to completion on the current (single-threaded) runtime.
-pub async fn run(
+pub(crate) async fn run(
     plan: WorkerPlan,
     events: UnboundedSender<WorkerEvent>,
     stop: CancellationToken,

@@ -17,10 +17,10 @@ use crate::sse::SseSpec;
 
 /// The run's hand-overs so far (`--on-agent-loss redistribute`), as the
 /// session received them, in order.
-pub type Handovers = watch::Receiver<Arc<[Handover]>>;
+pub(crate) type Handovers = watch::Receiver<Arc<[Handover]>>;
 
 /// What a worker reports to the session.
-pub enum WorkerEvent {
+pub(crate) enum WorkerEvent {
     /// Closed intervals, ready to stream.
     Snapshots(Vec<v1::Snapshot>),
     /// The worker is done; requests it abandoned while draining.
@@ -31,7 +31,7 @@ pub enum WorkerEvent {
 }
 
 /// How a scenario's load is generated.
-pub enum Model {
+pub(crate) enum Model {
     /// Arrivals on a schedule that ignores the server (open model).
     Open {
         schedule: Arc<ArrivalSchedule>,
@@ -48,7 +48,7 @@ pub enum Model {
 }
 
 /// One scenario as a worker runs it.
-pub struct ScenarioPlan {
+pub(crate) struct ScenarioPlan {
     pub index: u32,
     /// The scenario's own start (common start + its offset).
     pub start: Instant,
@@ -63,7 +63,7 @@ pub struct ScenarioPlan {
 }
 
 /// Everything one worker needs; shared parts are behind `Arc`.
-pub struct WorkerPlan {
+pub(crate) struct WorkerPlan {
     pub agent_index: usize,
     pub worker_index: usize,
     pub workers: usize,

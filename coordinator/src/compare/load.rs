@@ -18,7 +18,7 @@ use crate::report_model::{RunInfo, Scenario, Totals, Verdict, SCHEMA};
 
 /// One report to compare.
 #[derive(Debug, Clone)]
-pub struct Input {
+pub(crate) struct Input {
     /// Column label: the report's folder name, or the file stem.
     pub label: String,
     pub path: PathBuf,
@@ -28,7 +28,7 @@ pub struct Input {
 /// The parts of a `report.json` that `compare` reads, in the report's own
 /// types; other keys are left unread.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Compared {
+pub(crate) struct Compared {
     #[serde(default)]
     pub partial: bool,
     pub run: RunInfo,
@@ -46,7 +46,7 @@ pub struct Compared {
 
 /// Reads a report. A folder stands for the `report.json` inside it. Any
 /// failure is bad input (exit status 2) and names the file.
-pub fn load(path: &Path) -> Result<(PathBuf, Compared), Error> {
+pub(crate) fn load(path: &Path) -> Result<(PathBuf, Compared), Error> {
     let file = if path.is_dir() {
         path.join("report.json")
     } else {
@@ -85,7 +85,7 @@ pub fn load(path: &Path) -> Result<(PathBuf, Compared), Error> {
 
 impl Compared {
     /// The report's parts, and each repeat run's totals.
-    pub fn from_value(value: Value) -> Result<Compared, serde_json::Error> {
+    pub(crate) fn from_value(value: Value) -> Result<Compared, serde_json::Error> {
         let mut report: Compared = serde_json::from_value(value)?;
         if let Some(r) = &report.repeats {
             report.runs = r
@@ -99,7 +99,7 @@ impl Compared {
 }
 
 /// The folder's name for `…/NAME/report.json`, the file stem otherwise.
-pub fn label_for(file: &Path) -> String {
+pub(crate) fn label_for(file: &Path) -> String {
     let stem = file
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -14,7 +14,7 @@
 //! the same thing: a different duration, a scenario's offered rate, or
 //! different scenarios altogether.
 
-mod load;
+pub(crate) mod load;
 mod render;
 mod table;
 #[cfg(test)]
@@ -22,9 +22,8 @@ mod tests;
 
 use std::io::Write;
 
-pub use load::{label_for, load, Compared, Input};
-pub use render::fmt_ratio;
-pub use table::{letter, Ratio, Row, Table};
+pub(crate) use load::{label_for, load, Input};
+pub(crate) use table::Table;
 
 use crate::cli::CompareArgs;
 use crate::error::Error;
@@ -35,7 +34,7 @@ fn bad(msg: impl Into<String>) -> Error {
 
 /// `compare`: loads every report (all of them, before printing anything, so
 /// a bad file is reported instead of half a table) and writes the table.
-pub fn run(args: &CompareArgs, out: &mut impl Write) -> Result<u8, Error> {
+pub(crate) fn run(args: &CompareArgs, out: &mut impl Write) -> Result<u8, Error> {
     if args.reports.len() < 2 {
         return Err(bad(
             "compare needs at least two reports, e.g. compare a/report.json b/report.json",

@@ -9,7 +9,7 @@ use super::table::{Ratio, Row, Table};
 use crate::figures::Unit;
 
 /// `1.04`, `12.3`, `250`, `inf`; `(ns)` when not significant.
-pub fn fmt_ratio(r: &Ratio) -> String {
+pub(crate) fn fmt_ratio(r: &Ratio) -> String {
     let Some(v) = r.value else {
         return "-".into();
     };
@@ -45,14 +45,14 @@ pub(super) fn fmt_value(v: Option<f64>, unit: Unit) -> String {
 
 impl Row {
     /// The figure of one report, formatted in its unit; `-` when unknown.
-    pub fn cell(&self, report: usize) -> String {
+    pub(crate) fn cell(&self, report: usize) -> String {
         fmt_value(self.value(report), self.unit)
     }
 }
 
 impl Table {
     /// The table as text: a legend, one row per figure, notes, footnotes.
-    pub fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+    pub(crate) fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
             "loadfleet compare — {} reports, ratios relative to A",
@@ -123,7 +123,7 @@ impl Table {
     }
 
     /// The same table for scripts (`compare --json`).
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let finite = |v: Option<f64>| {
             v.filter(|x| x.is_finite())
                 .map_or(Value::Null, |x| json!(x))

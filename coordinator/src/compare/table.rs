@@ -258,7 +258,7 @@ fn repeats_of(report: &Compared) -> Option<usize> {
 
 /// A ratio of one report's figure to the first report's.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Ratio {
+pub(crate) struct Ratio {
     /// `None` when either value is missing; infinite when only the base is 0.
     pub value: Option<f64>,
     /// `Some(false)`: the two `[min, max]` ranges overlap, so the difference
@@ -282,7 +282,7 @@ pub(super) fn ratio(base: &Reading, other: &Reading) -> Ratio {
 
 /// One row of the table.
 #[derive(Debug, Clone)]
-pub struct Row {
+pub(crate) struct Row {
     pub figure: String,
     pub(super) unit: Unit,
     pub(super) values: Vec<Reading>,
@@ -291,13 +291,13 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn value(&self, report: usize) -> Option<f64> {
+    pub(crate) fn value(&self, report: usize) -> Option<f64> {
         self.values.get(report).and_then(|r| r.value)
     }
 }
 
 /// The comparison, ready to render as text or JSON.
-pub struct Table {
+pub(crate) struct Table {
     /// id (A, B, …), label, file, number of repeat runs (`Some(0)` when the
     /// report has `repeats` without runs).
     pub columns: Vec<(String, String, PathBuf, Option<usize>)>,
@@ -310,7 +310,7 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn build(inputs: &[Input]) -> Table {
+    pub(crate) fn build(inputs: &[Input]) -> Table {
         let columns: Vec<_> = inputs
             .iter()
             .enumerate()
@@ -383,7 +383,8 @@ impl Table {
         }
     }
 
-    pub fn row(&self, figure: &str) -> Option<&Row> {
+    #[cfg(test)]
+    pub(crate) fn row(&self, figure: &str) -> Option<&Row> {
         self.rows.iter().find(|r| r.figure == figure)
     }
 }
@@ -469,7 +470,7 @@ pub(super) fn fmt_number(v: f64) -> String {
 }
 
 /// Column ids: A, B, …, Z, AA, AB, …
-pub fn letter(i: usize) -> String {
+pub(crate) fn letter(i: usize) -> String {
     let mut n = i + 1;
     let mut s = Vec::new();
     while n > 0 {

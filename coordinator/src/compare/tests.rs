@@ -2,6 +2,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use super::load::Compared;
 use super::render::fmt_ratio;
 use super::table::{fmt_number, letter, ratio, Ratio, Reading};
 use super::*;

@@ -143,7 +143,7 @@ fn failures(t: &Totals) -> u64 {
 impl SseFigure {
     /// This figure of a scenario; `None` for a scenario without
     /// subscriptions and for a figure it could not measure.
-    pub fn of(self, s: &Scenario) -> Option<f64> {
+    pub(crate) fn of(self, s: &Scenario) -> Option<f64> {
         let sse = s.sse.as_ref()?;
         let delivery = |q: Quantile| sse.delivery.latency_ms.as_ref().map(|p| q.of(p));
         match self {

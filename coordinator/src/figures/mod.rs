@@ -129,7 +129,7 @@ pub enum Figure {
 
 /// The headline figures: `--repeat` keeps their median, min and max, and
 /// `compare` quotes those for a repeated report.
-pub const HEADLINE: [Figure; 24] = [
+pub(crate) const HEADLINE: [Figure; 24] = [
     Figure::Intended,
     Figure::Sent,
     Figure::Unsent,
@@ -158,7 +158,7 @@ pub const HEADLINE: [Figure; 24] = [
 
 /// The names a threshold expression gives figures (besides
 /// `grpc.STATUS`), aliases included.
-pub const THRESHOLD_NAMES: [(&str, Figure); 15] = [
+pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 15] = [
     ("p50", Figure::Latency(Quantile::P50)),
     ("p90", Figure::Latency(Quantile::P90)),
     ("p95", Figure::Latency(Quantile::P95)),
@@ -267,7 +267,7 @@ impl Figure {
 
 /// A figure of a subscription scenario (`scenarios[].sse`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SseFigure {
+pub(crate) enum SseFigure {
     Opened,
     Events,
     Reconnects,
@@ -278,7 +278,7 @@ pub enum SseFigure {
 }
 
 impl SseFigure {
-    pub const ALL: [SseFigure; 7] = [
+    pub(crate) const ALL: [SseFigure; 7] = [
         SseFigure::Opened,
         SseFigure::Events,
         SseFigure::Reconnects,
@@ -289,7 +289,7 @@ impl SseFigure {
     ];
 
     /// Its row in `compare`, after `SCENARIO sse `.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             SseFigure::Opened => "opened",
             SseFigure::Events => "events",
@@ -301,7 +301,7 @@ impl SseFigure {
         }
     }
 
-    pub fn unit(self) -> Unit {
+    pub(crate) fn unit(self) -> Unit {
         match self {
             SseFigure::DeliveryP50 | SseFigure::DeliveryP99 | SseFigure::FanoutSpreadMax => {
                 Unit::Ms
@@ -320,13 +320,13 @@ pub trait Source {
 
 /// `n` as a percentage of `of`; `None` when `of` is 0: a percentage of
 /// nothing is no evidence either way.
-pub fn percent(n: f64, of: f64) -> Option<f64> {
+pub(crate) fn percent(n: f64, of: f64) -> Option<f64> {
     (of > 0.0).then(|| 100.0 * n / of)
 }
 
 /// The median, the mean of the middle two for an even count; `None` of
 /// nothing.
-pub fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     if values.is_empty() {
         return None;
     }

@@ -3,7 +3,8 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::compare::{Compared, Input, Table};
+use crate::compare::load::Compared;
+use crate::compare::{Input, Table};
 use crate::report_model::{Report, Totals};
 use crate::thresholds::Threshold;
 

@@ -18,11 +18,11 @@ use loadfleet_proto::v1::{self, scenario_assignment};
 /// Arrivals intended per agent slot and interval, for one scenario:
 /// `counts[slot][interval]`. `None` for a closed-model scenario, whose
 /// requests follow the responses and so have no schedule to count.
-pub type Counts = Option<Vec<Vec<u64>>>;
+pub(super) type Counts = Option<Vec<Vec<u64>>>;
 
 /// Counts every open scenario's arrivals by owner and interval. `weights`
 /// are the slots' weights as assigned; `handovers` are in the order sent.
-pub fn planned(
+pub(super) fn planned(
     scenarios: &[v1::ScenarioAssignment],
     weights: &[u32],
     handovers: &[Handover],

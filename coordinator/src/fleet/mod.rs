@@ -10,13 +10,13 @@
 
 mod actor;
 mod clock;
-pub mod intended;
+mod intended;
 mod loss;
 mod phases;
 mod progress;
 mod registry;
 mod service;
-pub mod validate;
+mod validate;
 
 use std::fmt;
 use std::future::Future;

@@ -54,7 +54,7 @@ fn reject(what: &'static str, detail: impl Into<String>) -> Rejection {
 
 /// What to do with a snapshot.
 #[derive(Debug, PartialEq)]
-pub enum Check {
+pub(super) enum Check {
     /// Merge it, as decoded.
     Accept(Box<Snapshot>),
     /// A sequence number already seen: ignore it (counted).
@@ -80,7 +80,7 @@ pub struct Ledger {
 
 /// The run's bounds on snapshots and every agent's ledger.
 #[derive(Debug)]
-pub struct Checks {
+pub(super) struct Checks {
     scenarios: usize,
     /// Requests in each scenario's mix: the indexes per-request figures
     /// may name.
@@ -91,7 +91,7 @@ pub struct Checks {
 }
 
 impl Checks {
-    pub fn new(spec: &super::RunSpec) -> Self {
+    pub(super) fn new(spec: &super::RunSpec) -> Self {
         let interval = spec.interval.as_nanos().max(1);
         let span = (spec.duration + spec.drain + INTERVAL_SLACK).as_nanos();
         Self {
@@ -103,14 +103,14 @@ impl Checks {
     }
 
     /// Sequence numbers start again at 1 with each run (assignment).
-    pub fn new_run(&mut self) {
+    pub(super) fn new_run(&mut self) {
         for l in &mut self.ledgers {
             *l = Ledger::default();
         }
     }
 
     /// Every agent's ledger, one per agent (empty for those with none).
-    pub fn ledgers(&self, agents: usize) -> Vec<Ledger> {
+    pub(super) fn ledgers(&self, agents: usize) -> Vec<Ledger> {
         (0..agents)
             .map(|i| self.ledgers.get(i).cloned().unwrap_or_default())
             .collect()
@@ -124,7 +124,7 @@ impl Checks {
     }
 
     /// Counts and logs a refused message of `agent_id` (index `agent`).
-    pub fn count(&mut self, agent: usize, agent_id: &str, r: &Rejection) {
+    pub(super) fn count(&mut self, agent: usize, agent_id: &str, r: &Rejection) {
         tracing::warn!("agent {agent_id}: refused a message: {r}");
         let l = self.ledger_mut(agent);
         *l.rejected.entry(r.what).or_default() += 1;
@@ -136,7 +136,7 @@ impl Checks {
     /// Checks one snapshot of a running agent against the run and against
     /// `totals` (every sum the snapshot joins is at most the total, so a
     /// total that does not overflow means none does), and decodes it.
-    pub fn snapshot(&mut self, agent: usize, s: &v1::Snapshot, totals: &Figures) -> Check {
+    pub(super) fn snapshot(&mut self, agent: usize, s: &v1::Snapshot, totals: &Figures) -> Check {
         let last = self.ledger_mut(agent).last_seq;
         if s.seq <= last {
             return Check::Duplicate;
@@ -178,7 +178,7 @@ impl Checks {
     }
 
     /// Checks `Finished.snapshots` against the snapshots that arrived.
-    pub fn finished(&self, agent: usize, f: &v1::Finished) -> Result<(), Rejection> {
+    pub(super) fn finished(&self, agent: usize, f: &v1::Finished) -> Result<(), Rejection> {
         let arrived = self.ledgers.get(agent).map_or(0, |l| l.last_seq);
         if f.snapshots != arrived {
             return Err(reject(

@@ -19,7 +19,7 @@ use crate::units;
 
 /// How a series accumulates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// The run's total so far; never goes down within a run.
     Counter,
     Gauge,
@@ -29,7 +29,7 @@ pub enum Kind {
 
 /// What a series' value counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     Seconds,
     /// A count of things, as a UCUM annotation (`{request}`).
     Count(&'static str),
@@ -37,7 +37,7 @@ pub enum Unit {
 
 impl Unit {
     /// As OTLP writes it.
-    pub fn ucum(self) -> &'static str {
+    pub(crate) fn ucum(self) -> &'static str {
         match self {
             Unit::Seconds => "s",
             Unit::Count(what) => what,
@@ -47,7 +47,7 @@ impl Unit {
 
 /// One entry of the catalogue.
 #[derive(Debug, PartialEq)]
-pub struct Metric {
+pub(crate) struct Metric {
     /// The OpenTelemetry name; [`Metric::prometheus`] derives the other.
     pub name: &'static str,
     pub kind: Kind,
@@ -62,7 +62,7 @@ pub struct Metric {
 
 impl Metric {
     /// The Prometheus name: the scrape endpoint's and remote write's.
-    pub fn prometheus(&self) -> String {
+    pub(crate) fn prometheus(&self) -> String {
         let mut n = self.name.replace('.', "_");
         if self.unit == Unit::Seconds {
             n.push_str("_seconds");
@@ -78,7 +78,7 @@ const REQUEST: Unit = Unit::Count("{request}");
 const SCENARIO: &[&str] = &["scenario"];
 const AGENT: &[&str] = &["agent"];
 
-pub static INTENDED: Metric = Metric {
+pub(crate) static INTENDED: Metric = Metric {
     name: "loadfleet.requests.intended",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -86,7 +86,7 @@ pub static INTENDED: Metric = Metric {
     influx: "intended",
     help: "Arrivals due so far by the schedule",
 };
-pub static SENT: Metric = Metric {
+pub(crate) static SENT: Metric = Metric {
     name: "loadfleet.requests.sent",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -94,7 +94,7 @@ pub static SENT: Metric = Metric {
     influx: "sent",
     help: "Requests written to the wire",
 };
-pub static UNSENT: Metric = Metric {
+pub(crate) static UNSENT: Metric = Metric {
     name: "loadfleet.requests.unsent",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -102,7 +102,7 @@ pub static UNSENT: Metric = Metric {
     influx: "unsent_",
     help: "Arrivals never sent, by reason (every reason, zeros included)",
 };
-pub static COMPLETED: Metric = Metric {
+pub(crate) static COMPLETED: Metric = Metric {
     name: "loadfleet.requests.completed",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -110,7 +110,7 @@ pub static COMPLETED: Metric = Metric {
     influx: "completed",
     help: "Requests that got a response or an error",
 };
-pub static RESPONSES: Metric = Metric {
+pub(crate) static RESPONSES: Metric = Metric {
     name: "loadfleet.responses",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -118,7 +118,7 @@ pub static RESPONSES: Metric = Metric {
     influx: "status_",
     help: "Responses by HTTP status code",
 };
-pub static ERRORS: Metric = Metric {
+pub(crate) static ERRORS: Metric = Metric {
     name: "loadfleet.errors",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -126,7 +126,7 @@ pub static ERRORS: Metric = Metric {
     influx: "error_",
     help: "Transport errors by kind",
 };
-pub static GRPC_RESPONSES: Metric = Metric {
+pub(crate) static GRPC_RESPONSES: Metric = Metric {
     name: "loadfleet.grpc.responses",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -134,7 +134,7 @@ pub static GRPC_RESPONSES: Metric = Metric {
     influx: "grpc_",
     help: "gRPC calls by grpc-status, apart from HTTP statuses",
 };
-pub static FAILURES: Metric = Metric {
+pub(crate) static FAILURES: Metric = Metric {
     name: "loadfleet.failures",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -142,7 +142,7 @@ pub static FAILURES: Metric = Metric {
     influx: "failures",
     help: "Requests that did not succeed: transport errors, 4xx and 5xx answers, gRPC statuses other than OK",
 };
-pub static POOL_SATURATED: Metric = Metric {
+pub(crate) static POOL_SATURATED: Metric = Metric {
     name: "loadfleet.pool.saturated",
     kind: Kind::Counter,
     unit: Unit::Seconds,
@@ -150,7 +150,7 @@ pub static POOL_SATURATED: Metric = Metric {
     influx: "pool_saturated_seconds",
     help: "Time every connection of an agent's own pool was busy with requests waiting (mean over each agent's pools, summed over agents)",
 };
-pub static LATENCY: Metric = Metric {
+pub(crate) static LATENCY: Metric = Metric {
     name: "loadfleet.latency",
     kind: Kind::Histogram,
     unit: Unit::Seconds,
@@ -158,7 +158,7 @@ pub static LATENCY: Metric = Metric {
     influx: "count, p50_ms, p90_ms, p99_ms, p999_ms, max_ms (the push's seconds)",
     help: "Latency from the intended send time, every outcome, since the start",
 };
-pub static SERVICE_TIME: Metric = Metric {
+pub(crate) static SERVICE_TIME: Metric = Metric {
     name: "loadfleet.service_time",
     kind: Kind::Histogram,
     unit: Unit::Seconds,
@@ -166,7 +166,7 @@ pub static SERVICE_TIME: Metric = Metric {
     influx: "",
     help: "Latency from the actual send time, every outcome, since the start",
 };
-pub static LATENCY_EXACT: Metric = Metric {
+pub(crate) static LATENCY_EXACT: Metric = Metric {
     name: "loadfleet.latency_exact",
     kind: Kind::Gauge,
     unit: Unit::Seconds,
@@ -174,7 +174,7 @@ pub static LATENCY_EXACT: Metric = Metric {
     influx: "count_total, p50_ms_total, …, max_ms_total",
     help: "Latency percentiles of the run so far, from the exact merge",
 };
-pub static IN_FLIGHT: Metric = Metric {
+pub(crate) static IN_FLIGHT: Metric = Metric {
     name: "loadfleet.in_flight",
     kind: Kind::Gauge,
     unit: REQUEST,
@@ -182,7 +182,7 @@ pub static IN_FLIGHT: Metric = Metric {
     influx: "in_flight",
     help: "Requests in flight at the end of the last settled second",
 };
-pub static AGENTS_ALIVE: Metric = Metric {
+pub(crate) static AGENTS_ALIVE: Metric = Metric {
     name: "loadfleet.agents.alive",
     kind: Kind::Gauge,
     unit: Unit::Count("{agent}"),
@@ -190,7 +190,7 @@ pub static AGENTS_ALIVE: Metric = Metric {
     influx: "agents_alive",
     help: "Agents taking part in the run",
 };
-pub static ELAPSED: Metric = Metric {
+pub(crate) static ELAPSED: Metric = Metric {
     name: "loadfleet.run.elapsed",
     kind: Kind::Gauge,
     unit: Unit::Seconds,
@@ -198,7 +198,7 @@ pub static ELAPSED: Metric = Metric {
     influx: "elapsed_seconds",
     help: "Seconds of the run settled so far, from the common start",
 };
-pub static VERDICT: Metric = Metric {
+pub(crate) static VERDICT: Metric = Metric {
     name: "loadfleet.verdict",
     kind: Kind::Gauge,
     unit: Unit::Count("{verdict}"),
@@ -206,7 +206,7 @@ pub static VERDICT: Metric = Metric {
     influx: "message",
     help: "One series (at 1) per verdict of the report, pushed at the end",
 };
-pub static AGENT_SENT: Metric = Metric {
+pub(crate) static AGENT_SENT: Metric = Metric {
     name: "loadfleet.agent.requests.sent",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -214,7 +214,7 @@ pub static AGENT_SENT: Metric = Metric {
     influx: "sent_total",
     help: "Requests one agent wrote to the wire",
 };
-pub static AGENT_COMPLETED: Metric = Metric {
+pub(crate) static AGENT_COMPLETED: Metric = Metric {
     name: "loadfleet.agent.requests.completed",
     kind: Kind::Counter,
     unit: REQUEST,
@@ -222,7 +222,7 @@ pub static AGENT_COMPLETED: Metric = Metric {
     influx: "completed_total",
     help: "Requests one agent saw complete",
 };
-pub static AGENT_CPU: Metric = Metric {
+pub(crate) static AGENT_CPU: Metric = Metric {
     name: "loadfleet.agent.cpu",
     kind: Kind::Counter,
     unit: Unit::Seconds,
@@ -230,7 +230,7 @@ pub static AGENT_CPU: Metric = Metric {
     influx: "cpu_seconds_total",
     help: "CPU time one agent used",
 };
-pub static AGENT_MAX_LAG: Metric = Metric {
+pub(crate) static AGENT_MAX_LAG: Metric = Metric {
     name: "loadfleet.agent.max_lag",
     kind: Kind::Gauge,
     unit: Unit::Seconds,
@@ -240,7 +240,7 @@ pub static AGENT_MAX_LAG: Metric = Metric {
 };
 
 /// The whole catalogue, in the order outputs write it.
-pub static ALL: &[&Metric] = &[
+pub(crate) static ALL: &[&Metric] = &[
     &INTENDED,
     &SENT,
     &UNSENT,
@@ -265,7 +265,7 @@ pub static ALL: &[&Metric] = &[
 
 /// The exact percentiles every output carries: the quantile, its
 /// `quantile` label, and InfluxDB's field prefix.
-pub const QUANTILES: [(f64, &str, &str); 4] = [
+pub(crate) const QUANTILES: [(f64, &str, &str); 4] = [
     (0.5, "0.5", "p50"),
     (0.9, "0.9", "p90"),
     (0.99, "0.99", "p99"),
@@ -274,13 +274,13 @@ pub const QUANTILES: [(f64, &str, &str); 4] = [
 
 /// Classic histogram bucket bounds (seconds): the scrape endpoint's, and
 /// remote write's with `histograms = "classic"`.
-pub const CLASSIC_BOUNDS: &[f64] = &[
+pub(crate) const CLASSIC_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// A classic histogram's cumulative buckets as (`le`, count), `+Inf`
 /// last.
-pub fn classic_buckets(h: &Histogram<u64>) -> Vec<(String, u64)> {
+pub(crate) fn classic_buckets(h: &Histogram<u64>) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = CLASSIC_BOUNDS
         .iter()
         .map(|&le| (le.to_string(), h.count_between(0, units::s_to_us(le))))
@@ -291,7 +291,7 @@ pub fn classic_buckets(h: &Histogram<u64>) -> Vec<(String, u64)> {
 
 /// Σ value × count in seconds, each value at the top of its HDR bucket
 /// (the value the report's percentiles read).
-pub fn sum_seconds(h: &Histogram<u64>) -> f64 {
+pub(crate) fn sum_seconds(h: &Histogram<u64>) -> f64 {
     h.iter_recorded()
         .map(|v| units::us_to_s(v.value_iterated_to()) * v.count_at_value() as f64)
         .sum()
@@ -299,7 +299,7 @@ pub fn sum_seconds(h: &Histogram<u64>) -> f64 {
 
 /// A sample's value.
 #[derive(Debug, Clone, Copy)]
-pub enum Value<'f> {
+pub(crate) enum Value<'f> {
     /// A count, or seconds already.
     Number(f64),
     /// A duration in µs; each output writes it in its own unit.
@@ -311,7 +311,7 @@ pub enum Value<'f> {
 /// One sample of one series: the values of its metric's labels, in the
 /// order of [`Metric::labels`].
 #[derive(Debug, Clone)]
-pub struct Point<'f> {
+pub(crate) struct Point<'f> {
     pub metric: &'static Metric,
     pub labels: Vec<String>,
     pub value: Value<'f>,
@@ -319,7 +319,7 @@ pub struct Point<'f> {
 
 impl Point<'_> {
     /// The labels as (name, value) pairs.
-    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
         self.metric
             .labels
             .iter()
@@ -339,7 +339,7 @@ fn point<'f>(metric: &'static Metric, labels: Vec<String>, value: Value<'f>) -> 
 
 /// A scenario's counters: the run's totals or one step's, labelled with
 /// `scenario` (InfluxDB names its fields from the same points).
-pub fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
+pub(crate) fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
     let sc = || vec![scenario.to_string()];
     let by = |v: &str| vec![scenario.to_string(), v.to_string()];
     let n = |v: u64| Value::Number(v as f64);
@@ -377,7 +377,7 @@ pub fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
 
 /// Every sample of a frame, in catalogue order within each scenario; the
 /// per-agent ones only when asked. A frame of verdicts carries only those.
-pub fn points(frame: &Frame, per_agent: bool) -> Vec<Point<'_>> {
+pub(crate) fn points(frame: &Frame, per_agent: bool) -> Vec<Point<'_>> {
     let mut out = Vec::new();
     if !frame.verdicts.is_empty() {
         for (code, level, _) in &frame.verdicts {
@@ -424,6 +424,7 @@ pub fn points(frame: &Frame, per_agent: bool) -> Vec<Point<'_>> {
 
 /// InfluxDB's field as the docs name it: a prefix followed by its label
 /// in capitals (`status_CODE`).
+#[cfg(test)]
 fn influx_field(m: &Metric) -> String {
     match (m.influx.strip_suffix('_'), m.labels.get(1)) {
         (Some(prefix), Some(label)) => format!("{prefix}_{}", label.to_uppercase()),
@@ -431,8 +432,9 @@ fn influx_field(m: &Metric) -> String {
     }
 }
 
-/// docs/outputs.md's table of the catalogue.
-pub fn markdown() -> String {
+/// docs/outputs.md's table of the catalogue, which a test holds the docs to.
+#[cfg(test)]
+fn markdown() -> String {
     let mut out = String::from(
         "| Prometheus | OTLP | kind | unit | labels | InfluxDB field | what |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",

@@ -12,11 +12,11 @@ use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::{Credential, OutputPlan};
-pub use crate::plan::{Histograms, OutputKind as Kind, Secret};
+pub(crate) use crate::plan::{Histograms, OutputKind as Kind, Secret};
 
 /// One output, ready to start.
 #[derive(Debug, Clone)]
-pub struct OutputSpec {
+pub(crate) struct OutputSpec {
     pub kind: Kind,
     /// The URL without credentials (what messages show).
     pub url: String,
@@ -36,12 +36,12 @@ impl OutputSpec {
     /// `prometheus http://host:9090/api/v1/write`: the output as messages
     /// name it, without credentials or query (a v1 InfluxDB URL may carry
     /// a password there).
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         crate::plan::output_label(self.kind, &self.url)
     }
 
     /// Where to post: InfluxDB is told the stamps are milliseconds.
-    pub fn push_url(&self) -> String {
+    pub(crate) fn push_url(&self) -> String {
         match self.kind {
             Kind::Prometheus | Kind::Otlp => self.url.clone(),
             Kind::Influx if self.url.contains('?') => format!("{}&precision=ms", self.url),
@@ -50,7 +50,7 @@ impl OutputSpec {
     }
 
     /// The headers that carry the credentials.
-    pub fn auth_headers(&self) -> Vec<(String, String)> {
+    pub(crate) fn auth_headers(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(t) = &self.bearer {
             let scheme = match self.kind {
@@ -95,7 +95,7 @@ fn base64(bytes: &[u8]) -> String {
 
 /// The outputs with every credential read: those the plan names in
 /// environment variables are read from `env` (a parameter for tests).
-pub fn specs(
+pub(crate) fn specs(
     outputs: &[OutputPlan],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<OutputSpec>, Error> {

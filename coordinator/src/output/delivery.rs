@@ -29,19 +29,19 @@ use super::frame::Frame;
 const ATTEMPTS: u32 = 3;
 
 /// Turns frames into HTTP request bodies, one encoder per kind of output.
-pub trait Encoder: Send + 'static {
+pub(crate) trait Encoder: Send + 'static {
     /// The body for one frame, and its `content-type` and extra headers.
     fn encode(&mut self, frame: &Frame) -> Encoded;
 }
 
-pub struct Encoded {
+pub(crate) struct Encoded {
     pub body: Bytes,
     pub headers: Vec<(&'static str, &'static str)>,
 }
 
 /// What one output could not deliver, for the report's verdict.
 #[derive(Debug, Clone, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     pub delivered: u64,
     /// Seconds whose only frame never reached the receiver, one range per
     /// frame (see [`Ledger::lost_ranges`]).
@@ -55,7 +55,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn seconds_lost(&self) -> u64 {
+    pub(crate) fn seconds_lost(&self) -> u64 {
         self.lost.iter().map(|r| r.end - r.start).sum()
     }
 
@@ -76,7 +76,7 @@ impl Ledger {
     }
 
     /// The lost seconds as sorted, merged ranges.
-    pub fn lost_ranges(&self) -> Vec<Range<u64>> {
+    pub(crate) fn lost_ranges(&self) -> Vec<Range<u64>> {
         let mut all = self.lost.clone();
         all.sort_by_key(|r| r.start);
         let mut out: Vec<Range<u64>> = Vec::new();
@@ -102,20 +102,23 @@ struct State {
 }
 
 /// The fleet's end of one output's queue.
-pub struct Queue {
+pub(crate) struct Queue {
     shared: Arc<Shared>,
     capacity: usize,
 }
 
 /// The worker's handle, to wait for it at the end of the run.
-pub struct Worker {
+pub(crate) struct Worker {
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
     pub name: String,
 }
 
 /// Starts the worker of one output on the current runtime.
-pub fn start(spec: &OutputSpec, encoder: Box<dyn Encoder>) -> anyhow::Result<(Queue, Worker)> {
+pub(crate) fn start(
+    spec: &OutputSpec,
+    encoder: Box<dyn Encoder>,
+) -> anyhow::Result<(Queue, Worker)> {
     let shared = Arc::new(Shared {
         queue: Mutex::new(State {
             frames: VecDeque::new(),
@@ -150,7 +153,7 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
 impl Queue {
     /// Hands a frame to the worker without waiting; a full queue drops its
     /// oldest frame.
-    pub fn push(&self, frame: Arc<Frame>) {
+    pub(crate) fn push(&self, frame: Arc<Frame>) {
         let mut state = lock(&self.shared);
         if state.frames.len() >= self.capacity {
             if let Some(old) = state.frames.pop_front() {
@@ -167,7 +170,7 @@ impl Worker {
     /// Queues `last` (the verdicts), then waits up to `grace` for the queue
     /// to drain, then books what is left as lost. The fleet must be done
     /// pushing.
-    pub async fn finish(self, last: Option<Arc<Frame>>, grace: Duration) -> Ledger {
+    pub(crate) async fn finish(self, last: Option<Arc<Frame>>, grace: Duration) -> Ledger {
         {
             let mut state = lock(&self.shared);
             state.frames.extend(last);

@@ -17,7 +17,7 @@ use loadfleet_proto::figures::Figures;
 
 /// One scenario's figures in a frame.
 #[derive(Debug, Clone)]
-pub struct ScenarioFrame {
+pub(crate) struct ScenarioFrame {
     pub name: String,
     /// Since the run's start (counters).
     pub totals: Counts,
@@ -33,7 +33,7 @@ pub struct ScenarioFrame {
 
 /// The counts the outputs carry, named as the scrape endpoint names them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Counts {
+pub(crate) struct Counts {
     pub intended: u64,
     pub sent: u64,
     pub unsent: BTreeMap<String, u64>,
@@ -91,14 +91,14 @@ impl Counts {
         }
     }
 
-    pub fn unsent_total(&self) -> u64 {
+    pub(crate) fn unsent_total(&self) -> u64 {
         self.unsent.values().sum()
     }
 }
 
 /// One push: the run so far, as of the end of `seconds`.
 #[derive(Debug, Clone)]
-pub struct Frame {
+pub(crate) struct Frame {
     /// Which run of the plan (0-based, with --repeat).
     pub run: usize,
     /// The settled seconds (from the common start) this frame is the first
@@ -123,7 +123,7 @@ pub struct Frame {
 }
 
 #[derive(Debug, Clone)]
-pub struct AgentFrame {
+pub(crate) struct AgentFrame {
     pub name: String,
     pub sent: u64,
     pub completed: u64,
@@ -135,7 +135,7 @@ pub struct AgentFrame {
 /// Makes frames from the merged state, remembering what the previous frame
 /// of the run carried.
 #[derive(Debug, Default)]
-pub struct Framer {
+pub(crate) struct Framer {
     run: Option<usize>,
     /// Seconds below this were carried by an earlier frame.
     below: u64,
@@ -146,7 +146,7 @@ pub struct Framer {
 impl Framer {
     /// Whether [`Framer::frame`] would make a frame now: a new second
     /// settled, a new run began, or the run is over.
-    pub fn due(&self, run: usize, below: u64) -> bool {
+    pub(crate) fn due(&self, run: usize, below: u64) -> bool {
         self.run != Some(run) || below == u64::MAX || below > self.below
     }
 
@@ -155,7 +155,7 @@ impl Framer {
     /// fleet's settled bound (`u64::MAX` at the end); `started_ms` the
     /// common start on the wall clock.
     #[allow(clippy::too_many_arguments)]
-    pub fn frame(
+    pub(crate) fn frame(
         &mut self,
         run: usize,
         started_ms: i64,

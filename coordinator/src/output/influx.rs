@@ -21,7 +21,7 @@ use super::delivery::{Encoded, Encoder};
 use super::frame::{Counts, Frame};
 use crate::units;
 
-pub struct Influx {
+pub(crate) struct Influx {
     /// Tags on every point: run_id, plan, the user's.
     pub tags: BTreeMap<String, String>,
     pub per_agent: bool,
@@ -60,7 +60,7 @@ fn key(s: &str) -> String {
 }
 
 impl Influx {
-    pub fn lines(&self, frame: &Frame) -> String {
+    pub(crate) fn lines(&self, frame: &Frame) -> String {
         let mut tags = self.tags.clone();
         // The verdicts are the whole report's, not one repeat's.
         if self.repeats && frame.verdicts.is_empty() {

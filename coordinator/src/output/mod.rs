@@ -12,15 +12,15 @@
 //! the run and its figures are the same with or without outputs; what an
 //! output lost comes back as an `OUTPUT_LOST` verdict.
 
-pub mod catalogue;
-pub mod config;
-pub mod delivery;
-pub mod frame;
-pub mod influx;
-pub mod otlp;
-pub mod prometheus;
-pub mod scrape;
-pub mod tls;
+pub(crate) mod catalogue;
+pub(crate) mod config;
+pub(crate) mod delivery;
+pub(crate) mod frame;
+pub(crate) mod influx;
+pub(crate) mod otlp;
+pub(crate) mod prometheus;
+pub(crate) mod scrape;
+pub(crate) mod tls;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use loadfleet_proto::vocab::{VerdictCode, VerdictLevel};
 
-pub use config::{specs, OutputSpec};
+pub(crate) use config::{specs, OutputSpec};
 
 use crate::aggregate::Aggregate;
 use crate::fleet::{Settled, Sink};
@@ -36,7 +36,7 @@ use crate::report::{Report, Verdict};
 
 /// Identity of the run on every series and point.
 #[derive(Debug, Clone)]
-pub struct RunLabels {
+pub(crate) struct RunLabels {
     pub run_id: String,
     /// The plan file's stem, or `flags` for a run made from flags alone.
     pub plan: String,
@@ -47,7 +47,7 @@ pub struct RunLabels {
 impl RunLabels {
     /// `run_id` from --out-run-id or else the output folder's name, `plan`
     /// from the plan file's name.
-    pub fn new(
+    pub(crate) fn new(
         run_id: Option<&str>,
         plan: Option<&std::path::Path>,
         out_dir: &std::path::Path,
@@ -77,13 +77,13 @@ impl RunLabels {
 }
 
 /// The running outputs: the fleet's end ([`Tee`]) and the waiting end.
-pub struct Outputs {
+pub(crate) struct Outputs {
     workers: Vec<(delivery::Worker, Duration)>,
 }
 
 /// Wraps the fleet's sink (the live files, none in a search) with the
 /// scrape endpoint and the outputs' queues.
-pub struct Tee {
+pub(crate) struct Tee {
     inner: Option<Box<dyn Sink>>,
     scrape: Option<scrape::Scrape>,
     queues: Vec<delivery::Queue>,
@@ -95,7 +95,7 @@ pub struct Tee {
 /// Starts every output's worker on the current runtime, and feeds the
 /// scrape endpoint's text (`--metrics-listen`) when given. With neither
 /// the sink is handed back unchanged.
-pub fn start(
+pub(crate) fn start(
     specs: &[OutputSpec],
     labels: &RunLabels,
     scrape: Option<tokio::sync::watch::Sender<String>>,
@@ -222,7 +222,7 @@ impl Outputs {
     /// Waits for the last pushes (each output at most its timeout, after
     /// the fleet dropped its [`Tee`]), then adds an `OUTPUT_LOST` verdict
     /// for each output that lost seconds.
-    pub async fn finish(self, report: &mut Report) {
+    pub(crate) async fn finish(self, report: &mut Report) {
         let verdicts = Arc::new(frame::Frame {
             run: 0,
             seconds: 0..0,
@@ -262,7 +262,7 @@ impl Outputs {
 }
 
 /// The verdict for one output's ledger, if it lost anything.
-pub fn verdict(name: &str, ledger: &delivery::Ledger) -> Option<Verdict> {
+pub(crate) fn verdict(name: &str, ledger: &delivery::Ledger) -> Option<Verdict> {
     let ranges = ledger.lost_ranges();
     if ranges.is_empty() && ledger.frames_lost == 0 {
         return None;

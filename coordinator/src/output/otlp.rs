@@ -24,15 +24,15 @@ use crate::units;
 
 /// The messages of opentelemetry-proto (collector/metrics/v1,
 /// metrics/v1, common/v1, resource/v1), with only the fields sent.
-pub mod pb {
+pub(crate) mod pb {
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ExportMetricsServiceRequest {
+    pub(crate) struct ExportMetricsServiceRequest {
         #[prost(message, repeated, tag = "1")]
         pub resource_metrics: Vec<ResourceMetrics>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ResourceMetrics {
+    pub(crate) struct ResourceMetrics {
         #[prost(message, optional, tag = "1")]
         pub resource: Option<Resource>,
         #[prost(message, repeated, tag = "2")]
@@ -40,13 +40,13 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Resource {
+    pub(crate) struct Resource {
         #[prost(message, repeated, tag = "1")]
         pub attributes: Vec<KeyValue>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ScopeMetrics {
+    pub(crate) struct ScopeMetrics {
         #[prost(message, optional, tag = "1")]
         pub scope: Option<InstrumentationScope>,
         #[prost(message, repeated, tag = "2")]
@@ -54,7 +54,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct InstrumentationScope {
+    pub(crate) struct InstrumentationScope {
         #[prost(string, tag = "1")]
         pub name: String,
         #[prost(string, tag = "2")]
@@ -62,7 +62,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct KeyValue {
+    pub(crate) struct KeyValue {
         #[prost(string, tag = "1")]
         pub key: String,
         #[prost(message, optional, tag = "2")]
@@ -71,13 +71,13 @@ pub mod pb {
 
     /// Only the string variant of AnyValue's oneof.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct AnyValue {
+    pub(crate) struct AnyValue {
         #[prost(string, tag = "1")]
         pub string_value: String,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Metric {
+    pub(crate) struct Metric {
         #[prost(string, tag = "1")]
         pub name: String,
         #[prost(string, tag = "2")]
@@ -89,7 +89,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Oneof)]
-    pub enum Data {
+    pub(crate) enum Data {
         #[prost(message, tag = "5")]
         Gauge(Gauge),
         #[prost(message, tag = "7")]
@@ -99,13 +99,13 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Gauge {
+    pub(crate) struct Gauge {
         #[prost(message, repeated, tag = "1")]
         pub data_points: Vec<NumberDataPoint>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sum {
+    pub(crate) struct Sum {
         #[prost(message, repeated, tag = "1")]
         pub data_points: Vec<NumberDataPoint>,
         /// 2: cumulative.
@@ -116,7 +116,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct NumberDataPoint {
+    pub(crate) struct NumberDataPoint {
         #[prost(message, repeated, tag = "7")]
         pub attributes: Vec<KeyValue>,
         #[prost(fixed64, tag = "2")]
@@ -128,7 +128,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ExponentialHistogram {
+    pub(crate) struct ExponentialHistogram {
         #[prost(message, repeated, tag = "1")]
         pub data_points: Vec<ExponentialHistogramDataPoint>,
         #[prost(int32, tag = "2")]
@@ -136,7 +136,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ExponentialHistogramDataPoint {
+    pub(crate) struct ExponentialHistogramDataPoint {
         #[prost(message, repeated, tag = "1")]
         pub attributes: Vec<KeyValue>,
         #[prost(fixed64, tag = "2")]
@@ -160,7 +160,7 @@ pub mod pb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Buckets {
+    pub(crate) struct Buckets {
         #[prost(sint32, tag = "1")]
         pub offset: i32,
         #[prost(uint64, repeated, tag = "2")]
@@ -170,7 +170,7 @@ pub mod pb {
 
 const CUMULATIVE: i32 = 2;
 
-pub struct Otlp {
+pub(crate) struct Otlp {
     /// Resource attributes: run id, plan, the user's labels.
     pub resource: BTreeMap<String, String>,
     pub per_agent: bool,
@@ -249,7 +249,7 @@ impl Metrics {
 }
 
 impl Otlp {
-    pub fn request(&self, frame: &Frame) -> pb::ExportMetricsServiceRequest {
+    pub(crate) fn request(&self, frame: &Frame) -> pb::ExportMetricsServiceRequest {
         let now = u64::try_from(frame.time_ms).unwrap_or(0) * 1_000_000;
         let mut m = Metrics {
             start: (u64::try_from(frame.started_ms).unwrap_or(0) * 1_000_000).min(now),

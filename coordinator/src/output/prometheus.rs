@@ -24,15 +24,15 @@ use crate::units;
 
 /// The messages of remote write 1.0 (prometheus/prompb types.proto and
 /// remote.proto), with only the fields loadfleet sends.
-pub mod prompb {
+pub(crate) mod prompb {
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct WriteRequest {
+    pub(crate) struct WriteRequest {
         #[prost(message, repeated, tag = "1")]
         pub timeseries: Vec<TimeSeries>,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct TimeSeries {
+    pub(crate) struct TimeSeries {
         #[prost(message, repeated, tag = "1")]
         pub labels: Vec<Label>,
         #[prost(message, repeated, tag = "2")]
@@ -42,7 +42,7 @@ pub mod prompb {
     }
 
     #[derive(Clone, PartialEq, Eq, Hash, prost::Message)]
-    pub struct Label {
+    pub(crate) struct Label {
         #[prost(string, tag = "1")]
         pub name: String,
         #[prost(string, tag = "2")]
@@ -50,7 +50,7 @@ pub mod prompb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
+    pub(crate) struct Sample {
         #[prost(double, tag = "1")]
         pub value: f64,
         #[prost(int64, tag = "2")]
@@ -59,7 +59,7 @@ pub mod prompb {
 
     /// A native histogram with integer counts.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Histogram {
+    pub(crate) struct Histogram {
         #[prost(uint64, tag = "1")]
         pub count_int: u64,
         #[prost(double, tag = "3")]
@@ -80,7 +80,7 @@ pub mod prompb {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct BucketSpan {
+    pub(crate) struct BucketSpan {
         /// Gap to the previous span (or the first bucket's index).
         #[prost(sint32, tag = "1")]
         pub offset: i32,
@@ -92,9 +92,9 @@ pub mod prompb {
 /// Native-histogram schema: 2^SCHEMA buckets per doubling, so a bucket is
 /// 2^(1/32) ≈ 2.2% wide and a quantile read from it is that close to the
 /// exact one.
-pub const SCHEMA: i32 = 5;
+pub(crate) const SCHEMA: i32 = 5;
 
-pub struct Prometheus {
+pub(crate) struct Prometheus {
     pub histograms: Histograms,
     pub per_agent: bool,
     /// Labels on every series: run_id, plan, the user's.
@@ -126,7 +126,7 @@ impl Encoder for Prometheus {
 }
 
 impl Prometheus {
-    pub fn write_request(&mut self, frame: &Frame) -> prompb::WriteRequest {
+    pub(crate) fn write_request(&mut self, frame: &Frame) -> prompb::WriteRequest {
         let mut out = Series {
             ts: frame.time_ms,
             start: frame.started_ms,
@@ -241,7 +241,7 @@ impl Series<'_> {
 
 /// The native bucket of a value in seconds: bucket `i` holds
 /// (2^((i-1)/2^SCHEMA), 2^(i/2^SCHEMA)].
-pub fn bucket_index(seconds: f64) -> i32 {
+pub(crate) fn bucket_index(seconds: f64) -> i32 {
     let scale = f64::from(1u32 << SCHEMA);
     let mut i = (seconds.log2() * scale).ceil() as i32;
     // Guard the float edges: the value must be above the lower bound and
@@ -256,7 +256,7 @@ pub fn bucket_index(seconds: f64) -> i32 {
 }
 
 /// An HDR histogram (µs) as a native histogram (seconds), cumulative.
-pub fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
+pub(crate) fn native(h: &Histogram<u64>, ts: i64) -> prompb::Histogram {
     let mut buckets: BTreeMap<i32, u64> = BTreeMap::new();
     let mut zero = 0;
     for v in h.iter_recorded() {

@@ -29,7 +29,7 @@ use crate::units;
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Serves `GET /metrics` until the process ends.
-pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
+pub(crate) async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -69,7 +69,7 @@ pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
 }
 
 /// The scrape endpoint's end in the fleet: renders each frame it is shown.
-pub struct Scrape {
+pub(crate) struct Scrape {
     pub text: watch::Sender<String>,
     /// Labels on every series: run_id and plan.
     pub labels: BTreeMap<String, String>,
@@ -79,7 +79,7 @@ pub struct Scrape {
 
 impl Scrape {
     /// Replaces the served text with this frame's.
-    pub fn show(&self, frame: &Frame) {
+    pub(crate) fn show(&self, frame: &Frame) {
         let mut labels = self.labels.clone();
         if self.repeats {
             labels.insert("repeat".into(), (frame.run + 1).to_string());
@@ -117,7 +117,7 @@ fn label_set(base: &BTreeMap<String, String>, own: &[(&str, &str)]) -> String {
 
 /// Renders the points of one frame, one family per catalogue entry that
 /// has samples, in catalogue order.
-pub fn render(points: &[Point<'_>], base: &BTreeMap<String, String>) -> String {
+pub(crate) fn render(points: &[Point<'_>], base: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
     for metric in catalogue::ALL {
         let mine: Vec<&Point<'_>> = points

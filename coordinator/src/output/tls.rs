@@ -14,7 +14,7 @@ use tokio_rustls::TlsConnector;
 
 /// A client config for one output, made before the run, so a bad CA file
 /// stops the run before any load is sent.
-pub fn connector(ca_file: Option<&Path>) -> anyhow::Result<TlsConnector> {
+pub(crate) fn connector(ca_file: Option<&Path>) -> anyhow::Result<TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
     // Certificates the system store holds but rustls cannot use are
     // skipped; a store that cannot be read leaves only the CA file.
@@ -44,7 +44,7 @@ pub fn connector(ca_file: Option<&Path>) -> anyhow::Result<TlsConnector> {
 }
 
 /// The handshake over `stream`, checking the certificate against `host`.
-pub async fn handshake(
+pub(crate) async fn handshake(
     connector: &TlsConnector,
     host: &str,
     stream: TcpStream,

@@ -74,7 +74,7 @@ pub(super) struct Check<'a> {
 }
 
 impl<'a> Check<'a> {
-    pub fn new(
+    pub(super) fn new(
         text: &'a str,
         flags: BTreeMap<String, &'static str>,
         errors: Vec<PlanError>,
@@ -90,7 +90,7 @@ impl<'a> Check<'a> {
 
     /// Was `field` (or the table or list holding it) left out of the plan
     /// for a mistake already reported?
-    pub fn dropped(&self, field: &str) -> bool {
+    pub(super) fn dropped(&self, field: &str) -> bool {
         self.dropped.iter().any(|d| {
             field
                 .strip_prefix(d.as_str())
@@ -99,7 +99,7 @@ impl<'a> Check<'a> {
     }
 
     /// Did a flag set `field`?
-    pub fn set_by_flag(&self, field: &str) -> bool {
+    pub(super) fn set_by_flag(&self, field: &str) -> bool {
         self.flags.contains_key(field)
     }
 
@@ -108,7 +108,7 @@ impl<'a> Check<'a> {
         Some(self.text[..end].matches('\n').count() + 1)
     }
 
-    pub fn err(
+    pub(super) fn err(
         &mut self,
         field: impl Into<String>,
         span: Option<Range<usize>>,
@@ -129,7 +129,11 @@ impl<'a> Check<'a> {
         });
     }
 
-    pub fn duration(&mut self, field: &str, v: &Option<Spanned<String>>) -> Option<Duration> {
+    pub(super) fn duration(
+        &mut self,
+        field: &str,
+        v: &Option<Spanned<String>>,
+    ) -> Option<Duration> {
         let v = v.as_ref()?;
         match humantime::parse_duration(v.get_ref()) {
             Ok(d) => Some(d),
@@ -148,7 +152,7 @@ impl<'a> Check<'a> {
     }
 
     /// A duration that must be above zero.
-    pub fn nonzero_duration(
+    pub(super) fn nonzero_duration(
         &mut self,
         field: &str,
         v: &Option<Spanned<String>>,
@@ -165,7 +169,12 @@ impl<'a> Check<'a> {
         Some(d)
     }
 
-    pub fn plain_duration(&mut self, field: &str, span: Range<usize>, v: &str) -> Option<Duration> {
+    pub(super) fn plain_duration(
+        &mut self,
+        field: &str,
+        span: Range<usize>,
+        v: &str,
+    ) -> Option<Duration> {
         match humantime::parse_duration(v) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -181,7 +190,7 @@ impl<'a> Check<'a> {
 
     /// Records a duration above its bound (from `loadfleet_proto::bounds`,
     /// the limit agents hold assignments to); true when within it.
-    pub fn at_most(
+    pub(super) fn at_most(
         &mut self,
         field: &str,
         span: Option<Range<usize>>,
@@ -206,7 +215,7 @@ impl<'a> Check<'a> {
 
     /// [`Check::duration`] within `0..=max`; a value above it is recorded
     /// and replaced by `None`.
-    pub fn bounded_duration(
+    pub(super) fn bounded_duration(
         &mut self,
         field: &str,
         v: &Option<Spanned<String>>,
@@ -218,7 +227,7 @@ impl<'a> Check<'a> {
     }
 
     /// Records a list longer than its bound; true when within it.
-    pub fn at_most_entries(
+    pub(super) fn at_most_entries(
         &mut self,
         field: &str,
         span: Option<Range<usize>>,
@@ -237,7 +246,12 @@ impl<'a> Check<'a> {
         false
     }
 
-    pub fn positive(&mut self, field: &str, v: &Option<Spanned<i64>>, max: i64) -> Option<u32> {
+    pub(super) fn positive(
+        &mut self,
+        field: &str,
+        v: &Option<Spanned<i64>>,
+        max: i64,
+    ) -> Option<u32> {
         let v = v.as_ref()?;
         let n = *v.get_ref();
         if n < 1 || n > max {

@@ -15,8 +15,8 @@ use toml::Spanned;
 use super::check::Check;
 use super::raw::RawOutput;
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-pub const DEFAULT_QUEUE: usize = 60;
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const DEFAULT_QUEUE: usize = 60;
 
 /// A credential: shown as `<hidden>` by `Debug`, never printed.
 #[derive(Clone, PartialEq)]

@@ -119,7 +119,7 @@ pub(super) struct RawScenario {
 impl RawScenario {
     /// Is the profile given as `stages` or `steps` (rather than one level
     /// held for `duration`)?
-    pub fn is_shaped(&self) -> bool {
+    pub(super) fn is_shaped(&self) -> bool {
         self.stages.is_some() || self.steps.is_some()
     }
 }

@@ -20,7 +20,7 @@ pub(super) struct Unit {
 }
 
 impl Unit {
-    pub fn of(closed: bool) -> Self {
+    pub(super) fn of(closed: bool) -> Self {
         if closed {
             Unit {
                 name: "clients",

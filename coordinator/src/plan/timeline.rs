@@ -29,7 +29,7 @@ struct Scaled {
 impl Timeline {
     /// The timeline of `written` (the plan without `--duration`) scaled to
     /// last `duration`.
-    pub fn new(written: &Plan, duration: Duration) -> Result<Self, PlanError> {
+    pub(super) fn new(written: &Plan, duration: Duration) -> Result<Self, PlanError> {
         let length = written.duration();
         if duration.is_zero() || duration > MAX_SCENARIO || length.is_zero() {
             return Err(PlanError {
@@ -70,7 +70,7 @@ impl Timeline {
 
     /// Lays the scaled timeline over `raw`, the same plan read again; the
     /// fields it sets are recorded in `set` with the flag.
-    pub fn lay(&self, raw: &mut RawPlan, mut set: impl FnMut(String, &'static str)) {
+    pub(super) fn lay(&self, raw: &mut RawPlan, mut set: impl FnMut(String, &'static str)) {
         for (i, (s, scaled)) in raw.scenario.iter_mut().zip(&self.scenarios).enumerate() {
             let s = s.get_mut();
             s.reshape.duration = Some(scaled.schedule);

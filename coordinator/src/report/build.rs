@@ -417,7 +417,7 @@ fn interval_reports(result: &RunResult) -> Vec<IntervalReport> {
 
 /// One second of the series, from its merged (or folded) state: what the
 /// final report's `intervals[]` and the live `intervals.csv` both show.
-pub fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
+pub(crate) fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
     let interval_s = 1.0;
     let latency = iv.latency_summary();
     let ms = |us: Option<u64>| us.map(units::us_to_ms);

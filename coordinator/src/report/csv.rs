@@ -10,7 +10,7 @@ use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 use crate::report_model::{IntervalReport, Report};
 
 /// The per-second series as CSV, for spreadsheets and plotting tools.
-pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
+pub(crate) fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
     write_header(out)?;
     for iv in &r.intervals {
         write_row(out, iv)?;
@@ -19,7 +19,7 @@ pub fn write_csv(out: &mut impl Write, r: &Report) -> std::io::Result<()> {
 }
 
 /// The header line, naming every column [`write_row`] writes.
-pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn write_header(out: &mut impl Write) -> std::io::Result<()> {
     write!(out, "t,intended,sent,unsent")?;
     for reason in UnsentReason::ALL {
         write!(out, ",unsent_{reason}")?;
@@ -32,7 +32,7 @@ pub fn write_header(out: &mut impl Write) -> std::io::Result<()> {
 }
 
 /// One second's line.
-pub fn write_row(out: &mut impl Write, iv: &IntervalReport) -> std::io::Result<()> {
+pub(crate) fn write_row(out: &mut impl Write, iv: &IntervalReport) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     let reason = |k: &str| iv.unsent_by_reason.get(k).copied().unwrap_or(0);
     write!(out, "{},{},{},{}", iv.t, iv.intended, iv.sent, iv.unsent)?;

@@ -8,7 +8,7 @@ use loadfleet_proto::vocab::UnsentReason;
 
 /// Milliseconds with a unit and precision that fit their size: 0.42ms,
 /// 12.3ms, 1.25s; a dash when the value is not a number.
-pub fn ms(v: f64) -> String {
+pub(crate) fn ms(v: f64) -> String {
     if !v.is_finite() {
         "–".into()
     } else if v >= 1000.0 {
@@ -22,7 +22,7 @@ pub fn ms(v: f64) -> String {
 
 /// A threshold's `actual` in its own unit, as the text report and the
 /// page show it: "19.67%", "420.0ms", "78.0 req/s", "10".
-pub fn threshold_actual(c: &crate::report_model::Checked) -> String {
+pub(crate) fn threshold_actual(c: &crate::report_model::Checked) -> String {
     match (c.actual, c.unit.as_str()) {
         (None, _) => "n/a".into(),
         (Some(a), "ms") => ms(a),
@@ -33,7 +33,7 @@ pub fn threshold_actual(c: &crate::report_model::Checked) -> String {
 }
 
 /// A finite number or 0: what goes into SVG attributes.
-pub fn fin(v: f64) -> f64 {
+pub(crate) fn fin(v: f64) -> f64 {
     if v.is_finite() {
         v
     } else {
@@ -41,7 +41,7 @@ pub fn fin(v: f64) -> f64 {
     }
 }
 
-pub fn share(part: u64, whole: u64) -> f64 {
+pub(crate) fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -50,7 +50,7 @@ pub fn share(part: u64, whole: u64) -> f64 {
 }
 
 /// A number with a fixed number of decimals, or a dash when it is not one.
-pub fn num(v: f64, decimals: usize) -> String {
+pub(crate) fn num(v: f64, decimals: usize) -> String {
     if v.is_finite() {
         format!("{v:.decimals$}")
     } else {
@@ -59,7 +59,7 @@ pub fn num(v: f64, decimals: usize) -> String {
 }
 
 /// Seconds, without trailing noise: 4, 2.5, 0.25.
-pub fn secs(v: f64) -> String {
+pub(crate) fn secs(v: f64) -> String {
     if !v.is_finite() {
         return "–".into();
     }
@@ -68,7 +68,7 @@ pub fn secs(v: f64) -> String {
 }
 
 /// A count with thousands separators: 18,000.
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -82,7 +82,7 @@ pub fn count(n: u64) -> String {
 
 /// A Unix time as a UTC date and time, "2023-11-14 22:13:20 UTC"; a dash
 /// for a time no date can be written for (not positive, past year 9999).
-pub fn utc(unix: f64) -> String {
+pub(crate) fn utc(unix: f64) -> String {
     let when = (unix.is_finite() && unix > 0.0)
         .then(|| UNIX_EPOCH.checked_add(Duration::from_secs(unix.floor() as u64)))
         .flatten();
@@ -101,7 +101,7 @@ pub fn utc(unix: f64) -> String {
 
 /// What was asked and spoken, and how TLS was checked; `None` for a report
 /// written before the report said so.
-pub fn protocol_line(r: &crate::report_model::Report) -> Option<String> {
+pub(crate) fn protocol_line(r: &crate::report_model::Report) -> Option<String> {
     let p = &r.run.protocol;
     if p.asked.is_empty() {
         return None;
@@ -131,7 +131,7 @@ pub fn protocol_line(r: &crate::report_model::Report) -> Option<String> {
 
 /// The unsent count with every reason that is not zero, as the headline
 /// reads it: `1444 (pool_timeout 1444)`, or `0`.
-pub fn unsent(u: &crate::report_model::Unsent) -> String {
+pub(crate) fn unsent(u: &crate::report_model::Unsent) -> String {
     match unsent_reasons(u) {
         None => u.total.to_string(),
         Some(reasons) => format!("{} ({reasons})", u.total),
@@ -140,7 +140,7 @@ pub fn unsent(u: &crate::report_model::Unsent) -> String {
 
 /// Every unsent reason that is not zero with its count, `late 3,
 /// pool_timeout 1444`; `None` when nothing was unsent.
-pub fn unsent_reasons(u: &crate::report_model::Unsent) -> Option<String> {
+pub(crate) fn unsent_reasons(u: &crate::report_model::Unsent) -> Option<String> {
     let reasons: Vec<String> = [
         (UnsentReason::ConcurrencyLimit.as_str(), u.concurrency_limit),
         (UnsentReason::Late.as_str(), u.late),

@@ -31,7 +31,7 @@ fn hlog_safe(name: &str) -> String {
 
 /// The log's header: what it holds, the run's start (entries are seconds
 /// from it) and the divisor of the max column.
-pub fn write_header(out: &mut impl Write, started_at: SystemTime) -> std::io::Result<()> {
+pub(crate) fn write_header(out: &mut impl Write, started_at: SystemTime) -> std::io::Result<()> {
     let mut serializer = V2DeflateSerializer::new();
     IntervalLogWriterBuilder::new()
         .add_comment("loadfleet latency from intended send time, microseconds")
@@ -45,7 +45,7 @@ pub fn write_header(out: &mut impl Write, started_at: SystemTime) -> std::io::Re
 /// One second's entries, one per (scenario index, outcome class), without a
 /// header. They are formatted in memory and written with one call, so a
 /// process killed meanwhile leaves whole lines or none.
-pub fn write_entries(
+pub(crate) fn write_entries(
     out: &mut impl Write,
     second: u64,
     latency_by_class: &BTreeMap<(u32, OutcomeClass), Histogram<u64>>,

@@ -7,18 +7,18 @@
 //! ([`text`], [`json`], [`csv`], [`hlog`], [`html`]), all sharing
 //! [`format`]. Renderers write to any `impl Write`, so tests can read them.
 
-pub mod build;
-pub mod csv;
-pub mod format;
-pub mod hlog;
-pub mod html;
+pub(crate) mod build;
+pub(crate) mod csv;
+pub(crate) mod format;
+pub(crate) mod hlog;
+pub(crate) mod html;
 pub mod json;
-pub mod plan_info;
-pub mod repeats;
-pub mod shape;
-pub mod sse;
+pub(crate) mod plan_info;
+pub(crate) mod repeats;
+pub(crate) mod shape;
+pub(crate) mod sse;
 pub mod text;
-pub mod verdicts;
+pub(crate) mod verdicts;
 
 pub use crate::report_model::*;
 pub use build::build;

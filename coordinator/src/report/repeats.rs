@@ -28,14 +28,14 @@ impl Headline {
 
 /// How a column of the repeats table is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     Count,
     PerSecond,
     Millis,
 }
 
 /// The columns of the repeats table (text and HTML): title, figure, unit.
-pub const COLUMNS: [(&str, Figure, Unit); 7] = [
+pub(crate) const COLUMNS: [(&str, Figure, Unit); 7] = [
     ("intended", Figure::Intended, Unit::Count),
     ("sent", Figure::Sent, Unit::Count),
     ("unsent", Figure::Unsent, Unit::Count),
@@ -115,7 +115,7 @@ impl Source for Medians<'_> {
 
 /// Combines the reports of several runs; the second value is the index of
 /// the representative run (whose interval log is written).
-pub fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize) {
+pub(crate) fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize) {
     let runs: Vec<Value> = reports.iter().map(|r| run_value(&r.totals)).collect();
     let (mut med, mut lo, mut hi) = (Map::new(), Map::new(), Map::new());
     for figure in &HEADLINE {

@@ -18,14 +18,14 @@ const MAX_PARTS: usize = 6;
 
 /// Names each scenario's load in `report` from the `plan` it ran; the
 /// report's scenarios are the plan's, in the plan's order.
-pub fn name_loads(report: &mut Report, plan: &Plan) {
+pub(crate) fn name_loads(report: &mut Report, plan: &Plan) {
     for (s, planned) in report.scenarios.iter_mut().zip(&plan.scenarios) {
         s.load = describe(&planned.model);
     }
 }
 
 /// The shape of `model` for a scenario line, without the model's name.
-pub fn describe(model: &Model) -> String {
+pub(crate) fn describe(model: &Model) -> String {
     match model {
         Model::Open(schedule) => {
             let parts = parts(schedule.stages());

@@ -24,7 +24,7 @@ const MAX_FANOUT_ROWS: usize = 100;
 /// Each agent's wall-clock offset to the coordinator and its uncertainty
 /// (ns): its monotonic offset, measured by the clock probes, carried over
 /// to wall clocks by the pairs (wall, monotonic) both sides read.
-pub fn wall_offsets(result: &RunResult) -> Vec<(i64, u64)> {
+pub(crate) fn wall_offsets(result: &RunResult) -> Vec<(i64, u64)> {
     result
         .agents
         .iter()
@@ -51,7 +51,12 @@ fn counts(h: &Histogram<u64>) -> Option<Counts> {
 }
 
 /// The section for one scenario's merged figures.
-pub fn report(m: &SseMerged, send_time: &str, result: &RunResult, interval_s: f64) -> SseReport {
+pub(crate) fn report(
+    m: &SseMerged,
+    send_time: &str,
+    result: &RunResult,
+    interval_s: f64,
+) -> SseReport {
     let offsets = wall_offsets(result);
     let agent_wall_offset_ms = offsets
         .iter()

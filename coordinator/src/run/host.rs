@@ -37,7 +37,7 @@ const SERVER_CLOSE: Duration = Duration::from_secs(3);
 const AGENT_EXIT: Duration = Duration::from_secs(5);
 
 /// See the module's comment.
-pub struct Host {
+pub(crate) struct Host {
     console: Console,
     /// The run's folder, made and proven writable.
     pub out_dir: PathBuf,
@@ -51,7 +51,7 @@ pub struct Host {
 
 /// The control plane and what dials it, from [`Host::serve`] until the
 /// fleet is run.
-pub struct Served {
+pub(crate) struct Served {
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     shutdown: oneshot::Sender<()>,
     agents: Vec<Child>,
@@ -63,7 +63,7 @@ pub struct Served {
 impl Served {
     /// Where the scrape endpoint's text goes (with `--metrics-listen`),
     /// for the sink the fleet is run with (`output::start`).
-    pub fn scrape(&mut self) -> Option<watch::Sender<String>> {
+    pub(crate) fn scrape(&mut self) -> Option<watch::Sender<String>> {
         self.metrics.take()
     }
 }
@@ -73,7 +73,7 @@ impl Host {
     /// folder (`--out`), starts the built-in testbed when the run aims at
     /// it, and asks the target's reflection service for the plan's gRPC
     /// message types. Nothing is sent yet.
-    pub async fn start(
+    pub(crate) async fn start(
         setup: &mut RunSetup,
         out: Option<&Path>,
         overwrite: bool,
@@ -129,7 +129,7 @@ impl Host {
 
     /// What the report says of the plan and where it ran, and what the
     /// fleet is asked to do.
-    pub fn describe(&self, setup: &RunSetup) -> (PlanInfo, RunSpec) {
+    pub(crate) fn describe(&self, setup: &RunSetup) -> (PlanInfo, RunSpec) {
         let plan = &setup.plan;
         let mut info = PlanInfo::new(plan, &self.target, setup.latency_floor, self.placement());
         info.failure_limits = setup.failure_limits;
@@ -176,7 +176,7 @@ impl Host {
 
     /// Serves the control plane, starts the local agents, watches for
     /// Ctrl-C and SIGTERM and serves `--metrics-listen`.
-    pub async fn serve(&self, setup: &RunSetup) -> Result<Served, Error> {
+    pub(crate) async fn serve(&self, setup: &RunSetup) -> Result<Served, Error> {
         let listener = tokio::net::TcpListener::bind(setup.listen)
             .await
             .with_context(|| format!("--listen {}: cannot bind the control plane", setup.listen))?;
@@ -239,7 +239,7 @@ impl Host {
 
     /// Runs the fleet (`spec`'s runs, or with `next` the schedules it
     /// picks as it goes), then stops everything this host started.
-    pub async fn run_fleet(
+    pub(crate) async fn run_fleet(
         mut self,
         served: Served,
         spec: RunSpec,

@@ -23,7 +23,7 @@ const DEFAULT_LISTEN: SocketAddr =
 
 /// Every flag laid over the plan of `args`, with a search's own when it
 /// is one.
-pub fn flags(args: &RunArgs, search: Option<plan::SearchFlags>) -> plan::Flags {
+pub(crate) fn flags(args: &RunArgs, search: Option<plan::SearchFlags>) -> plan::Flags {
     plan::Flags {
         plan: args.flags.clone(),
         outputs: args.outputs.clone(),
@@ -34,7 +34,7 @@ pub fn flags(args: &RunArgs, search: Option<plan::SearchFlags>) -> plan::Flags {
 /// The control plane's TLS files (`--tls-cert`, `--tls-key`,
 /// `--client-ca`), read when it is served.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ControlTls {
+pub(crate) struct ControlTls {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// Agents must show a certificate from this CA.
@@ -43,7 +43,7 @@ pub struct ControlTls {
 
 /// What a run (or a search's runs) is made of, every flag checked.
 #[derive(Debug)]
-pub struct RunSetup {
+pub(crate) struct RunSetup {
     pub plan: Plan,
     /// Agent processes to start on this machine; `None`: the fleet is
     /// remote.
@@ -68,7 +68,7 @@ pub struct RunSetup {
 
 impl RunSetup {
     /// Is the fleet made of local agent processes?
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.local_agents.is_some()
     }
 }
@@ -76,7 +76,7 @@ impl RunSetup {
 /// Checks `args` against each other and the plan. `token` is what
 /// `--token`/`--token-file` gave; `env` reads the environment (the
 /// outputs' credentials), a parameter for tests.
-pub fn setup(
+pub(crate) fn setup(
     args: &RunArgs,
     plan: Plan,
     token: Option<String>,

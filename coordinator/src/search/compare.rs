@@ -22,7 +22,11 @@ fn search_file(path: &Path) -> Option<PathBuf> {
 
 /// With searches to compare, writes their ratio and gives the exit
 /// status; `None` when the first argument is not a search (a report).
-pub fn run(paths: &[PathBuf], json: bool, out: &mut impl Write) -> Option<Result<u8, Error>> {
+pub(crate) fn run(
+    paths: &[PathBuf],
+    json: bool,
+    out: &mut impl Write,
+) -> Option<Result<u8, Error>> {
     let first = search_file(paths.first()?)?;
     Some(compare(first, &paths[1..], json, out))
 }

@@ -27,7 +27,7 @@ use crate::report::{self, PlanInfo};
 const GENERATOR_RETRIES: usize = 2;
 
 /// What `run` hands the search: see the module's comment.
-pub struct Driver {
+pub(crate) struct Driver {
     settings: Settings,
     state: Arc<Mutex<State>>,
 }
@@ -66,7 +66,7 @@ struct State {
 }
 
 impl Driver {
-    pub fn new(settings: Settings) -> Driver {
+    pub(crate) fn new(settings: Settings) -> Driver {
         let state = State {
             search: Search::new(settings.course),
             vary: settings.vary.unwrap_or(Vary::Rate),
@@ -96,7 +96,7 @@ impl Driver {
     /// exactly its rules. What is varied is settled here: the open rate
     /// when the plan has an open scenario, else the closed population,
     /// unless `--vary` said.
-    pub fn prepare_plan(&self, plan: &mut Plan) -> Result<(), Error> {
+    pub(crate) fn prepare_plan(&self, plan: &mut Plan) -> Result<(), Error> {
         let has = |open: bool| {
             plan.scenarios
                 .iter()
@@ -133,7 +133,7 @@ impl Driver {
     }
 
     /// The first step's schedule, and room in the fleet for every step.
-    pub fn prepare_spec(
+    pub(crate) fn prepare_spec(
         &mut self,
         spec: &mut RunSpec,
         info: &PlanInfo,
@@ -177,7 +177,7 @@ impl Driver {
     }
 
     /// The fleet's side: after each run, the next schedule.
-    pub fn into_next(self) -> (NextSchedule, Driver) {
+    pub(crate) fn into_next(self) -> (NextSchedule, Driver) {
         let state = Arc::clone(&self.state);
         let next: NextSchedule = Box::new(move |result: &RunResult| {
             state
@@ -190,7 +190,7 @@ impl Driver {
 
     /// After the fleet: runs it did not hand over are judged, then the
     /// outputs are written; the value is the exit status.
-    pub fn finish(self, results: &[RunResult], out_dir: &Path) -> Result<u8, Error> {
+    pub(crate) fn finish(self, results: &[RunResult], out_dir: &Path) -> Result<u8, Error> {
         let mut st = self.state();
         let seen = st.seen;
         for r in results.iter().skip(seen) {
@@ -454,7 +454,7 @@ fn varied_stages(s: &mut v1::ScenarioAssignment, vary: Vary) -> Option<&mut Vec<
 }
 
 /// What `vary` names, added up over the scenarios, each at its peak.
-pub fn offered(scenarios: &[v1::ScenarioAssignment], vary: Vary) -> f64 {
+pub(super) fn offered(scenarios: &[v1::ScenarioAssignment], vary: Vary) -> f64 {
     scenarios
         .iter()
         .cloned()
@@ -470,7 +470,7 @@ pub fn offered(scenarios: &[v1::ScenarioAssignment], vary: Vary) -> f64 {
 /// The scenarios with what `vary` names scaled so it adds up to `rate`,
 /// in the plan's proportions; the other model's scenarios as they are.
 /// Client counts are rounded to whole clients, as only whole ones run.
-pub fn scaled(
+pub(super) fn scaled(
     base: &[v1::ScenarioAssignment],
     (base_rate, rate): (f64, f64),
     vary: Vary,

@@ -17,7 +17,7 @@ use crate::thresholds::Threshold;
 const SLO_COLOURS: [&str; 3] = ["#c62828", "#ad1457", "#6a1b9a"];
 
 /// The page for a search.
-pub fn render(s: &SearchRecord) -> String {
+pub(super) fn render(s: &SearchRecord) -> String {
     page(s).into_string()
 }
 

@@ -20,7 +20,7 @@ const TARGET_SIDE_UNSENT: [UnsentReason; 2] = [UnsentReason::Late, UnsentReason:
 
 /// What one run shows before its SLO is read: `Some` when it says nothing
 /// about the target's capacity.
-pub fn honesty(result: &RunResult, report: &Report, slo: &[Threshold]) -> Option<Judged> {
+pub(super) fn honesty(result: &RunResult, report: &Report, slo: &[Threshold]) -> Option<Judged> {
     if let Some(why) = &result.failure {
         return Some(Judged::Broken(why.clone()));
     }
@@ -109,7 +109,7 @@ fn target_beyond_lag(report: &Report, slo: &[Threshold]) -> bool {
 /// Whether a generator limit may pass on its own: a load machine held up
 /// by something else (lag with its CPU free) can be over by the next run;
 /// a pool too small or an agent lost cannot.
-pub fn transient(why: &str) -> bool {
+pub(super) fn transient(why: &str) -> bool {
     why.starts_with(SATURATED)
 }
 
@@ -118,7 +118,7 @@ const SATURATED: &str = "GENERATOR_SATURATED";
 
 /// The SLO's rules as the report checked them: a pass when all held, else
 /// a failure naming each broken rule and its figure.
-pub fn slo(checked: &[Checked]) -> Judged {
+pub(super) fn slo(checked: &[Checked]) -> Judged {
     let broken: Vec<String> = checked.iter().filter(|c| !c.passed).map(broken).collect();
     if broken.is_empty() {
         Judged::Pass
@@ -128,7 +128,7 @@ pub fn slo(checked: &[Checked]) -> Judged {
 }
 
 /// `p99 412.0ms (SLO p99<300ms)`.
-pub fn broken(c: &Checked) -> String {
+pub(super) fn broken(c: &Checked) -> String {
     let name = c
         .threshold
         .split(['<', '>', '='])

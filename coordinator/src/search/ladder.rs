@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// The settings the course follows.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Course {
+pub(crate) struct Course {
     pub from: f64,
     pub to: f64,
     /// The gap, as a share of the passing rate, at which bisection stops.
@@ -25,7 +25,7 @@ pub struct Course {
 
 /// What a step (all of its runs) showed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Judged {
+pub(crate) enum Judged {
     /// Every SLO rule held (on the medians).
     Pass,
     /// An SLO rule broke; the text says which and by how much.
@@ -41,7 +41,7 @@ pub enum Judged {
 /// Why a step was run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Purpose {
+pub(crate) enum Purpose {
     Ladder,
     Bisect,
     /// The last passing rate again, after a failure.
@@ -50,7 +50,7 @@ pub enum Purpose {
 
 /// The next thing to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Run a step at this rate, this many times.
     Step {
         rate: f64,
@@ -63,7 +63,7 @@ pub enum Next {
 
 /// How the search ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The highest passing rate, and the lowest failing one (none when
     /// `to` itself passed: the capacity is at least `to`).
     Capacity {
@@ -88,7 +88,7 @@ pub enum Outcome {
 /// Why a search was undecided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Undecided {
+pub(crate) enum Undecided {
     Generator,
     NoExperiment,
     Broken,
@@ -96,7 +96,7 @@ pub enum Undecided {
 
 /// The course so far.
 #[derive(Debug, Clone)]
-pub struct Search {
+pub(crate) struct Search {
     course: Course,
     /// The highest rate proven to pass.
     low: Option<f64>,
@@ -109,7 +109,7 @@ pub struct Search {
 }
 
 impl Search {
-    pub fn new(course: Course) -> Self {
+    pub(crate) fn new(course: Course) -> Self {
         Search {
             course,
             low: None,
@@ -120,7 +120,7 @@ impl Search {
     }
 
     /// The first step.
-    pub fn start(&mut self) -> Next {
+    pub(crate) fn start(&mut self) -> Next {
         self.step(self.course.from, Purpose::Ladder, 1)
     }
 
@@ -134,7 +134,7 @@ impl Search {
     }
 
     /// Takes what the current step showed; says what comes next.
-    pub fn observe(&mut self, judged: Judged) -> Next {
+    pub(crate) fn observe(&mut self, judged: Judged) -> Next {
         let Some((rate, purpose)) = self.current.take() else {
             return Next::Done(self.undecided(
                 self.course.from,
@@ -184,13 +184,13 @@ impl Search {
     }
 
     /// The highest rate proven to pass and the lowest seen to fail.
-    pub fn bracket(&self) -> (Option<f64>, Option<f64>) {
+    pub(crate) fn bracket(&self) -> (Option<f64>, Option<f64>) {
         (self.low, self.high.as_ref().map(|h| h.0))
     }
 
     /// The search ended before it decided (the user stopped it, the fleet
     /// ended): undecided at the step being run.
-    pub fn stopped(&self, why: String) -> Outcome {
+    pub(crate) fn stopped(&self, why: String) -> Outcome {
         let rate = self.current.map_or(self.course.from, |c| c.0);
         self.undecided(rate, why, Undecided::Broken)
     }
@@ -228,13 +228,13 @@ impl Search {
 }
 
 /// Whether the gap between a passing and a failing rate is small enough.
-pub fn within(low: f64, high: f64, resolution: f64) -> bool {
+pub(crate) fn within(low: f64, high: f64, resolution: f64) -> bool {
     high - low <= resolution * low
 }
 
 /// The next rate between a pass and a failure, rounded to a whole request
 /// per second when the gap allows, so step rates read cleanly.
-pub fn midpoint(low: f64, high: f64) -> f64 {
+pub(crate) fn midpoint(low: f64, high: f64) -> f64 {
     let mid = (low + high) / 2.0;
     let round = mid.round();
     if round > low && round < high {

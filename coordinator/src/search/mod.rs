@@ -11,16 +11,16 @@
 //! [`compare`] sets two searches side by side. The guide is
 //! `docs/search.md`.
 
-pub mod compare;
+pub(crate) mod compare;
 mod driver;
 mod html;
 mod judge;
-pub mod ladder;
-pub mod record;
+pub(crate) mod ladder;
+pub(crate) mod record;
 mod settings;
 
-pub use driver::Driver;
-pub use settings::Settings;
+pub(crate) use driver::Driver;
+pub(crate) use settings::Settings;
 
 use crate::cli::{self, RunArgs, SearchArgs};
 use crate::console::Console;
@@ -32,7 +32,7 @@ use crate::run::{self as runs, Host};
 /// each step's rate picked by the [`Driver`]. The value is the exit
 /// status: 0 a capacity was found, 1 even `--from` failed the SLO, 3
 /// undecided.
-pub async fn run(args: SearchArgs) -> Result<u8, Error> {
+pub(crate) async fn run(args: SearchArgs) -> Result<u8, Error> {
     let console = Console::stderr();
     let (args, flags) = prepare(args)?;
     let mut plan = plan::resolve_all(args.plan.as_deref(), &runs::flags(&args, Some(flags)))?;

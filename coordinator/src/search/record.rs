@@ -12,11 +12,11 @@ use crate::cli::Vary;
 use crate::report::format::{ms, num};
 use crate::report_model::{Checked, Percentiles, Report, Warmup};
 
-pub const SCHEMA: &str = "loadfleet.search/v1";
+pub(crate) const SCHEMA: &str = "loadfleet.search/v1";
 
 /// The whole search, as written to `search.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SearchRecord {
+pub(crate) struct SearchRecord {
     pub schema: String,
     pub target: String,
     /// The SLO's rules, as written.
@@ -29,7 +29,7 @@ pub struct SearchRecord {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SettingsRecord {
+pub(crate) struct SettingsRecord {
     /// `rate` (steps, `from`, `to`, capacities in req/s) or `clients`
     /// (in clients).
     pub varies: Vary,
@@ -46,7 +46,7 @@ pub struct SettingsRecord {
 
 /// How the search ended.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResultRecord {
+pub(crate) struct ResultRecord {
     /// `capacity`, `from_fails` or `undecided`.
     pub status: String,
     /// The highest rate that passed; with `undecided`, a lower bound.
@@ -72,7 +72,7 @@ pub struct ResultRecord {
 
 /// A verdict on the search as a whole, as a report's verdicts read.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SearchVerdict {
+pub(crate) struct SearchVerdict {
     pub level: VerdictLevel,
     pub code: String,
     pub message: String,
@@ -80,7 +80,7 @@ pub struct SearchVerdict {
 
 /// One step: a rate, run once or `--repeat` times.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Step {
+pub(crate) struct Step {
     /// 1-based, in the order run.
     pub index: usize,
     pub offered: f64,
@@ -111,7 +111,7 @@ pub struct Step {
 
 /// A step's headline figures, as the report names them.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Figures {
+pub(crate) struct Figures {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
@@ -127,7 +127,7 @@ pub struct Figures {
 }
 
 impl Figures {
-    pub fn of(r: &Report) -> Figures {
+    pub(crate) fn of(r: &Report) -> Figures {
         let t = &r.totals;
         let mut unsent_by_reason = t.unsent.other.clone();
         unsent_by_reason.insert("late".into(), t.unsent.late);
@@ -150,7 +150,7 @@ impl Figures {
 }
 
 /// `LEVEL CODE` of each verdict, once, in the reports' order.
-pub fn verdict_codes<'a>(reports: impl Iterator<Item = &'a Report>) -> Vec<String> {
+pub(crate) fn verdict_codes<'a>(reports: impl Iterator<Item = &'a Report>) -> Vec<String> {
     let mut codes: Vec<String> = Vec::new();
     for r in reports {
         for v in &r.verdicts {
@@ -172,7 +172,7 @@ fn level(l: VerdictLevel) -> &'static str {
 }
 
 /// The result: what is written to `search.json` and the exit status.
-pub fn result(
+pub(crate) fn result(
     outcome: &Outcome,
     resolution: f64,
     vary: Vary,
@@ -289,7 +289,7 @@ pub fn result(
 }
 
 /// The text summary: the result first, then one line per step.
-pub fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Result<()> {
+pub(crate) fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Result<()> {
     writeln!(out, "search: {}", s.result.summary)?;
     writeln!(out, "  SLO: {}", s.slo.join(", "))?;
     for v in &s.verdicts {

@@ -12,11 +12,11 @@ use crate::thresholds::Threshold;
 
 /// Steps a search may take (runs, repeats and the recovery run included):
 /// doubling from 1 to the highest rate and bisecting to 1% fits well in it.
-pub const MAX_RUNS: usize = 100;
+pub(super) const MAX_RUNS: usize = 100;
 
 /// Everything the search follows.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub slo: Vec<Threshold>,
     /// `None` until the plan says: see `Driver::prepare_plan`.
     pub vary: Option<Vary>,
@@ -28,7 +28,7 @@ pub struct Settings {
 }
 
 /// The `run` flags a search sets itself, refused by name.
-pub fn refuse_run_flags(run: &RunArgs) -> Result<(), Error> {
+pub(super) fn refuse_run_flags(run: &RunArgs) -> Result<(), Error> {
     if run.flags.duration.is_some() {
         return Err(error::flags(
             "search sets each step's length: use --step (the measured window) and --warmup instead of --duration",
@@ -53,7 +53,7 @@ pub fn refuse_run_flags(run: &RunArgs) -> Result<(), Error> {
 }
 
 /// The search's flags, to lay over the plan's `[search]` table.
-pub fn flags(args: &SearchArgs) -> SearchFlags {
+pub(super) fn flags(args: &SearchArgs) -> SearchFlags {
     SearchFlags {
         slo: args.slo.clone(),
         vary: args.vary,
@@ -69,7 +69,7 @@ pub fn flags(args: &SearchArgs) -> SearchFlags {
 impl Settings {
     /// From the plan's search settings; an SLO and the highest step are
     /// what a search cannot go without.
-    pub fn from_plan(s: &SearchPlan) -> Result<Settings, Error> {
+    pub(crate) fn from_plan(s: &SearchPlan) -> Result<Settings, Error> {
         if s.slo.is_empty() {
             return Err(error::flags(
                 "search needs an SLO: give --slo once per rule, e.g. --slo 'p99<300ms' --slo 'failures<1%' (or slo = [...] in the plan's [search] table)",

@@ -11,7 +11,7 @@ use crate::common::run;
 
 /// Fails, pointing at scripts/test.sh, when there is no Chromium: a render check
 /// that silently passes without a browser checks nothing.
-pub fn require_chromium() {
+pub(crate) fn require_chromium() {
     let found = Command::new("chromium")
         .arg("--version")
         .output()
@@ -25,7 +25,7 @@ pub fn require_chromium() {
 }
 
 /// Renders `html` in a `width` × `height` window into `png`.
-pub fn screenshot(html: &Path, png: &Path, profile: &Path, width: u32, height: u32) {
+pub(crate) fn screenshot(html: &Path, png: &Path, profile: &Path, width: u32, height: u32) {
     let mut cmd = Command::new("chromium");
     cmd.args([
         "--headless",
@@ -49,14 +49,14 @@ pub fn screenshot(html: &Path, png: &Path, profile: &Path, width: u32, height: u
     );
 }
 
-pub struct Image {
+pub(crate) struct Image {
     pub width: usize,
     pub pixels: Vec<[u8; 3]>,
 }
 
 impl Image {
     /// The x of every pixel within `tolerance` of `colour`.
-    pub fn xs_of(&self, colour: [u8; 3], tolerance: u8) -> Vec<usize> {
+    pub(crate) fn xs_of(&self, colour: [u8; 3], tolerance: u8) -> Vec<usize> {
         self.pixels
             .iter()
             .enumerate()
@@ -66,7 +66,7 @@ impl Image {
     }
 }
 
-pub fn decode(path: &Path) -> Image {
+pub(crate) fn decode(path: &Path) -> Image {
     let file = std::fs::File::open(path).expect("open screenshot");
     let mut decoder = png::Decoder::new(file);
     decoder.set_transformations(png::Transformations::normalize_to_color8());
@@ -87,6 +87,6 @@ pub fn decode(path: &Path) -> Image {
     }
 }
 
-pub fn near(p: [u8; 3], c: [u8; 3], tolerance: u8) -> bool {
+pub(crate) fn near(p: [u8; 3], c: [u8; 3], tolerance: u8) -> bool {
     p.iter().zip(c).all(|(a, b)| a.abs_diff(b) <= tolerance)
 }

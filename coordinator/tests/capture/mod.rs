@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// One request as it arrived.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub method: String,
     pub path: String,
     /// Names lower-cased, in arrival order.
@@ -21,7 +21,7 @@ pub struct Seen {
 }
 
 impl Seen {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -29,13 +29,13 @@ impl Seen {
     }
 }
 
-pub struct Capture {
+pub(crate) struct Capture {
     pub addr: String,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
 impl Capture {
-    pub fn start(slow: Duration) -> Capture {
+    pub(crate) fn start(slow: Duration) -> Capture {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the capture target");
         let addr = listener.local_addr().expect("addr").to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -49,12 +49,12 @@ impl Capture {
         Capture { addr, seen }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Every request kept so far.
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().expect("capture lock").clone()
     }
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub fn bin(name: &str) -> PathBuf {
+pub(crate) fn bin(name: &str) -> PathBuf {
     // Integration tests get this crate's binary; the others are siblings
     // built by the same workspace build.
     let own = PathBuf::from(env!("CARGO_BIN_EXE_loadfleet-coordinator"));
@@ -24,16 +24,16 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-pub fn coordinator() -> Command {
+pub(crate) fn coordinator() -> Command {
     Command::new(bin("loadfleet-coordinator"))
 }
 
-pub fn agent() -> Command {
+pub(crate) fn agent() -> Command {
     Command::new(bin("loadfleet-agent"))
 }
 
 /// A fresh folder for one test's outputs.
-pub fn temp_dir(test: &str) -> PathBuf {
+pub(crate) fn temp_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("loadfleet-test-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp dir");
@@ -41,14 +41,14 @@ pub fn temp_dir(test: &str) -> PathBuf {
 }
 
 /// Writes `text` as `plan.toml` in `dir`; returns its path.
-pub fn write_plan(dir: &Path, text: &str) -> PathBuf {
+pub(crate) fn write_plan(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("plan.toml");
     std::fs::write(&path, text).expect("write plan");
     path
 }
 
 /// A child whose stderr is collected line by line in the background.
-pub struct Proc {
+pub(crate) struct Proc {
     pub child: Child,
     lines: mpsc::Receiver<String>,
     pub seen: Vec<String>,
@@ -56,7 +56,7 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn spawn(mut cmd: Command, what: &str) -> Proc {
+    pub(crate) fn spawn(mut cmd: Command, what: &str) -> Proc {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -86,7 +86,7 @@ impl Proc {
     }
 
     /// Waits for an output line containing `needle`; returns it.
-    pub fn wait_for_line(&mut self, needle: &str, patience: Duration) -> String {
+    pub(crate) fn wait_for_line(&mut self, needle: &str, patience: Duration) -> String {
         let deadline = Instant::now() + patience;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -109,7 +109,7 @@ impl Proc {
 
     /// Waits until each of `needles` is in some output line, in any order,
     /// counting the lines already read.
-    pub fn wait_for_lines(&mut self, needles: &[String], patience: Duration) {
+    pub(crate) fn wait_for_lines(&mut self, needles: &[String], patience: Duration) {
         let deadline = Instant::now() + patience;
         let missing = |seen: &[String]| -> Vec<String> {
             needles
@@ -139,7 +139,7 @@ impl Proc {
 
     /// Waits for exit within `patience` (killing it after), returning the
     /// status and all output.
-    pub fn wait(mut self, patience: Duration) -> (ExitStatus, String) {
+    pub(crate) fn wait(mut self, patience: Duration) -> (ExitStatus, String) {
         let deadline = Instant::now() + patience;
         let status = loop {
             if let Some(s) = self.child.try_wait().expect("try_wait") {
@@ -167,7 +167,7 @@ impl Proc {
         (status, self.seen.join("\n"))
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
@@ -182,20 +182,23 @@ impl Drop for Proc {
 }
 
 /// Runs a command to completion, with a time limit.
-pub fn run(cmd: Command, what: &str, patience: Duration) -> (ExitStatus, String) {
+pub(crate) fn run(cmd: Command, what: &str, patience: Duration) -> (ExitStatus, String) {
     Proc::spawn(cmd, what).wait(patience)
 }
 
 /// Runs the coordinator with `args` plus `--out` a fresh folder, to the end;
 /// returns its exit code, its output, the report and the folder. A missing
 /// report fails the test with the coordinator's output.
-pub fn run_report(test: &str, args: &[&str]) -> (ExitStatus, String, serde_json::Value, PathBuf) {
+pub(crate) fn run_report(
+    test: &str,
+    args: &[&str],
+) -> (ExitStatus, String, serde_json::Value, PathBuf) {
     run_report_with_env(test, args, &[])
 }
 
 /// [`run_report`] with extra environment variables for the coordinator (and
 /// so for the agents it starts).
-pub fn run_report_with_env(
+pub(crate) fn run_report_with_env(
     test: &str,
     args: &[&str],
     env: &[(&str, &str)],
@@ -222,7 +225,7 @@ pub fn run_report_with_env(
 /// vCPU descheduled for tens of ms) makes the agent late enough for the
 /// report to say, rightly, that the generator set the pace. Any other error
 /// verdict, or any other exit status, fails the test.
-pub fn assert_ok_or_saturated(status: ExitStatus, report: &serde_json::Value, output: &str) {
+pub(crate) fn assert_ok_or_saturated(status: ExitStatus, report: &serde_json::Value, output: &str) {
     let errors: Vec<&str> = report["verdicts"]
         .as_array()
         .expect("verdicts")
@@ -245,7 +248,11 @@ pub fn assert_ok_or_saturated(status: ExitStatus, report: &serde_json::Value, ou
 /// that overload the target on purpose, where whether a share crosses a
 /// verdict's limit depends on timing but the status must still follow
 /// from the report; a crash (101) or a signal fails.
-pub fn assert_exit_follows_the_report(code: Option<i32>, report: &serde_json::Value, output: &str) {
+pub(crate) fn assert_exit_follows_the_report(
+    code: Option<i32>,
+    report: &serde_json::Value,
+    output: &str,
+) {
     let error = report["verdicts"]
         .as_array()
         .expect("verdicts")
@@ -264,7 +271,7 @@ pub fn assert_exit_follows_the_report(code: Option<i32>, report: &serde_json::Va
     assert_eq!(code, Some(documented), "{output}");
 }
 
-pub fn read_report(dir: &Path) -> serde_json::Value {
+pub(crate) fn read_report(dir: &Path) -> serde_json::Value {
     let path = dir.join("report.json");
     let mut s = String::new();
     std::fs::File::open(&path)
@@ -275,7 +282,7 @@ pub fn read_report(dir: &Path) -> serde_json::Value {
 }
 
 /// The report's verdict of `code`, if it has one.
-pub fn verdict<'a>(r: &'a serde_json::Value, code: &str) -> Option<&'a serde_json::Value> {
+pub(crate) fn verdict<'a>(r: &'a serde_json::Value, code: &str) -> Option<&'a serde_json::Value> {
     r["verdicts"]
         .as_array()
         .expect("verdicts")
@@ -284,22 +291,22 @@ pub fn verdict<'a>(r: &'a serde_json::Value, code: &str) -> Option<&'a serde_jso
 }
 
 /// The count under `key` in a report's map of counts, 0 when absent.
-pub fn count_of(map: &serde_json::Value, key: &str) -> u64 {
+pub(crate) fn count_of(map: &serde_json::Value, key: &str) -> u64 {
     map.get(key).map_or(0, u)
 }
 
-pub fn u(v: &serde_json::Value) -> u64 {
+pub(crate) fn u(v: &serde_json::Value) -> u64 {
     v.as_u64()
         .unwrap_or_else(|| panic!("not an unsigned number: {v}"))
 }
 
-pub fn f(v: &serde_json::Value) -> f64 {
+pub(crate) fn f(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 /// Starts the testbed on 127.0.0.1 (extra flags appended); returns it and
 /// its `host:port`, read from its readiness line.
-pub fn start_testbed(extra: &[&str]) -> (Proc, String) {
+pub(crate) fn start_testbed(extra: &[&str]) -> (Proc, String) {
     let mut cmd = Command::new(bin("loadfleet-testbed"));
     cmd.args(["--listen", "127.0.0.1:0"]).args(extra);
     let mut testbed = Proc::spawn(cmd, "testbed");
@@ -314,7 +321,7 @@ pub fn start_testbed(extra: &[&str]) -> (Proc, String) {
 
 /// Writes a self-signed certificate for `localhost` and its key into
 /// `dir`; returns their paths.
-pub fn localhost_certificate(dir: &Path) -> (String, String) {
+pub(crate) fn localhost_certificate(dir: &Path) -> (String, String) {
     let rcgen::CertifiedKey { cert, key_pair } =
         rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("certificate");
     let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
@@ -327,13 +334,13 @@ pub fn localhost_certificate(dir: &Path) -> (String, String) {
 }
 
 /// A port on 127.0.0.1 with nothing listening (bound, then released).
-pub fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
 
 /// Sends SIGINT/SIGKILL to a child we started, by its pid.
-pub fn signal(pid: u32, sig: i32) {
+pub(crate) fn signal(pid: u32, sig: i32) {
     let signal = nix::sys::signal::Signal::try_from(sig).expect("a known signal");
     let pid = nix::unistd::Pid::from_raw(pid as i32);
     // A child that already exited is not an error here, as before.
@@ -344,7 +351,7 @@ const HLOG_SUMMARY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/h
 
 /// Fails, pointing at scripts/test.sh, when python3 or its hdrh module is missing:
 /// a check that silently passes without its reader checks nothing.
-pub fn require_hdrh() {
+pub(crate) fn require_hdrh() {
     let mut cmd = Command::new("python3");
     cmd.args(["-c", "import hdrh.log, hdrh.histogram"]);
     let ok = cmd.output().map(|o| o.status.success()).unwrap_or(false);
@@ -357,7 +364,7 @@ pub fn require_hdrh() {
 
 /// An interval log read by an independent implementation (the `hdrh`
 /// module, through tests/support/hlog_summary.py): its RESULT line.
-pub fn hlog_summary(hlog: &Path) -> serde_json::Value {
+pub(crate) fn hlog_summary(hlog: &Path) -> serde_json::Value {
     let mut cmd = Command::new("python3");
     cmd.arg(HLOG_SUMMARY).arg(hlog);
     let (status, output) = run(cmd, "hlog_summary.py", Duration::from_secs(60));
@@ -370,7 +377,7 @@ pub fn hlog_summary(hlog: &Path) -> serde_json::Value {
 }
 
 /// Reads the control address from the coordinator's `listening on` line.
-pub fn control_url(c: &mut Proc) -> String {
+pub(crate) fn control_url(c: &mut Proc) -> String {
     let line = c.wait_for_line("coordinator listening on", Duration::from_secs(20));
     let addr = line
         .split("listening on ")
@@ -381,25 +388,25 @@ pub fn control_url(c: &mut Proc) -> String {
 }
 
 /// A target that only counts connection attempts, to prove no load was sent.
-pub struct Silent(std::net::TcpListener);
+pub(crate) struct Silent(std::net::TcpListener);
 
 impl Silent {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         l.set_nonblocking(true).expect("nonblocking");
         Silent(l)
     }
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/", self.0.local_addr().expect("addr"))
     }
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         std::iter::from_fn(|| self.0.accept().ok()).count()
     }
 }
 
 /// Requests the testbed answered per source address (and in total), from
 /// its `GET /__stats`: what really reached the target.
-pub fn testbed_counts(addr: &str) -> BTreeMap<String, u64> {
+pub(crate) fn testbed_counts(addr: &str) -> BTreeMap<String, u64> {
     let mut s = std::net::TcpStream::connect(addr).expect("connect to the testbed");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
@@ -415,7 +422,7 @@ pub fn testbed_counts(addr: &str) -> BTreeMap<String, u64> {
 
 /// [`testbed_counts`] of a testbed serving https with the certificate
 /// `cert` (a PEM file, for `localhost`), which is checked.
-pub fn testbed_counts_tls(addr: &str, cert: &str) -> BTreeMap<String, u64> {
+pub(crate) fn testbed_counts_tls(addr: &str, cert: &str) -> BTreeMap<String, u64> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     let cert = rustls_pki_types::CertificateDer::from_pem_file(cert).expect("the testbed's PEM");
@@ -462,7 +469,7 @@ fn stats_counts(response: &str) -> BTreeMap<String, u64> {
 /// the run.
 /// The line is printed about once a second, not on each second, so a
 /// given second may never appear: read the elapsed time off each line.
-pub fn wait_for_run_second(c: &mut Proc, secs: u32) {
+pub(crate) fn wait_for_run_second(c: &mut Proc, secs: u32) {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -479,13 +486,13 @@ pub fn wait_for_run_second(c: &mut Proc, secs: u32) {
 }
 
 /// The repository's root, for the deploy files the tests run.
-pub fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Builds the `loadfleet` image tagged `tag` from this build's binaries
 /// with deploy/container/build.sh, as a user builds it.
-pub fn build_image(tag: &str) {
+pub(crate) fn build_image(tag: &str) {
     let bins = bin("loadfleet-agent")
         .parent()
         .expect("binary folder")
@@ -500,7 +507,7 @@ pub fn build_image(tag: &str) {
 }
 
 /// The one agent a report says was lost.
-pub fn lost_agent(report: &serde_json::Value) -> &serde_json::Value {
+pub(crate) fn lost_agent(report: &serde_json::Value) -> &serde_json::Value {
     report["agents"]
         .as_array()
         .expect("agents")

@@ -15,7 +15,7 @@ const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc_s
 
 /// The Python gRPC server, started with `args`; returns it and its
 /// `host:port`. Fails pointing at scripts/test.sh when grpcio is missing.
-pub fn start_fixture(args: &[&str]) -> (Proc, String) {
+pub(crate) fn start_fixture(args: &[&str]) -> (Proc, String) {
     let probe = Command::new("python3")
         .args(["-c", "import grpc, grpc_reflection"])
         .output()
@@ -36,13 +36,13 @@ pub fn start_fixture(args: &[&str]) -> (Proc, String) {
 /// What a stopped server printed: `counts`, `{method: {status: n}}` (the
 /// testbed's `grpc-status NAME N` lines as `{status: n}` under ""), and,
 /// from the Python server, `received`, `{method: {request name: n}}`.
-pub struct Stopped {
+pub(crate) struct Stopped {
     pub counts: Value,
     pub received: Value,
 }
 
 /// Stops a server by its pid (SIGTERM) and reads what it printed.
-pub fn stop(server: Proc) -> Stopped {
+pub(crate) fn stop(server: Proc) -> Stopped {
     signal(server.pid(), libc::SIGTERM);
     let (status, output) = server.wait(Duration::from_secs(20));
     assert!(
@@ -73,11 +73,11 @@ pub fn stop(server: Proc) -> Stopped {
 }
 
 /// [`stop`]'s counts.
-pub fn stop_and_count(server: Proc) -> Value {
+pub(crate) fn stop_and_count(server: Proc) -> Value {
     stop(server).counts
 }
 
 /// A server-side count, 0 when absent.
-pub fn server_count(counts: &Value, method: &str, status: &str) -> u64 {
+pub(crate) fn server_count(counts: &Value, method: &str, status: &str) -> u64 {
     counts[method][status].as_u64().unwrap_or(0)
 }

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Endpoint, Server};
 
-pub const TOKEN: &str = "harness-token";
+pub(crate) const TOKEN: &str = "harness-token";
 
 thread_local! {
     static PANICS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
@@ -50,7 +50,7 @@ fn watch_panics() {
 }
 
 /// A plan small enough to reason about: one open scenario of 10 req/s for 2 s.
-pub fn spec(expect_agents: usize) -> RunSpec {
+pub(crate) fn spec(expect_agents: usize) -> RunSpec {
     let scenario = v1::ScenarioAssignment {
         name: "default".into(),
         duration_ns: 2_000_000_000,
@@ -88,7 +88,7 @@ pub fn spec(expect_agents: usize) -> RunSpec {
 
 /// A running coordinator: the tonic server over duplex pipes, and the fleet
 /// actor whose results the test awaits.
-pub struct Fleet {
+pub(crate) struct Fleet {
     connections: mpsc::Sender<Result<DuplexStream, std::io::Error>>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     actor: JoinHandle<Vec<RunResult>>,
@@ -97,7 +97,7 @@ pub struct Fleet {
 
 impl Fleet {
     /// Starts the service and the actor; `stop` plays the user's Ctrl-C.
-    pub fn start(spec: RunSpec, stop: impl Future<Output = ()> + Send + 'static) -> Self {
+    pub(crate) fn start(spec: RunSpec, stop: impl Future<Output = ()> + Send + 'static) -> Self {
         watch_panics();
         let (events_tx, events_rx) = mpsc::channel::<FleetEvent>(4096);
         let (connections, incoming) = mpsc::channel(16);
@@ -126,7 +126,7 @@ impl Fleet {
     /// Connects a fake agent on its own connection and, if its script says
     /// hello, waits until the fleet welcomed it, so join order is the order
     /// of these calls.
-    pub async fn join(&mut self, script: Script) -> Log {
+    pub(crate) async fn join(&mut self, script: Script) -> Log {
         let log = Log::default();
         let connections = self.connections.clone();
         let channel = Endpoint::from_static("http://fleet.harness")
@@ -159,7 +159,7 @@ impl Fleet {
 
     /// Waits for the fleet's results (bounded, so a hang fails the test),
     /// then checks that no server, service or agent task panicked.
-    pub async fn finish(self) -> Vec<RunResult> {
+    pub(crate) async fn finish(self) -> Vec<RunResult> {
         let results = tokio::time::timeout(Duration::from_secs(120), self.actor)
             .await
             .expect("the fleet ended within 120 s")
@@ -187,7 +187,7 @@ impl Fleet {
 
 /// What a fake agent does.
 #[derive(Clone, Debug)]
-pub struct Script {
+pub(crate) struct Script {
     pub label: String,
     pub cpus: u32,
     /// Whether it says hello at all.
@@ -199,7 +199,7 @@ pub struct Script {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnAssignment {
+pub(crate) enum OnAssignment {
     /// Reports its whole slice, every arrival sent, one snapshot per
     /// interval, then finishes.
     Finish,
@@ -214,7 +214,7 @@ pub enum OnAssignment {
 }
 
 impl Script {
-    pub fn new(label: &str) -> Self {
+    pub(crate) fn new(label: &str) -> Self {
         Script {
             label: label.into(),
             cpus: 1,
@@ -227,10 +227,10 @@ impl Script {
 
 /// What one fake agent saw, shared with the test.
 #[derive(Clone, Default, Debug)]
-pub struct Log(Arc<Mutex<Seen>>);
+pub(crate) struct Log(Arc<Mutex<Seen>>);
 
 #[derive(Default, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub welcome: Option<v1::Welcome>,
     pub pings: usize,
     pub assignments: Vec<v1::Assignment>,
@@ -242,10 +242,10 @@ pub struct Seen {
 }
 
 impl Log {
-    pub fn get(&self) -> std::sync::MutexGuard<'_, Seen> {
+    pub(crate) fn get(&self) -> std::sync::MutexGuard<'_, Seen> {
         self.0.lock().expect("log lock")
     }
-    pub fn assignments(&self) -> Vec<v1::Assignment> {
+    pub(crate) fn assignments(&self) -> Vec<v1::Assignment> {
         self.get().assignments.clone()
     }
 }
@@ -257,7 +257,7 @@ fn send(kind: agent_message::Kind) -> v1::AgentMessage {
 /// What an honest agent reports intended (and sent) for its slice of the
 /// assignment, per scenario and interval: the same walk the real agent's
 /// workers make.
-pub fn honest_counts(a: &v1::Assignment) -> Vec<(u32, u64, u64)> {
+pub(crate) fn honest_counts(a: &v1::Assignment) -> Vec<(u32, u64, u64)> {
     use loadfleet_proto::partition::{AgentSlice, Interleave};
     use loadfleet_proto::schedule::ArrivalSchedule;
     let interleave = Interleave::new(&a.weights).expect("weights");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{closed_port, signal, Proc};
 
-pub struct Nginx {
+pub(crate) struct Nginx {
     proc: Proc,
     dir: PathBuf,
     pub addr: String,
@@ -22,7 +22,7 @@ pub struct Nginx {
 impl Nginx {
     /// Serves one `server` on 127.0.0.1 whose body (directives and
     /// locations) is `server_body`.
-    pub fn start(dir: &Path, server_body: &str) -> Nginx {
+    pub(crate) fn start(dir: &Path, server_body: &str) -> Nginx {
         let port = closed_port();
         let d = dir.display();
         let conf = format!(
@@ -57,7 +57,7 @@ impl Nginx {
 
     /// The status of every request nginx answered so far, in order (its
     /// access log is written as each request ends).
-    pub fn statuses(&self) -> Vec<u16> {
+    pub(crate) fn statuses(&self) -> Vec<u16> {
         let log = std::fs::read_to_string(self.dir.join("access.log")).unwrap_or_default();
         log.lines()
             .map(|l| {
@@ -79,7 +79,7 @@ impl Drop for Nginx {
 
 /// nginx from the system's packages, or a failure naming the setup script:
 /// a test that skipped without it would check nothing.
-pub fn nginx_binary() -> PathBuf {
+pub(crate) fn nginx_binary() -> PathBuf {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         .iter()
         .map(|d| Path::new(d).join("nginx"))

@@ -19,7 +19,7 @@ use crate::common::{closed_port, Proc};
 
 /// Fails, pointing at .ci/run, when a receiver's binary is missing: a test
 /// that silently passes without its receiver checks nothing.
-pub fn require(binary: &str, package: &str) {
+pub(crate) fn require(binary: &str, package: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(binary).is_file()))
         .unwrap_or(false);
@@ -30,7 +30,7 @@ pub fn require(binary: &str, package: &str) {
 }
 
 /// A receiver process, killed by its PID when dropped.
-pub struct Receiver {
+pub(crate) struct Receiver {
     pub proc: Option<Proc>,
     pub addr: String,
 }
@@ -45,12 +45,12 @@ impl Drop for Receiver {
 }
 
 /// Prometheus on 127.0.0.1, storing under `dir`.
-pub fn prometheus(dir: &Path) -> Receiver {
+pub(crate) fn prometheus(dir: &Path) -> Receiver {
     prometheus_with(dir, None)
 }
 
 /// Prometheus serving https with this certificate and key (PEM files).
-pub fn prometheus_tls(dir: &Path, cert: &str, key: &str) -> Receiver {
+pub(crate) fn prometheus_tls(dir: &Path, cert: &str, key: &str) -> Receiver {
     let web = dir.join("web.yml");
     std::fs::write(
         &web,
@@ -92,7 +92,7 @@ fn prometheus_with(dir: &Path, web: Option<&Path>) -> Receiver {
 
 /// VictoriaMetrics on 127.0.0.1, storing under `dir`, answering queries
 /// with what was just written (no latency offset, no cache).
-pub fn victoria_metrics(dir: &Path) -> Receiver {
+pub(crate) fn victoria_metrics(dir: &Path) -> Receiver {
     require("victoria-metrics", "victoria-metrics");
     let addr = format!("127.0.0.1:{}", closed_port());
     let mut cmd = Command::new("victoria-metrics");
@@ -109,7 +109,7 @@ pub fn victoria_metrics(dir: &Path) -> Receiver {
 
 /// InfluxDB 1.x on 127.0.0.1 with its files under `dir`, and a database
 /// `loadfleet`.
-pub fn influxdb(dir: &Path) -> Receiver {
+pub(crate) fn influxdb(dir: &Path) -> Receiver {
     require("influxd", "influxdb");
     let port = closed_port();
     let addr = format!("127.0.0.1:{port}");
@@ -153,7 +153,12 @@ pub fn influxdb(dir: &Path) -> Receiver {
 }
 
 /// One HTTP/1.0 exchange; the status and the body.
-pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+pub(crate) fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
@@ -175,7 +180,7 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> std::io::Result
     Ok((status, body))
 }
 
-pub fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -187,7 +192,7 @@ pub fn urlencode(s: &str) -> String {
 }
 
 /// A PromQL instant query; the `data.result` array.
-pub fn promql(addr: &str, query: &str) -> Vec<serde_json::Value> {
+pub(crate) fn promql(addr: &str, query: &str) -> Vec<serde_json::Value> {
     let (status, body) = http(
         addr,
         "POST",
@@ -201,7 +206,7 @@ pub fn promql(addr: &str, query: &str) -> Vec<serde_json::Value> {
 }
 
 /// A PromQL query's one value.
-pub fn promql_value(addr: &str, query: &str) -> f64 {
+pub(crate) fn promql_value(addr: &str, query: &str) -> f64 {
     let r = promql(addr, query);
     assert_eq!(r.len(), 1, "{query}: {r:?}");
     r[0]["value"][1]
@@ -212,7 +217,7 @@ pub fn promql_value(addr: &str, query: &str) -> f64 {
 
 /// An InfluxQL query on database `loadfleet`; the first series' rows as
 /// (columns, values).
-pub fn influxql(addr: &str, query: &str) -> serde_json::Value {
+pub(crate) fn influxql(addr: &str, query: &str) -> serde_json::Value {
     let (status, body) = http(
         addr,
         "POST",
@@ -226,13 +231,13 @@ pub fn influxql(addr: &str, query: &str) -> serde_json::Value {
 
 /// A port that accepts connections and never answers; held open until
 /// dropped.
-pub struct Mute {
+pub(crate) struct Mute {
     pub addr: String,
     _thread: std::thread::JoinHandle<()>,
 }
 
 impl Mute {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = l.local_addr().expect("addr").to_string();
         let thread = std::thread::spawn(move || {

@@ -12,7 +12,7 @@ use crate::common::*;
 
 /// Runs `docker ARGS` within `patience`; its stdout on success. Never
 /// panics, so the guard's `Drop` can use it too.
-pub fn docker_try(
+pub(crate) fn docker_try(
     args: &[&str],
     env: &[(&str, String)],
     patience: Duration,
@@ -51,11 +51,11 @@ pub fn docker_try(
     }
 }
 
-pub fn docker(args: &[&str]) -> String {
+pub(crate) fn docker(args: &[&str]) -> String {
     docker_try(args, &[], Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-pub fn lines(text: &str) -> Vec<String> {
+pub(crate) fn lines(text: &str) -> Vec<String> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
@@ -64,7 +64,7 @@ pub fn lines(text: &str) -> Vec<String> {
 }
 
 /// The swarm this test made, and everything in it; all removed on drop.
-pub struct Swarm {
+pub(crate) struct Swarm {
     tag: String,
     pub secret: String,
     stacks: Vec<String>,
@@ -74,7 +74,7 @@ pub struct Swarm {
 }
 
 impl Swarm {
-    pub fn init() -> Swarm {
+    pub(crate) fn init() -> Swarm {
         let state = docker_try(
             &["info", "--format", "{{.Swarm.LocalNodeState}}"],
             &[],
@@ -103,13 +103,13 @@ impl Swarm {
     }
 
     /// Builds the image from this build's binaries, as containers.rs does.
-    pub fn build_image(&self) {
+    pub(crate) fn build_image(&self) {
         build_image(&self.tag);
     }
 
     /// The token as a swarm secret, from a file ending in a newline (as
     /// `echo` writes it), which --token-file must trim.
-    pub fn create_secret(&mut self, token: &str) {
+    pub(crate) fn create_secret(&mut self, token: &str) {
         let dir = temp_dir("swarm-secret");
         self.dirs.push(dir.clone());
         let file = dir.join("token");
@@ -119,7 +119,7 @@ impl Swarm {
 
     /// Deploys the stack as `name`, the plan `plan` (rate and duration),
     /// three agents; returns where its report lands and the testbed's port.
-    pub fn deploy(&mut self, name: &str, plan: &str, repeat: u32) -> Stack {
+    pub(crate) fn deploy(&mut self, name: &str, plan: &str, repeat: u32) -> Stack {
         let out = temp_dir(&format!("swarm-{name}"));
         self.dirs.push(out.clone());
         let plan_file = write_plan(&out, plan);
@@ -195,20 +195,20 @@ impl Drop for Swarm {
 }
 
 /// One deployed stack.
-pub struct Stack {
+pub(crate) struct Stack {
     pub name: String,
     report: PathBuf,
     port: u16,
 }
 
 impl Stack {
-    pub fn service(&self, role: &str) -> String {
+    pub(crate) fn service(&self, role: &str) -> String {
         format!("{}_{role}", self.name)
     }
 
     /// The role's containers, newest first: (id, task name, state), the
     /// state as `docker ps` says it (`created`, `running`, `exited`, ...).
-    pub fn containers(&self, role: &str) -> Vec<(String, String, String)> {
+    pub(crate) fn containers(&self, role: &str) -> Vec<(String, String, String)> {
         let filter = format!("label=com.docker.swarm.service.name={}", self.service(role));
         let text = docker(&[
             "ps",
@@ -232,7 +232,12 @@ impl Stack {
     }
 
     /// Waits for `n` running containers of `role`.
-    pub fn wait_running(&self, role: &str, n: usize, patience: Duration) -> Vec<(String, String)> {
+    pub(crate) fn wait_running(
+        &self,
+        role: &str,
+        n: usize,
+        patience: Duration,
+    ) -> Vec<(String, String)> {
         let deadline = Instant::now() + patience;
         loop {
             let up: Vec<(String, String)> = self
@@ -255,7 +260,7 @@ impl Stack {
     }
 
     /// `docker service ps` of the role, for messages.
-    pub fn tasks(&self, role: &str) -> String {
+    pub(crate) fn tasks(&self, role: &str) -> String {
         docker_try(
             &[
                 "service",
@@ -271,7 +276,7 @@ impl Stack {
         .unwrap_or_else(|e| e)
     }
 
-    pub fn logs(&self, role: &str) -> String {
+    pub(crate) fn logs(&self, role: &str) -> String {
         let out = Command::new("docker")
             .args(["service", "logs", "--raw", &self.service(role)])
             .output()
@@ -285,7 +290,7 @@ impl Stack {
 
     /// Waits for a coordinator container other than `not` to exit;
     /// returns its exit code.
-    pub fn wait_coordinator_exit(&self, not: Option<&str>, patience: Duration) -> i64 {
+    pub(crate) fn wait_coordinator_exit(&self, not: Option<&str>, patience: Duration) -> i64 {
         let deadline = Instant::now() + patience;
         loop {
             let done = self
@@ -308,7 +313,7 @@ impl Stack {
     }
 
     /// What the testbed was asked, by its own count (`GET /__stats`).
-    pub fn testbed_count(&self) -> Option<u64> {
+    pub(crate) fn testbed_count(&self) -> Option<u64> {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         s.write_all(b"GET /__stats HTTP/1.1\r\nHost: testbed\r\nConnection: close\r\n\r\n")
@@ -322,7 +327,7 @@ impl Stack {
     }
 
     /// Waits until the testbed has counted more than `n` requests: load flows.
-    pub fn wait_load(&self, n: u64, patience: Duration) -> u64 {
+    pub(crate) fn wait_load(&self, n: u64, patience: Duration) -> u64 {
         let deadline = Instant::now() + patience;
         loop {
             if let Some(c) = self.testbed_count().filter(|&c| c > n) {
@@ -338,7 +343,7 @@ impl Stack {
         }
     }
 
-    pub fn report(&self) -> serde_json::Value {
+    pub(crate) fn report(&self) -> serde_json::Value {
         assert!(
             self.report.join("report.json").is_file(),
             "no report in {}: {}\n{}",

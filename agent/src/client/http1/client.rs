@@ -36,7 +36,7 @@ use crate::client::saturation::Queued;
 /// intended instant — and it keeps a hiccup on the target from turning
 /// into a storm of new connections.
 #[derive(Clone)]
-pub struct Http1Client {
+pub(crate) struct Http1Client {
     inner: Rc<ClientInner>,
 }
 
@@ -51,7 +51,7 @@ struct ClientInner {
 }
 
 impl Http1Client {
-    pub fn new(dialer: Dialer, connections: usize) -> Self {
+    pub(crate) fn new(dialer: Dialer, connections: usize) -> Self {
         Self {
             inner: Rc::new(ClientInner {
                 ledger: RefCell::new(Ledger::new(connections)),
@@ -78,25 +78,25 @@ impl Http1Client {
 
     /// Time during which requests waited for a connection since the last
     /// call, up to `now`: every connection was busy and load was held back.
-    pub fn take_saturated(&self, now: Instant) -> Duration {
+    pub(crate) fn take_saturated(&self, now: Instant) -> Duration {
         self.ledger().take_saturated(now)
     }
 
     /// Answers are under way that may not land whole in their sockets
     /// while the worker sleeps blind ([`Ledger::answers_need_reading`]).
-    pub fn answers_need_reading(&self) -> bool {
+    pub(crate) fn answers_need_reading(&self) -> bool {
         self.ledger().answers_need_reading()
     }
 
     /// Every slot is taken and no connection is idle: the next request
     /// would queue. Closed connections still in the idle list count as
     /// idle here; taking one frees its slot for a new connection anyway.
-    pub fn pool_full(&self) -> bool {
+    pub(crate) fn pool_full(&self) -> bool {
         self.ledger().full()
     }
 
     /// Connections established since the last call.
-    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+    pub(crate) fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
         self.ledger().take_connections()
     }
 

@@ -18,7 +18,7 @@ mod read;
 pub(crate) mod wire;
 
 pub(super) use client::Http1Client;
-pub use direct::{DirectPool, Fixed, Outgoing};
+pub(crate) use direct::{DirectPool, Fixed, Outgoing};
 
 /// A test server's side of a keep-alive connection: waits for the next
 /// whole request head in `pending` (reading more as needed) and drops it;

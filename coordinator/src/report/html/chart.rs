@@ -194,7 +194,7 @@ fn bands(r: &Report, x_end: f64) -> Vec<(f64, f64, &'static str)> {
 
 /// The position of a percentile on the HdrHistogram-style axis: the number
 /// of decades of 1/(1-p), so 0% → 0, 90% → 1, 99% → 2, 99.9% → 3.
-pub fn percentile_x(percentile: f64) -> f64 {
+pub(super) fn percentile_x(percentile: f64) -> f64 {
     let rest = 1.0 - percentile / 100.0;
     if rest > 0.0 && rest.is_finite() {
         (1.0 / rest).log10().max(0.0)
@@ -204,7 +204,7 @@ pub fn percentile_x(percentile: f64) -> f64 {
 }
 
 /// The label of decade `d` on that axis: 0%, 90%, 99%, 99.9%, 99.99%, …
-pub fn decade_label(d: u32) -> String {
+pub(super) fn decade_label(d: u32) -> String {
     match d {
         0 => "0%".into(),
         1 => "90%".into(),
@@ -500,7 +500,7 @@ fn f1(v: f64) -> String {
 
 /// A round axis top at or above `max` and a step that divides it into about
 /// five parts (1, 2 or 5 times a power of ten).
-pub fn nice_scale(max: f64) -> (f64, f64) {
+pub(crate) fn nice_scale(max: f64) -> (f64, f64) {
     let max = if max.is_finite() && max > 0.0 {
         max
     } else {

@@ -22,5 +22,5 @@ mod tables;
 mod tests;
 
 pub(crate) use chart::{nice_scale, Chart, Series, XAxis};
+pub(crate) use page::write_html;
 pub(crate) use page::STYLE;
-pub use page::{render, write_html};

@@ -11,12 +11,12 @@ use crate::report::format::{protocol_line, secs, threshold_actual, utc};
 use crate::report_model::Report;
 
 /// Writes the page for `r` to `out`.
-pub fn write_html(out: &mut impl std::io::Write, r: &Report) -> std::io::Result<()> {
+pub(crate) fn write_html(out: &mut impl std::io::Write, r: &Report) -> std::io::Result<()> {
     out.write_all(render(r)?.as_bytes())
 }
 
 /// The page for `r` as a string.
-pub fn render(r: &Report) -> std::io::Result<String> {
+pub(crate) fn render(r: &Report) -> std::io::Result<String> {
     let json = serde_json::to_string(r).map_err(std::io::Error::other)?;
     Ok(page(r, &json).into_string())
 }

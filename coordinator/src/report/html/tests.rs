@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason, VerdictCode, VerdictLevel};
 
 use super::chart::{curve_points, decade_label, nice_scale, percentile_x};
-use super::render;
+use super::page::render;
 use crate::report::format::{count, secs, utc};
 use crate::report_model::{
     AgentReport, CurvePoint, IntervalReport, Lag, Percentiles, Phases, Report, RunInfo, Scenario,

@@ -19,7 +19,7 @@ use crate::plan::OnAgentLoss;
 use crate::units;
 
 /// All verdicts of one run, errors first.
-pub fn all(
+pub(crate) fn all(
     result: &RunResult,
     t: &Totals,
     agents: &[AgentReport],
@@ -74,7 +74,7 @@ fn file_limit_verdicts(result: &RunResult, info: &PlanInfo) -> Vec<Verdict> {
 }
 
 /// Errors first, then warnings, then the rest; otherwise in the order made.
-pub fn sort(v: &mut [Verdict]) {
+pub(crate) fn sort(v: &mut [Verdict]) {
     v.sort_by_key(|v| v.level);
 }
 
@@ -172,12 +172,12 @@ fn shared_host<'a>(
 }
 
 /// Send-lag p99 above this means the agent could not keep the schedule.
-pub const SATURATED_LAG_MS: f64 = 10.0;
+pub(crate) const SATURATED_LAG_MS: f64 = 10.0;
 /// CPU use (of the agent's cores) above this leaves no headroom.
-pub const SATURATED_CPU: f64 = 0.9;
+pub(crate) const SATURATED_CPU: f64 = 0.9;
 /// Clock uncertainty (half the best probe round trip) above this makes the
 /// common start instant too loose to compare agents second by second.
-pub const CLOCK_TOLERANCE_MS: f64 = 5.0;
+pub(crate) const CLOCK_TOLERANCE_MS: f64 = 5.0;
 
 /// Whether the generator, the clocks or the target's known floor make the
 /// figures untrustworthy.

@@ -10,14 +10,14 @@ use crate::report_model::{AgentReport, Totals, Verdict};
 
 /// Unsent arrivals above this share of the intended ones make the run
 /// degraded: the load offered was not the load planned.
-pub const UNSENT_ERROR_SHARE: f64 = 0.05;
+pub(super) const UNSENT_ERROR_SHARE: f64 = 0.05;
 /// Requests without an outcome above this share of those sent make the run
 /// degraded: the latency figures leave out the slowest of them.
-pub const INCOMPLETE_ERROR_SHARE: f64 = 0.01;
+pub(super) const INCOMPLETE_ERROR_SHARE: f64 = 0.01;
 /// An agent whose connections were all busy, with requests waiting, for
 /// at least this share of the run held the load back: the run was partly
 /// a closed model.
-pub const POOL_ERROR_SHARE: f64 = 0.05;
+pub(super) const POOL_ERROR_SHARE: f64 = 0.05;
 
 fn level_above(share: f64, limit: f64) -> VerdictLevel {
     if share > limit {

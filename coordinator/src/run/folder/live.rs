@@ -31,7 +31,7 @@ use crate::report::build::{build, interval_report};
 use crate::report::{csv, hlog, json, PlanInfo, Report};
 
 /// How often `report.partial.json` is replaced.
-pub const PARTIAL_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const PARTIAL_EVERY: Duration = Duration::from_secs(2);
 /// Work for the writer thread, in order.
 enum Job {
     /// A run begins: its files are made afresh, with their headers.
@@ -50,7 +50,7 @@ enum Job {
 
 /// The fleet's [`Sink`]: folds each settled second out of the merged state
 /// into the live files.
-pub struct LiveOutputs {
+pub(crate) struct LiveOutputs {
     dir: PathBuf,
     repeats: usize,
     info: PlanInfo,
@@ -62,7 +62,7 @@ pub struct LiveOutputs {
 }
 
 /// The writer thread; [`LiveWriter::finish`] waits until all is on disk.
-pub struct LiveWriter {
+pub(crate) struct LiveWriter {
     thread: std::thread::JoinHandle<()>,
     console: Console,
 }
@@ -70,7 +70,7 @@ pub struct LiveWriter {
 impl LiveOutputs {
     /// Creates `dir` and the first run's files now, so an --out that cannot
     /// be written fails before any load is sent.
-    pub fn start(
+    pub(crate) fn start(
         dir: &Path,
         repeats: usize,
         info: PlanInfo,
@@ -173,7 +173,7 @@ impl Sink for LiveOutputs {
 impl LiveWriter {
     /// Waits until every job is on disk; the [`LiveOutputs`] must be gone
     /// (the fleet drops it when it ends).
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         if self.thread.join().is_err() {
             self.console.line(
                 "warning: the thread writing the live outputs failed; the final report is written anyway",

@@ -9,20 +9,20 @@ use anyhow::Context;
 use crate::error::{self, Error};
 use crate::report;
 
-pub mod live;
+pub(super) mod live;
 
-pub const REPORT_JSON: &str = "report.json";
-pub const REPORT_HTML: &str = "report.html";
+pub(super) const REPORT_JSON: &str = "report.json";
+pub(super) const REPORT_HTML: &str = "report.html";
 /// Written and removed at once, to prove the folder writable.
 const WRITE_PROBE: &str = ".loadfleet-write-test";
 /// The report as if the run had been cut short now, while it goes.
-pub const PARTIAL_NAME: &str = "report.partial.json";
-pub const HLOG_NAME: &str = "latency.hlog";
-pub const CSV_NAME: &str = "intervals.csv";
+pub(super) const PARTIAL_NAME: &str = "report.partial.json";
+pub(super) const HLOG_NAME: &str = "latency.hlog";
+pub(super) const CSV_NAME: &str = "intervals.csv";
 
 /// The live files of run `run` (0-based): the plain names for a single run;
 /// with --repeat, one pair per run, so every run's log is kept.
-pub fn run_files(dir: &Path, run: usize, repeats: usize) -> (PathBuf, PathBuf) {
+pub(super) fn run_files(dir: &Path, run: usize, repeats: usize) -> (PathBuf, PathBuf) {
     if repeats > 1 {
         (
             dir.join(format!("latency.run-{}.hlog", run + 1)),
@@ -43,7 +43,7 @@ pub fn run_files(dir: &Path, run: usize, repeats: usize) -> (PathBuf, PathBuf) {
 /// `-3`, … when a run started in the same second already took the name.
 /// Everything that writes into the run's folder (the live files, the
 /// report) goes through the folder this returns.
-pub fn prepare_out_dir(out: Option<&Path>, overwrite: bool) -> Result<PathBuf, Error> {
+pub(super) fn prepare_out_dir(out: Option<&Path>, overwrite: bool) -> Result<PathBuf, Error> {
     let dir = match out {
         Some(dir) if dir.exists() && !dir.is_dir() => {
             return Err(error::flags(format!(
@@ -183,7 +183,7 @@ fn fresh_out_dir(parent: &Path, now: std::time::SystemTime) -> std::io::Result<P
 /// that came in after their second was written; the representative run's
 /// interval log as `latency.hlog` with --repeat. A clean end removes
 /// `report.partial.json`.
-pub fn write_outputs(
+pub(super) fn write_outputs(
     dir: &Path,
     report: &report::Report,
     shown: usize,
@@ -220,7 +220,7 @@ pub fn write_outputs(
 
 /// Writes `path` whole or not at all: into a temporary file next to it,
 /// then renamed over it, so a reader (or a crash) never sees half a file.
-pub fn replace(
+pub(super) fn replace(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {

@@ -19,7 +19,7 @@ use crate::client::outcome::{Exchanged, Outcome, Phases};
 impl<T: Copy + 'static> DirectPool<T> {
     /// When the pool must be driven again at the latest, for a request
     /// whose time runs out then.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let state = self.state.borrow();
         let busy = state.ledger.busy();
         let queued = state

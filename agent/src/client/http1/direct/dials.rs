@@ -32,7 +32,7 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// pool: the first request on each reports its connect time as its own.
     /// A connection takes its slot only once it is open, so dials dropped
     /// unfinished (the run started first) hold none.
-    pub async fn open_ahead(&self, n: usize) {
+    pub(crate) async fn open_ahead(&self, n: usize) {
         let n = n.min(self.state.borrow().ledger.slots_left());
         let dials = (0..n).map(|_| self.dialer.dial(&self.uri));
         for dialed in futures::future::join_all(dials).await {

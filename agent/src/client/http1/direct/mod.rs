@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use crate::client::dial::Dialer;
 use crate::client::outcome::Exchanged;
 use dials::DialDone;
-pub use outgoing::{Fixed, Outgoing};
+pub(crate) use outgoing::{Fixed, Outgoing};
 use outgoing::{Job, Waiting};
 use state::State;
 
@@ -64,7 +64,7 @@ const BLIND_READS: usize = 2;
 /// Keep-alive HTTP/1.1 connections to one host, owned by one worker and
 /// driven by its open loop (see the module's comment). `T` is what the
 /// loop keeps with each request and gets back with its outcome.
-pub struct DirectPool<T> {
+pub(crate) struct DirectPool<T> {
     /// The epoll set, which tokio's reactor watches for readiness.
     ready: loadfleet_sys::WatchedPoll,
     /// What one look at the set found, kept apart from the pool's state so
@@ -89,7 +89,7 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// open at once, each request given `timeout` to wait for one (from when
     /// it was sent) and `timeout` again on it. Must be made on the worker's
     /// runtime.
-    pub fn new(
+    pub(crate) fn new(
         uri: &Uri,
         dialer: Dialer,
         connections: usize,
@@ -121,7 +121,7 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// freed. Its outcome comes out of a later [`Self::drive`]. True when it
     /// left at once; one that waits is handed out by
     /// [`Self::take_went_out`] when it leaves.
-    pub fn submit(
+    pub(crate) fn submit(
         self: &Rc<Self>,
         request: Outgoing,
         sent_at: Instant,
@@ -161,7 +161,7 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// Takes up everything that happened since the last call, up to `now`:
     /// answers read, connections closed, dials finished, time run out,
     /// waiting requests sent on the connections freed. Outcomes go to `done`.
-    pub fn drive(self: &Rc<Self>, now: Instant, done: &mut Vec<(T, Exchanged)>) {
+    pub(crate) fn drive(self: &Rc<Self>, now: Instant, done: &mut Vec<(T, Exchanged)>) {
         // What the reactor knows is taken up now; anything arriving after
         // the look below sets it again (see [`Self::has_news`]).
         self.ready.clear_news();
@@ -211,7 +211,7 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// system call for nothing (their stamps keep their times exact). What
     /// the set still holds for the sockets read here is taken up,
     /// harmlessly, by the next drive.
-    pub fn read_on_wire(
+    pub(crate) fn read_on_wire(
         self: &Rc<Self>,
         (now, woke): (Instant, Instant),
         done: &mut Vec<(T, Exchanged)>,
@@ -249,14 +249,14 @@ impl<T: Copy + 'static> DirectPool<T> {
 
     /// Whether [`Self::drive`] has something to take up, as far as the
     /// reactor has looked: costs no system call.
-    pub fn has_news(&self) -> bool {
+    pub(crate) fn has_news(&self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         self.poll_news(&mut cx).is_ready()
     }
 
     /// Waits until [`Self::drive`] has something to take up: an answer, a
     /// closed connection, a finished dial. The drive clears it.
-    pub async fn news(&self) {
+    pub(crate) async fn news(&self) {
         std::future::poll_fn(|cx| self.poll_news(cx)).await
     }
 
@@ -278,7 +278,7 @@ impl<T: Copy + 'static> DirectPool<T> {
 
     /// Hands `each` the requests that left the queue since the last call:
     /// the ones to count as sent.
-    pub fn take_went_out(&self, mut each: impl FnMut(T)) {
+    pub(crate) fn take_went_out(&self, mut each: impl FnMut(T)) {
         let mut state = self.state.borrow_mut();
         for tag in state.went_out.drain(..) {
             each(tag);
@@ -287,7 +287,7 @@ impl<T: Copy + 'static> DirectPool<T> {
 
     /// Every slot is taken and no connection is idle: the next request
     /// would wait.
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.state.borrow().ledger.full()
     }
 
@@ -295,25 +295,25 @@ impl<T: Copy + 'static> DirectPool<T> {
     /// before the loop's next tick, so it must read them as they come: an
     /// earlier one outgrew its socket's window, or too few have ended yet
     /// to tell.
-    pub fn answers_need_reading(&self) -> bool {
+    pub(crate) fn answers_need_reading(&self) -> bool {
         self.state.borrow().ledger.answers_need_reading()
     }
 
     /// Requests wait for a connection: the answers that free one should be
     /// read as they come, not at the next tick; and the dials that open
     /// one are tasks of the worker's, which must run to finish them.
-    pub fn queued(&self) -> bool {
+    pub(crate) fn queued(&self) -> bool {
         self.state.borrow().ledger.has_waiters() || self.dialing.get() > 0
     }
 
     /// Time during which requests waited for a connection since the last
     /// call, up to `now`.
-    pub fn take_saturated(&self, now: Instant) -> Duration {
+    pub(crate) fn take_saturated(&self, now: Instant) -> Duration {
         self.state.borrow().ledger.take_saturated(now)
     }
 
     /// Connections established since the last call.
-    pub fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
+    pub(crate) fn take_connections(&self) -> Vec<(HttpProtocol, u64)> {
         self.state.borrow_mut().ledger.take_connections()
     }
 }

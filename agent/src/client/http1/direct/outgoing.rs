@@ -19,7 +19,7 @@ use crate::client::saturation::Queued;
 /// A request to send. Not boxed: a box would be one more allocation per
 /// built request, to save a few bytes' copy of a fixed one.
 #[allow(clippy::large_enum_variant)]
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     /// Built for this arrival ([`Outgoing::built`]); rendered as it goes
     /// onto the wire.
     Built(Parts, Bytes),
@@ -33,11 +33,11 @@ pub enum Outgoing {
 /// neither built nor rendered per arrival. Shared, not copied, by the
 /// requests that carry it.
 #[derive(Clone)]
-pub struct Fixed(Rc<(Method, Vec<u8>)>);
+pub(crate) struct Fixed(Rc<(Method, Vec<u8>)>);
 
 impl Outgoing {
     /// A request built for this arrival.
-    pub fn built(request: Request<Full<Bytes>>) -> Self {
+    pub(crate) fn built(request: Request<Full<Bytes>>) -> Self {
         let (parts, body) = request.into_parts();
         Outgoing::Built(parts, full_bytes(body))
     }
@@ -64,7 +64,7 @@ impl Outgoing {
 impl<T: Copy + 'static> DirectPool<T> {
     /// `request` rendered as this pool puts it on the wire, to be sent as
     /// it is for every arrival of its kind.
-    pub fn fix(&self, request: Request<Full<Bytes>>) -> Fixed {
+    pub(crate) fn fix(&self, request: Request<Full<Bytes>>) -> Fixed {
         let (parts, body) = request.into_parts();
         let mut wire = Vec::new();
         render(&parts, &self.host, &full_bytes(body), &mut wire);

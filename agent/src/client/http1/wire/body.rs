@@ -14,11 +14,11 @@ use std::ops::Range;
 /// Longest chunk extension or trailer line accepted. Real servers send
 /// none or a few bytes; a line without end must not hold a connection's
 /// reader forever.
-pub const MAX_LINE_BYTES: usize = 8 * 1024;
+pub(super) const MAX_LINE_BYTES: usize = 8 * 1024;
 
 /// How a response's body ends (RFC 9112 section 6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// After this many bytes.
     Length(u64),
     /// At the last chunk and its trailers.
@@ -30,7 +30,7 @@ pub enum Framing {
 /// Why a chunked body cannot be read: the server's fault, named so that a
 /// test (and a reader of the logs) can tell which rule it broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChunkError {
+pub(crate) enum ChunkError {
     /// A chunk-size line does not start with a hex digit.
     SizeNotHex,
     /// A chunk size does not fit in 64 bits.
@@ -101,7 +101,7 @@ const DONE: State = State::Length(0);
 
 /// What one [`BodyDecoder::decode`] took from its input.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Piece {
+pub(crate) struct Piece {
     /// Bytes taken from the front of the input (framing and data).
     pub used: usize,
     /// The body bytes among them, as a range of the input; may be empty.
@@ -113,7 +113,7 @@ pub struct Piece {
 
 /// What [`BodyDecoder::feed`] took from its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Took {
+pub(crate) struct Took {
     /// Bytes taken from the front of the input: all of them unless the
     /// body ended before.
     pub used: usize,
@@ -123,12 +123,12 @@ pub struct Took {
 
 /// Decodes one message body from bytes fed in the order they arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BodyDecoder {
+pub(crate) struct BodyDecoder {
     state: State,
 }
 
 impl BodyDecoder {
-    pub fn new(framing: Framing) -> Self {
+    pub(crate) fn new(framing: Framing) -> Self {
         let state = match framing {
             Framing::Length(n) => State::Length(n),
             Framing::Chunked => State::Size(0, false),
@@ -138,13 +138,13 @@ impl BodyDecoder {
     }
 
     /// The body's framing has said it is complete.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.state == DONE
     }
 
     /// The connection's close ends this body (rather than cutting it
     /// short).
-    pub fn ends_at_close(&self) -> bool {
+    pub(crate) fn ends_at_close(&self) -> bool {
         self.state == State::UntilClose
     }
 
@@ -153,7 +153,7 @@ impl BodyDecoder {
     /// one byte of a non-empty input, so calling it again on the rest goes
     /// through any input.
     #[inline]
-    pub fn decode(&mut self, input: &[u8]) -> Result<Piece, ChunkError> {
+    pub(crate) fn decode(&mut self, input: &[u8]) -> Result<Piece, ChunkError> {
         let mut at = 0;
         loop {
             match self.state {
@@ -186,7 +186,7 @@ impl BodyDecoder {
     /// Takes all of `input` up to the body's end, handing each run of body
     /// bytes to `on_data` as it goes.
     #[inline]
-    pub fn feed(
+    pub(crate) fn feed(
         &mut self,
         input: &[u8],
         mut on_data: impl FnMut(&[u8]),

@@ -11,11 +11,11 @@ pub(super) const MAX_HEADERS: usize = 100;
 /// Largest response head (interim heads, status line and headers)
 /// accepted. A head this large is not a real server's answer to a load
 /// test; refusing it bounds the connection's buffer.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// What a final response head says, as far as the agent acts on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
+pub(crate) struct Head {
     pub status: u16,
     /// The server allows another request on this connection once the body
     /// has ended (keep-alive, and the body's end is known without a close).
@@ -30,7 +30,7 @@ pub struct Head {
 /// (`head_request`) has no body whatever its headers say. Headers that do
 /// not frame the body go to `other`, once each, for a caller that wants
 /// more than the framing (the event-stream subscriber reads the type).
-pub fn parse_head(
+pub(crate) fn parse_head(
     buf: &[u8],
     head_request: bool,
     mut other: impl FnMut(&httparse::Header<'_>),

@@ -27,8 +27,8 @@ use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::Method;
 
-pub use body::{BodyDecoder, ChunkError};
-pub use head::{parse_head, Head, MAX_HEAD_BYTES};
+pub(crate) use body::{BodyDecoder, ChunkError};
+pub(crate) use head::{parse_head, Head, MAX_HEAD_BYTES};
 
 /// Writes `request` as HTTP/1.1 in origin form into `out` (cleared first):
 /// request line, `host` unless the request has one, its headers, a
@@ -71,7 +71,7 @@ pub(super) fn render(request: &Parts, host: &str, body: &Bytes, out: &mut Vec<u8
 /// Why a response could not be read. Each is the target's fault (or the
 /// network's), never the agent's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// The head is not HTTP/1.x.
     Malformed(&'static str),
     /// The head did not end within [`MAX_HEAD_BYTES`].
@@ -108,7 +108,7 @@ impl From<ChunkError> for WireError {
 
 /// A complete response, as far as the agent needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Complete {
+pub(crate) struct Complete {
     pub status: u16,
     /// The server allows another request on this connection (keep-alive,
     /// and the body's end was known without the connection closing).
@@ -117,7 +117,7 @@ pub struct Complete {
 
 /// What feeding bytes gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fed {
+pub(crate) enum Fed {
     /// Used this many bytes; the response goes on.
     More(usize),
     /// Used this many bytes, and the response is complete. Bytes after them
@@ -130,7 +130,7 @@ pub enum Fed {
 /// turns, once a second), and comparing them costs a tenth of parsing them
 /// again; the same bytes always read the same, so nothing is lost.
 #[derive(Debug, Default)]
-pub struct HeadMemo {
+pub(crate) struct HeadMemo {
     /// The head, up to and with its blank line; empty until one is kept.
     bytes: Vec<u8>,
     /// Whether it answered a HEAD request, which frames the body apart.
@@ -164,7 +164,7 @@ impl HeadMemo {
 
 /// Reads one response from bytes fed in the order they arrived.
 #[derive(Debug)]
-pub struct ResponseReader {
+pub(crate) struct ResponseReader {
     head_request: bool,
     status: u16,
     keep_alive: bool,
@@ -175,7 +175,7 @@ pub struct ResponseReader {
 impl ResponseReader {
     /// A reader for the response to a request with `method` (a response to
     /// HEAD has no body, whatever its headers say).
-    pub fn new(method: &Method) -> Self {
+    pub(crate) fn new(method: &Method) -> Self {
         Self {
             head_request: *method == Method::HEAD,
             status: 0,
@@ -186,7 +186,7 @@ impl ResponseReader {
 
     /// Whether the final (non-1xx) head has been read: the body, if any,
     /// comes next.
-    pub fn head_done(&self) -> bool {
+    pub(crate) fn head_done(&self) -> bool {
         self.body.is_some()
     }
 
@@ -194,13 +194,13 @@ impl ResponseReader {
     /// with `n < buf.len()` means it needs more bytes after them (a head
     /// cut in two): the caller keeps `buf[n..]` and appends.
     #[cfg(test)]
-    pub fn feed(&mut self, buf: &[u8]) -> Result<Fed, WireError> {
+    pub(crate) fn feed(&mut self, buf: &[u8]) -> Result<Fed, WireError> {
         self.feed_remembering(buf, None)
     }
 
     /// [`Self::feed`], taking a final head equal to the one `memo` kept
     /// as read already, and keeping the head it parses there.
-    pub fn feed_remembering(
+    pub(crate) fn feed_remembering(
         &mut self,
         buf: &[u8],
         memo: Option<&mut HeadMemo>,
@@ -246,7 +246,7 @@ impl ResponseReader {
 
     /// The connection closed (read returned 0): that ends a body that runs
     /// until the close; anywhere else the response was cut short.
-    pub fn closed(&self) -> Result<Complete, WireError> {
+    pub(crate) fn closed(&self) -> Result<Complete, WireError> {
         match &self.body {
             Some(body) if body.ends_at_close() => Ok(Complete {
                 status: self.status,

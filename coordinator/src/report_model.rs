@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use loadfleet_proto::vocab::{AgentStatus, VerdictCode, VerdictLevel};
 use serde::{Deserialize, Serialize};
 
-pub use loadfleet_proto::histogram::Percentiles;
+pub(crate) use loadfleet_proto::histogram::Percentiles;
 
-pub const SCHEMA: &str = "loadfleet.report/v1";
+pub(crate) const SCHEMA: &str = "loadfleet.report/v1";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Unsent {

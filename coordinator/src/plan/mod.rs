@@ -37,21 +37,18 @@ mod tls;
 mod validate;
 mod validated;
 
-pub use check::{PlanError, PlanErrors};
-pub use outputs::{
+pub(crate) use check::{PlanError, PlanErrors};
+pub(crate) use outputs::{
     label as output_label, Credential, Histograms, Kind as OutputKind, OutputPlan, Secret,
 };
-pub use overlay::{Overlay, ProcessArg};
-pub use overlay_outputs::OutputArgs;
-pub use overlay_search::SearchFlags;
-pub use preview::{preview, Preview, PREVIEW_AGENTS, PREVIEW_ROWS};
-pub use search::{SearchPlan, Vary};
-pub use sse::SsePlan;
-pub use tls::TargetTls;
-pub use validated::{
-    join_url, Data, GrpcSource, Model, OnAgentLoss, Plan, RequestPlan, RunSettings, Scenario,
-    Shares, Target, TESTBED_GRPC_MESSAGE, TESTBED_GRPC_METHOD, TESTBED_URL,
-};
+pub(crate) use overlay::Overlay;
+pub(crate) use overlay_outputs::OutputArgs;
+pub(crate) use overlay_search::SearchFlags;
+pub(crate) use search::{SearchPlan, Vary};
+pub(crate) use validated::{GrpcSource, TESTBED_URL};
+
+pub use preview::{preview, PREVIEW_AGENTS, PREVIEW_ROWS};
+pub use validated::{Model, OnAgentLoss, Plan, Shares};
 
 /// Where a plan made of flags alone comes from, in messages.
 const FLAGS_SOURCE: &str = "the command line";

@@ -116,7 +116,7 @@ impl OutputPlan {
 
 /// An output as messages name it, without credentials or query (a v1
 /// InfluxDB URL may carry a password there).
-pub fn label(kind: Kind, url: &str) -> String {
+pub(crate) fn label(kind: Kind, url: &str) -> String {
     let shown = url.split('?').next().unwrap_or(url);
     format!("{} {shown}", kind.name())
 }

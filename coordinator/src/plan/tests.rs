@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::validated::join_url;
 use super::*;
 
 const TARGET: &str = "[target]\nurl = \"http://127.0.0.1:8080\"\n";

@@ -61,13 +61,13 @@ impl std::str::FromStr for OnAgentLoss {
 }
 
 /// The special target URL that means "the built-in testbed" (local runs).
-pub const TESTBED_URL: &str = "testbed";
+pub(crate) const TESTBED_URL: &str = "testbed";
 
 /// The built-in testbed's gRPC method (`loadfleet-testbed --grpc`), which
 /// `run --grpc` calls when no other method is given.
-pub const TESTBED_GRPC_METHOD: &str = "loadfleet.testbed.v1.Testbed/Work";
+pub(crate) const TESTBED_GRPC_METHOD: &str = "loadfleet.testbed.v1.Testbed/Work";
 /// The message `run --grpc` sends it.
-pub const TESTBED_GRPC_MESSAGE: &str = r#"{"payload": "request {{seq}}"}"#;
+pub(crate) const TESTBED_GRPC_MESSAGE: &str = r#"{"payload": "request {{seq}}"}"#;
 
 /// Run-wide settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -306,7 +306,7 @@ impl Plan {
 }
 
 /// Joins a request path to the base URL; an absolute URL stays as it is.
-pub fn join_url(base: &str, path: &str) -> String {
+pub(crate) fn join_url(base: &str, path: &str) -> String {
     if path.starts_with("http://") || path.starts_with("https://") {
         return path.to_string();
     }

@@ -208,7 +208,7 @@ fn scope<'a>(scenarios: &'a [Scenario], name: &str) -> Option<&'a dyn Source> {
 }
 
 /// Builds the report and decides the verdicts.
-pub fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
+pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     // A run cut short only measured until it stopped: its windows end there,
     // or throughput would be divided by time that never happened.
     let clip = |w: Window| -> Window {

@@ -20,7 +20,8 @@ pub(crate) mod sse;
 pub mod text;
 pub(crate) mod verdicts;
 
-pub use crate::report_model::*;
-pub use build::build;
-pub use plan_info::{FailureLimits, Placement, PlanInfo, ScenarioInfo};
-pub use verdicts::exit_status;
+pub use crate::report_model::Report;
+pub(crate) use crate::report_model::*;
+pub(crate) use build::build;
+pub(crate) use plan_info::{FailureLimits, Placement, PlanInfo};
+pub(crate) use verdicts::exit_status;

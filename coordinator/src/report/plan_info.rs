@@ -18,7 +18,7 @@ use crate::thresholds::Threshold;
 /// once by [`PlanInfo::new`], so the plan-to-report mapping lives here and
 /// nowhere else.
 #[derive(Debug, Clone)]
-pub struct PlanInfo {
+pub(crate) struct PlanInfo {
     /// The URL the agents were sent to (the built-in testbed's real
     /// address, not its placeholder).
     pub target: String,
@@ -51,7 +51,7 @@ pub struct PlanInfo {
 /// Where the agents ran relative to the target: shared hardware makes
 /// latency and capacity figures indicative only.
 #[derive(Debug, Clone)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Agents, coordinator and target on this machine; `pinning` says what
     /// could be kept apart (e.g. which CPUs each got).
     Local { pinning: String },
@@ -66,7 +66,7 @@ pub enum Placement {
 
 impl PlanInfo {
     /// The one mapping from a plan to what its report says about it.
-    pub fn new(
+    pub(crate) fn new(
         plan: &Plan,
         target: &str,
         latency_floor: Option<Duration>,
@@ -126,7 +126,7 @@ impl PlanInfo {
 
 /// What the report needs to know of each planned scenario.
 #[derive(Debug, Clone)]
-pub struct ScenarioInfo {
+pub(crate) struct ScenarioInfo {
     pub name: String,
     pub model: &'static str,
     pub start: Duration,
@@ -146,7 +146,7 @@ pub struct ScenarioInfo {
 /// target that sheds load with 429s by design may fail often on purpose;
 /// shares of the completions, from 0 to 1.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FailureLimits {
+pub(crate) struct FailureLimits {
     pub warn: f64,
     pub error: f64,
 }

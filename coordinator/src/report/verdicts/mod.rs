@@ -504,7 +504,7 @@ fn agent_lost_message(
 /// Exit status of `run` (the table is in docs/report.md): 3 the run was not
 /// carried out or is degraded (an error verdict, or cut short), 1 a
 /// threshold failed, 0 otherwise.
-pub fn exit_status(r: &Report) -> u8 {
+pub(crate) fn exit_status(r: &Report) -> u8 {
     if r.verdicts.iter().any(|v| v.level == VerdictLevel::Error) || r.partial {
         3
     } else if r.thresholds.iter().any(|t| !t.passed) {

@@ -31,7 +31,7 @@
 #   SCALE_OUT=DIR      where the runs go (default bench/out/scale)
 # Writes SCALE_OUT/<N>/ and the table SCALE_OUT.md (bench/out/scale.md, the
 # table BENCHMARKS.md quotes). Not run in CI (a small version is
-# coordinator/tests/scale.rs).
+# coordinator/tests/it/scale.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

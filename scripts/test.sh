@@ -9,11 +9,11 @@
 # is installed only when missing, so a second run is silent until the build
 # starts. Under sudo, the build and the tests run as the user who called
 # sudo, so that no root-owned files land in the checkout. The two tests that
-# need root (the network namespaces of coordinator/tests/faults.rs, the
+# need root (the network namespaces of coordinator/tests/it/faults.rs, the
 # silent name server of frictions.rs) run only when the whole script runs
 # as root (nextest profile `root`, .config/nextest.toml); otherwise the
 # summary says they were left out. Arguments are passed to
-# `cargo nextest run`, e.g. `-E 'binary(fleet)'`. At the end it lists the
+# `cargo nextest run`, e.g. `-E 'test(/^fleet::/)'`. At the end it lists the
 # tests that needed a second try.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +33,7 @@ as_root() {
 }
 
 # The programs the tests start, by the Debian package that ships them:
-# coordinator/tests/html.rs renders report.html in headless Chromium;
+# coordinator/tests/it/html.rs renders report.html in headless Chromium;
 # deploy.rs checks the systemd unit with systemd-analyze; containers.rs
 # needs the Docker engine and docker-compose, swarm.rs the same engine in
 # a one-node swarm of its own (`docker swarm`, `stack` and `secret` are in

@@ -1,5 +1,5 @@
 //! `loadfleet-swarm`: N synthetic agents against one coordinator, for the
-//! scale benchmark (`bench/scale.sh`) and `coordinator/tests/scale.rs`.
+//! scale benchmark (`bench/scale.sh`) and `coordinator/tests/it/scale.rs`.
 //! Not a product binary: it sends no HTTP load.
 
 use std::net::IpAddr;

@@ -1,0 +1,62 @@
+//! The coordinator's end-to-end tests, one theme a module, in one test
+//! binary: the coordinator is linked once rather than once per theme, which
+//! halves the rebuild after a change and the disk the tests take.
+
+mod browser;
+mod capture;
+mod common;
+mod grpc_fixture;
+mod harness;
+mod nginx;
+mod outputs_support;
+
+mod agents_missing;
+mod answer_times;
+mod compare;
+mod containers;
+mod control;
+mod deploy;
+mod documented;
+mod examples;
+mod faults;
+mod faults_closed;
+mod features_grpc;
+mod features_protocols;
+mod features_requests;
+mod features_schedule;
+mod features_thresholds;
+mod features_tls;
+mod fleet;
+mod fleet_actor;
+mod frictions;
+mod fuzz_props;
+mod grpc;
+mod help;
+mod hlog;
+mod honest_figures;
+mod hostile_agent;
+mod html;
+mod http2;
+mod open_model;
+mod outputs_catalogue;
+mod outputs_dead;
+mod outputs_hlog;
+mod outputs_influx;
+mod outputs_otlp;
+mod outputs_plan;
+mod outputs_prometheus;
+mod outputs_victoria;
+mod per_request;
+mod plan_frictions;
+mod plan_search;
+mod plans;
+mod repeats;
+mod report_frictions;
+mod scale;
+mod search;
+mod sse;
+mod survive;
+mod swarm;
+mod text_report;
+mod tls;
+mod verdicts;

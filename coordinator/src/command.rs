@@ -3,10 +3,14 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, PlanCommand};
-use crate::console::Console;
-use crate::{compare, plan_cmd, run, search};
 use clap::Parser;
+
+use crate::cli::{Cli, Command, PlanCommand};
+use crate::compare;
+use crate::console::Console;
+use crate::plan_cmd;
+use crate::run;
+use crate::search;
 
 /// The whole command: flags, the runtime, the subcommand, and its exit
 /// status (README, "Exit status"). The binary is only this call, so that

@@ -4,42 +4,16 @@
 //! read now. A secret is kept only in [`Secret`], whose `Debug` hides it,
 //! so it cannot reach a log or the report by accident.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
-
 use loadfleet_proto::bounds;
 
 use crate::error::{self, Error};
 use crate::plan::{Credential, OutputPlan};
 pub(crate) use crate::plan::{Histograms, OutputKind as Kind, Secret};
 
-/// One output, ready to start.
-#[derive(Debug, Clone)]
-pub(crate) struct OutputSpec {
-    pub kind: Kind,
-    /// The URL without credentials (what messages show).
-    pub url: String,
-    pub timeout: Duration,
-    pub queue: usize,
-    pub histograms: Histograms,
-    pub per_agent: bool,
-    pub labels: BTreeMap<String, String>,
-    pub bearer: Option<Secret>,
-    pub basic: Option<Secret>,
-    pub headers: Vec<(String, Secret)>,
-    /// Extra trust anchors for an https:// receiver.
-    pub ca_file: Option<PathBuf>,
-}
+/// One output, ready to start: its credentials read.
+pub(crate) type OutputSpec = OutputPlan<Secret>;
 
 impl OutputSpec {
-    /// `prometheus http://host:9090/api/v1/write`: the output as messages
-    /// name it, without credentials or query (a v1 InfluxDB URL may carry
-    /// a password there).
-    pub(crate) fn label(&self) -> String {
-        crate::plan::output_label(self.kind, &self.url)
-    }
-
     /// Where to post: InfluxDB is told the stamps are milliseconds.
     pub(crate) fn push_url(&self) -> String {
         match self.kind {
@@ -153,6 +127,7 @@ mod tests {
     use super::*;
     use crate::plan::{self, Flags, OutputArgs};
     use std::path::Path;
+    use std::time::Duration;
 
     fn no_env(_: &str) -> Option<String> {
         None

@@ -38,9 +38,7 @@ mod validate;
 mod validated;
 
 pub(crate) use check::{PlanError, PlanErrors};
-pub(crate) use outputs::{
-    label as output_label, Credential, Histograms, Kind as OutputKind, OutputPlan, Secret,
-};
+pub(crate) use outputs::{Credential, Histograms, Kind as OutputKind, OutputPlan, Secret};
 pub(crate) use overlay::Overlay;
 pub(crate) use overlay_outputs::OutputArgs;
 pub(crate) use overlay_search::SearchFlags;

@@ -89,9 +89,11 @@ pub enum Histograms {
     Classic,
 }
 
-/// One output as the plan (with the flags over it) says.
+/// One output as the plan (with the flags over it) says. Its credentials
+/// are `Credential`s until the run starts, when the output module reads
+/// them into `Secret`s (`OutputPlan<Secret>`): one field list for both.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OutputPlan {
+pub struct OutputPlan<C = Credential> {
     pub kind: Kind,
     /// The URL without credentials (what messages show).
     pub url: String,
@@ -100,14 +102,14 @@ pub struct OutputPlan {
     pub histograms: Histograms,
     pub per_agent: bool,
     pub labels: BTreeMap<String, String>,
-    pub bearer: Option<Credential>,
-    pub basic: Option<Credential>,
-    pub headers: Vec<(String, Credential)>,
+    pub bearer: Option<C>,
+    pub basic: Option<C>,
+    pub headers: Vec<(String, C)>,
     /// Extra trust anchors for an https:// receiver.
     pub ca_file: Option<PathBuf>,
 }
 
-impl OutputPlan {
+impl<C> OutputPlan<C> {
     /// `prometheus http://host:9090/api/v1/write`: see [`label`].
     pub fn label(&self) -> String {
         label(self.kind, &self.url)

@@ -89,7 +89,8 @@ impl FigureError {
 
 /// Declares a figure type over the figure fields of a wire message (same
 /// names): the struct, `Default`, decoding (`TryFrom`), encoding, `+=`,
-/// counts-only addition, reset and equality, each over the one field list.
+/// the overflow check, counts-only addition, reset and equality, each over
+/// the one field list.
 macro_rules! figures {
     (
         $(#[$meta:meta])*
@@ -133,6 +134,16 @@ macro_rules! figures {
             /// Back to nothing counted, keeping every allocation.
             pub fn reset(&mut self) {
                 $( Figure::reset(&mut self.$field); )+
+            }
+
+            /// The first field (by its wire name) whose counts would
+            /// overflow `total`'s if this were added in; `None` when all
+            /// fit.
+            pub fn overflows(&self, total: &Self) -> Option<&'static str> {
+                $( if !Figure::fits_into(&self.$field, &total.$field) {
+                    return Some(concat!($prefix, stringify!($field)));
+                } )+
+                None
             }
 
             /// Adds the counts of `other` (no histogram), for rows that

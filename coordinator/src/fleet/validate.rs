@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use loadfleet_proto::bounds::MAX_SNAPSHOT_COUNT;
 use loadfleet_proto::figures::{Figures, Snapshot};
 use loadfleet_proto::v1;
 
@@ -221,49 +220,12 @@ impl Checks {
 /// The decoded snapshot's counts: each fits its total, and they add up.
 fn content(s: &Snapshot, totals: &Figures) -> Result<(), Rejection> {
     let f = &s.figures;
-    let singles = [
-        ("intended", f.intended, totals.intended),
-        ("sent", f.sent, totals.sent),
-        ("completed", f.completed, totals.completed),
-        (
-            "completed_in_window",
-            f.completed_in_window,
-            totals.completed_in_window,
-        ),
-        (
-            "completed_ok_in_window",
-            f.completed_ok_in_window,
-            totals.completed_ok_in_window,
-        ),
-        ("unsent", f.unsent.total(), totals.unsent.total()),
-        (
-            "connections_opened",
-            f.connections_opened,
-            totals.connections_opened,
-        ),
-        (
-            "connections_reused",
-            f.connections_reused,
-            totals.connections_reused,
-        ),
-    ];
-    for (field, v, total) in singles {
-        fits(field, v, total)?;
-    }
-    for (k, v) in f.unsent.iter() {
-        fits("unsent", v, totals.unsent.get(k))?;
-    }
-    for (k, v) in f.status.iter() {
-        fits("status", v, totals.status.get(k))?;
-    }
-    for (k, v) in f.errors.iter() {
-        fits("errors", v, totals.errors.get(k))?;
-    }
-    for (k, v) in f.grpc_status.iter() {
-        fits("grpc_status", v, totals.grpc_status.get(k))?;
-    }
-    for (k, v) in f.connections.iter() {
-        fits("connections", v, totals.connections.get(k))?;
+    // Every count the figure type declares, so a new one is checked too.
+    if let Some(field) = f.overflows(totals) {
+        return Err(reject(
+            "count_overflow",
+            format!("{field} would overflow the run's total"),
+        ));
     }
     let outcomes = sum(
         "status + errors + grpc_status",
@@ -290,23 +252,6 @@ fn content(s: &Snapshot, totals: &Figures) -> Result<(), Rejection> {
         ));
     }
     requests::check(s)
-}
-
-/// One count: within [`MAX_SNAPSHOT_COUNT`], and addable to its total.
-fn fits(field: &str, v: u64, total: u64) -> Result<(), Rejection> {
-    if v > MAX_SNAPSHOT_COUNT {
-        return Err(reject(
-            "count_out_of_range",
-            format!("{field} = {v} is more than {MAX_SNAPSHOT_COUNT} in one snapshot"),
-        ));
-    }
-    if total.checked_add(v).is_none() {
-        return Err(reject(
-            "count_overflow",
-            format!("{field} = {v} would overflow the run's total {total}"),
-        ));
-    }
-    Ok(())
 }
 
 fn sum<'a>(field: &str, mut values: impl Iterator<Item = &'a u64>) -> Result<u64, Rejection> {

@@ -37,6 +37,13 @@ pub trait Figure: Sized {
     /// Back to nothing counted, keeping what it allocated, so a recorder
     /// that reuses its figures allocates nothing once warm.
     fn reset(&mut self);
+    /// Whether adding this into `total` keeps every count exact. `add`
+    /// saturates, so a merge can never wrap; the fleet asks this first and
+    /// refuses a snapshot that would clip a run's total instead.
+    fn fits_into(&self, total: &Self) -> bool {
+        let _ = total;
+        true
+    }
 }
 
 /// One count within [`MAX_SNAPSHOT_COUNT`].
@@ -71,6 +78,9 @@ impl Figure for u64 {
     }
     fn reset(&mut self) {
         *self = 0;
+    }
+    fn fits_into(&self, total: &Self) -> bool {
+        total.checked_add(*self).is_some()
     }
 }
 
@@ -252,6 +262,12 @@ impl<K: Word, const N: usize> Figure for Counts<K, N> {
     fn reset(&mut self) {
         Counts::reset(self);
     }
+    fn fits_into(&self, total: &Self) -> bool {
+        self.counts
+            .iter()
+            .zip(&total.counts)
+            .all(|(n, t)| t.checked_add(*n).is_some())
+    }
 }
 
 /// Counts per HTTP status code, in increasing code order. A handful of
@@ -340,6 +356,10 @@ impl Figure for Codes {
     }
     fn reset(&mut self) {
         Codes::reset(self);
+    }
+    fn fits_into(&self, total: &Self) -> bool {
+        self.iter()
+            .all(|(code, n)| total.get(code).checked_add(n).is_some())
     }
 }
 

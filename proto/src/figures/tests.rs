@@ -253,3 +253,34 @@ fn every_unsent_reason_round_trips_and_merges() {
         assert_eq!(again.unsent[reason.as_str()], 6);
     }
 }
+
+/// Every count the type declares is held to its total, by its wire name:
+/// a plain count, a count by word and a count by status code alike.
+#[test]
+fn overflows_names_the_first_count_that_would_wrap() {
+    let mut one = Figures {
+        sent: 1,
+        ..Figures::default()
+    };
+    one.errors.bump(ErrorKind::Reset);
+    one.status.bump(503);
+    assert_eq!(one.overflows(&Figures::default()), None);
+
+    let mut full = Figures::default();
+    full.errors.add(ErrorKind::Reset, u64::MAX);
+    assert_eq!(one.overflows(&full), Some("errors"));
+
+    let mut full = Figures::default();
+    full.status.add(503, u64::MAX);
+    assert_eq!(one.overflows(&full), Some("status"));
+
+    let full = Figures {
+        sent: u64::MAX,
+        ..Figures::default()
+    };
+    assert_eq!(one.overflows(&full), Some("sent"));
+
+    let mut full = Figures::default();
+    full.errors.add(ErrorKind::Refused, u64::MAX);
+    assert_eq!(one.overflows(&full), None, "another word's total is apart");
+}

@@ -1,6 +1,7 @@
 //! The checks against honest and hostile snapshots.
 
 use super::*;
+use loadfleet_proto::bounds::MAX_SNAPSHOT_COUNT;
 use loadfleet_proto::histogram::{encode, new_histogram};
 use proptest::prelude::*;
 

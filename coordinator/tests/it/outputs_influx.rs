@@ -37,6 +37,10 @@ fn by_scenario(answer: &Value) -> BTreeMap<String, BTreeMap<String, Value>> {
     out
 }
 
+/// One request in flight per agent, each taking at least 10 ms (the
+/// testbed's pool timeout; a 200 takes 20 ms), holds an agent to at most
+/// 100 req/s of the 155 it is offered: the unsent counts are never zero on
+/// any machine, so their sums are checked for real.
 #[test]
 fn influxdb_holds_the_reports_counts() {
     let dir = temp_dir("outputs-influx");
@@ -46,7 +50,7 @@ fn influxdb_holds_the_reports_counts() {
         r#"
 [target]
 url = "testbed"
-max_in_flight = 3
+max_in_flight = 1
 
 [[scenario]]
 name = "browse"
@@ -63,7 +67,7 @@ duration = "3s"
     let mut cmd = coordinator();
     cmd.arg("run")
         .arg(&plan)
-        .args(["--local-agents", "2", "--testbed-delay", "5ms"])
+        .args(["--local-agents", "2", "--testbed-delay", "20ms"])
         .args(["--testbed-pool", "1", "--testbed-pool-timeout", "10ms"])
         .args(["--out-run-id", "influx-e2e", "--out-per-agent"])
         .arg("--out-influxdb")

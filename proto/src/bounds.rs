@@ -165,6 +165,8 @@ pub const MAX_FANOUT_ID_BYTES: usize = 64;
 /// Most distinct stream-error kinds in one snapshot (error kinds, plus
 /// `status_<code>` per refused reconnect status).
 pub const MAX_STREAM_ERROR_KINDS: usize = 64;
+/// Most checks on one step of a flow: each is a count kept per step.
+pub const MAX_CHECKS_PER_STEP: usize = 16;
 
 /// A field outside its bound. The agent sends this back as its refusal, so
 /// it names the field exactly as the wire has it.

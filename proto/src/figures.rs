@@ -17,11 +17,14 @@ use hdrhistogram::Histogram;
 use crate::bounds::{MAX_IN_FLIGHT, MAX_REQUESTS, MAX_STREAM_ERROR_KINDS};
 use crate::histogram::CodecError;
 use crate::v1;
-use crate::vocab::{ErrorKind, GrpcStatus, HttpProtocol, OutcomeClass, UnknownWord, UnsentReason};
+use crate::vocab::{
+    ErrorKind, FlowFailure, GrpcStatus, HttpProtocol, NotReached, OutcomeClass, UnknownWord,
+    UnsentReason,
+};
 
 mod kinds;
 
-pub use kinds::{ByClass, Codes, Counts, Fanout, Figure, Mean, Receipts};
+pub use kinds::{ByClass, ByIndex, Codes, Counts, Fanout, Figure, Mean, Receipts};
 
 /// Unsent arrivals by reason.
 pub type UnsentCounts = Counts<UnsentReason, { UnsentReason::ALL.len() }>;
@@ -31,6 +34,10 @@ pub type ErrorCounts = Counts<ErrorKind, { ErrorKind::ALL.len() }>;
 pub type GrpcCounts = Counts<GrpcStatus, { GrpcStatus::ALL.len() }>;
 /// Connections by the protocol spoken on them.
 pub type ProtocolCounts = Counts<HttpProtocol, { HttpProtocol::ALL.len() }>;
+/// Failed flows by reason.
+pub type FlowFailures = Counts<FlowFailure, { FlowFailure::ALL.len() }>;
+/// Steps not reached by reason.
+pub type NotReachedCounts = Counts<NotReached, { NotReached::ALL.len() }>;
 /// Completions by outcome class.
 pub type ClassCounts = Counts<OutcomeClass, { OutcomeClass::ALL.len() }>;
 
@@ -76,6 +83,8 @@ impl FigureError {
                 "ErrorKind" => "unknown_error_kind",
                 "GrpcStatus" => "unknown_grpc_status",
                 "HttpProtocol" => "unknown_protocol",
+                "FlowFailure" => "unknown_flow_failure",
+                "NotReached" => "unknown_not_reached",
                 _ => "unknown_word",
             },
             FigureError::OutOfRange { .. } => "count_out_of_range",
@@ -211,8 +220,9 @@ figures! {
 }
 
 figures! {
-    /// One request of a scenario's mix: its completions' outcomes and
-    /// latency (every class together, µs).
+    /// One request of a scenario's mix, or one step of a flow: its
+    /// completions' outcomes and latency (every class together, µs), and
+    /// for a step its funnel, its checks and its times (see control.proto).
     pub struct RequestFigures from v1::RequestFigures, named "requests." {
         completed: u64,
         completed_in_window: u64,
@@ -221,6 +231,23 @@ figures! {
         errors: ErrorCounts,
         grpc_status: GrpcCounts,
         latency: Histogram<u64>,
+        reached: u64,
+        sent: u64,
+        unsent: UnsentCounts,
+        not_reached: NotReachedCounts,
+        service_time: Histogram<u64>,
+        start_lag: Histogram<u64>,
+        checks_passed: ByIndex,
+        checks_failed: ByIndex,
+    }
+}
+
+figures! {
+    /// What only a flow scenario's flows have beyond a scenario's figures.
+    pub struct FlowFigures from v1::FlowFigures, named "flow." {
+        failed: FlowFailures,
+        /// Latency minus the think time slept (µs).
+        active: Histogram<u64>,
     }
 }
 
@@ -292,6 +319,7 @@ impl Figures {
             errors: self.errors,
             grpc_status: self.grpc_status,
             latency: self.latency.all(),
+            ..RequestFigures::default()
         }
     }
 }
@@ -330,6 +358,7 @@ pub struct Snapshot {
     /// Per request of the mix, by index, in increasing order.
     pub requests: Vec<(u32, RequestFigures)>,
     pub sse: Option<Sse>,
+    pub flow: Option<FlowFigures>,
 }
 
 fn gauge(v: u64, field: &'static str) -> Result<u64, FigureError> {
@@ -398,6 +427,7 @@ impl TryFrom<&v1::Snapshot> for Snapshot {
             figures: Figures::try_from(s)?,
             requests,
             sse: s.sse.as_ref().map(Sse::try_from).transpose()?,
+            flow: s.flow.as_ref().map(FlowFigures::try_from).transpose()?,
         })
     }
 }
@@ -430,6 +460,11 @@ impl Snapshot {
                 .map(|(request, r)| r.encode(*request))
                 .collect(),
             sse: self.sse.as_ref().map(Sse::encode),
+            flow: self.flow.as_ref().map(|f| {
+                let mut w = v1::FlowFigures::default();
+                f.encode_into(&mut w);
+                w
+            }),
             ..Default::default()
         };
         self.figures.encode_into(&mut s);

@@ -320,6 +320,39 @@ vocabulary! {
 }
 
 vocabulary! {
+    /// Why a flow ended before its last step passed. Every failed flow has
+    /// one, so `started == completed + failed + in_flight_at_end` holds with
+    /// the failures split by reason.
+    FlowFailure {
+        /// A check on a step's answer did not hold.
+        Check => "check",
+        /// A capture found nothing in a step's answer.
+        Capture => "capture",
+        /// A step without checks was answered 400 or above (or a gRPC
+        /// status other than OK).
+        Status => "status",
+        /// A step got no answer: a transport error other than a timeout.
+        Error => "error",
+        /// A step ran past its timeout.
+        Timeout => "timeout",
+        /// A step could not be sent (it waited for one of the agent's own
+        /// connections until its time ran out, or did not render).
+        Unsent => "unsent",
+    }
+}
+
+vocabulary! {
+    /// Why a step of a started flow was never reached: the funnel's losses.
+    NotReached {
+        /// The flow failed at an earlier step.
+        FlowFailed => "flow_failed",
+        /// The run ended (the drain ran out, or the agent was stopped)
+        /// while the flow was at an earlier step.
+        RunEnded => "run_ended",
+    }
+}
+
+vocabulary! {
     /// Why a sent request got no HTTP status: what an operator would act on.
     ErrorKind {
         /// The target refused the connection.

@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 use hdrhistogram::Histogram;
 
 use super::FigureError;
-use crate::bounds::{MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_SNAPSHOT_COUNT};
+use crate::bounds::{MAX_CHECKS_PER_STEP, MAX_FANOUT_IDS, MAX_FANOUT_ID_BYTES, MAX_SNAPSHOT_COUNT};
 use crate::histogram::{decode as decode_histogram, encode, new_histogram};
 use crate::v1;
 use crate::vocab::{OutcomeClass, Word};
@@ -360,6 +360,78 @@ impl Figure for Codes {
     fn fits_into(&self, total: &Self) -> bool {
         self.iter()
             .all(|(code, n)| total.get(code).checked_add(n).is_some())
+    }
+}
+
+/// Counts by a small index (a check's place in its step's checks), below
+/// [`MAX_CHECKS_PER_STEP`]: an index beyond it is refused, so a peer
+/// cannot grow the list.
+#[derive(Debug, Clone, Default)]
+pub struct ByIndex(Vec<u64>);
+
+impl ByIndex {
+    /// Counts `n` more at `index`; an index at or beyond the bound is not
+    /// counted (the plan's checks are bounded by it on both sides).
+    pub fn add(&mut self, index: usize, n: u64) {
+        if index >= MAX_CHECKS_PER_STEP {
+            return;
+        }
+        if self.0.len() <= index {
+            self.0.resize(index + 1, 0);
+        }
+        self.0[index] = self.0[index].saturating_add(n);
+    }
+
+    pub fn get(&self, index: usize) -> u64 {
+        self.0.get(index).copied().unwrap_or(0)
+    }
+
+    /// Every index with a count, in increasing order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.0.iter().copied().enumerate().filter(|(_, n)| *n > 0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().fold(0u64, |a, n| a.saturating_add(*n))
+    }
+}
+
+impl Figure for ByIndex {
+    type Wire = HashMap<u32, u64>;
+    fn empty() -> Self {
+        ByIndex::default()
+    }
+    fn decode(wire: &Self::Wire, field: &'static str) -> Result<Self, FigureError> {
+        let mut out = ByIndex::default();
+        for (&index, &n) in wire {
+            let i = index as usize;
+            if i >= MAX_CHECKS_PER_STEP {
+                return Err(FigureError::OutOfRange {
+                    field,
+                    detail: format!("index {index} is not below {MAX_CHECKS_PER_STEP}"),
+                });
+            }
+            out.add(i, count(n, field)?);
+        }
+        Ok(out)
+    }
+    fn encode(&self) -> Self::Wire {
+        self.iter().map(|(i, n)| (i as u32, n)).collect()
+    }
+    fn add(&mut self, other: &Self) {
+        for (i, n) in other.iter() {
+            ByIndex::add(self, i, n);
+        }
+    }
+    fn same(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+    fn reset(&mut self) {
+        self.0.iter_mut().for_each(|n| *n = 0);
+    }
+    fn fits_into(&self, total: &Self) -> bool {
+        self.iter()
+            .all(|(i, n)| total.get(i).checked_add(n).is_some())
     }
 }
 

@@ -17,6 +17,7 @@ use crate::allow::{AllowList, TargetRefused};
 use crate::client::tls::TargetTlsError;
 use crate::client::ClientConfig;
 use crate::config::AgentConfig;
+use crate::flow::{FlowSpec, FlowSpecError};
 use crate::request::{GrpcContext, MixError, RequestMix};
 use crate::sse::{SpecError, SseSpec};
 use crate::worker::{Model, ScenarioPlan, WorkerPlan};
@@ -41,7 +42,8 @@ pub(crate) enum Refusal {
 pub(crate) fn vet(a: &v1::Assignment, allow: &AllowList, now_ns: u64) -> Result<(), Refusal> {
     bounds::check_assignment(a, now_ns)?;
     for sc in &a.scenarios {
-        for r in &sc.requests {
+        let steps = sc.steps.iter().filter_map(|s| s.request.as_ref());
+        for r in sc.requests.iter().chain(steps) {
             allow.check_template(&r.url)?;
         }
     }
@@ -74,6 +76,15 @@ pub(crate) enum AssignmentError {
     /// A scenario is neither open nor closed.
     #[error("scenario {0:?} has no model")]
     NoModel(String),
+    /// A flow scenario's steps cannot be used.
+    #[error("scenario {name:?}")]
+    Flow {
+        /// The scenario's name.
+        name: String,
+        /// What is wrong with them.
+        #[source]
+        source: FlowSpecError,
+    },
     /// A subscription scenario's settings cannot be used.
     #[error("scenario {name:?}")]
     Sse {
@@ -157,13 +168,32 @@ pub(crate) fn plan_workers(
         };
         let grpc = GrpcContext::new(&sc.grpc_descriptors, Duration::from_nanos(a.timeout_ns))
             .map_err(requests_error)?;
-        let mix = RequestMix::from_proto(
-            &sc.requests,
-            sc.data.as_ref(),
-            grpc.as_ref(),
-            agent,
-            &config.allow_targets,
-        )
+        let flow = if sc.steps.is_empty() {
+            None
+        } else {
+            Some(Arc::new(FlowSpec::from_proto(&sc.steps, sc.cookies).map_err(
+                |source| AssignmentError::Flow {
+                    name: sc.name.clone(),
+                    source,
+                },
+            )?))
+        };
+        let mix = match &flow {
+            None => RequestMix::from_proto(
+                &sc.requests,
+                sc.data.as_ref(),
+                grpc.as_ref(),
+                agent,
+                &config.allow_targets,
+            ),
+            Some(flow) => RequestMix::with_vars(
+                &FlowSpec::requests(&sc.steps),
+                sc.data.as_ref(),
+                grpc.as_ref(),
+                (agent, &config.allow_targets),
+                &flow.vars,
+            ),
+        }
         .map_err(requests_error)?;
         let sse = match &sc.sse {
             Some(p) => Some(Arc::new(SseSpec::from_proto(p).map_err(|source| {
@@ -174,7 +204,7 @@ pub(crate) fn plan_workers(
             })?)),
             None => None,
         };
-        parsed.push((i as u32, sc, model, Arc::new(mix), sse));
+        parsed.push((i as u32, sc, model, Arc::new(mix), (sse, flow)));
     }
     // No more workers than the in-flight cap or the connections allow: each
     // worker needs at least one of each.
@@ -213,7 +243,7 @@ pub(crate) fn plan_workers(
                 },
                 scenarios: parsed
                     .iter()
-                    .map(|(index, sc, model, mix, sse)| ScenarioPlan {
+                    .map(|(index, sc, model, mix, (sse, flow))| ScenarioPlan {
                         index: *index,
                         start: start + Duration::from_nanos(sc.start_offset_ns),
                         warmup: Duration::from_nanos(sc.warmup_ns),
@@ -232,6 +262,7 @@ pub(crate) fn plan_workers(
                         mix: mix.clone(),
                         seed: sc.seed,
                         sse: sse.clone(),
+                        flow: flow.clone(),
                     })
                     .collect(),
             }

@@ -8,7 +8,8 @@
 //!
 //! The flow: [`session`] holds the control stream; [`assignment`] vets an
 //! assignment (plan bounds, [`allow`] list) and turns it into worker plans; each [`worker`] thread renders requests
-//! ([`request`]; gRPC calls with [`client::grpc`]), sends them through its own
+//! ([`request`]; gRPC calls with [`client::grpc`]; a flow's steps with
+//! [`flow`]), sends them through its own
 //! [`client`] and counts what happened in its [`recorder`].
 
 mod allow;
@@ -16,6 +17,7 @@ mod assignment;
 mod client;
 mod command;
 mod config;
+mod flow;
 mod recorder;
 mod request;
 mod runners;

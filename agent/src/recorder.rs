@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::figures::{Figures, RequestFigures};
+use loadfleet_proto::figures::{FlowFigures, Figures, RequestFigures};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
@@ -26,6 +26,8 @@ struct Interval {
     /// (its place in the mix); grown on a kind's first completion and kept
     /// through recycling, so recording allocates nothing once warm.
     requests: Vec<RequestFigures>,
+    /// A flow scenario's own figures ([`flows`]); `None` for any other.
+    flow: Option<FlowFigures>,
 }
 
 /// Where a measured request's time went on the wire (see [`Phases`]), and
@@ -56,6 +58,7 @@ impl Interval {
             figures: Figures::default(),
             max_in_flight: 0,
             requests: Vec::new(),
+            flow: None,
         }
     }
 
@@ -80,14 +83,19 @@ impl Interval {
             max_in_flight: self.max_in_flight.max(gauge.in_flight).max(gauge.at_start),
             // Attached by the worker for subscription scenarios.
             sse: None,
-            // A request with nothing completed is left out.
+            // A request (or step) with nothing counted is left out.
             requests: self
                 .requests
                 .iter()
                 .enumerate()
-                .filter(|(_, k)| k.completed > 0)
+                .filter(|(_, k)| counted(k))
                 .map(|(kind, k)| k.encode(kind as u32))
                 .collect(),
+            flow: self.flow.as_ref().map(|f| {
+                let mut w = v1::FlowFigures::default();
+                f.encode_into(&mut w);
+                w
+            }),
             ..Default::default()
         };
         // CPU is the session's, and `connections` the worker's: both set
@@ -156,6 +164,8 @@ pub(crate) struct Recorder {
     /// one, whose figures are the scenario's (a second histogram record
     /// per request, some 4% of the agent's instructions, for nothing).
     split_by_request: bool,
+    /// A flow scenario's: every snapshot carries its flow figures.
+    flows: bool,
     scenario: u32,
     /// Index of the first interval still open (not yet flushed).
     base: u64,
@@ -170,12 +180,19 @@ impl Recorder {
     pub(crate) fn new(scenario: u32) -> Self {
         Self {
             split_by_request: true,
+            flows: false,
             scenario,
             base: 0,
             last_in_flight: 0,
             open: VecDeque::new(),
             spare: Vec::new(),
         }
+    }
+
+    /// Whether the scenario is a flow scenario (see [`flows`]).
+    pub(crate) fn flows(mut self, flows: bool) -> Self {
+        self.flows = flows;
+        self
     }
 
     /// Whether completions are kept per request of the mix as well.
@@ -310,6 +327,9 @@ impl Recorder {
                 }
             };
             interval.figures.pool_saturated_ns = gauge.pool_saturated.as_nanos() as u64;
+            if self.flows {
+                interval.flow.get_or_insert_with(FlowFigures::default);
+            }
             out.push(interval.to_snapshot(self.scenario, self.base, gauge));
             self.spare.push(reset(interval));
             self.base += 1;
@@ -324,12 +344,20 @@ impl Recorder {
 fn reset(mut i: Interval) -> Interval {
     i.figures.reset();
     i.max_in_flight = 0;
-    // A kind with nothing recorded is already clear (every record counts a
-    // completion), so an idle kind costs nothing per interval.
-    for k in i.requests.iter_mut().filter(|k| k.completed > 0) {
+    // A kind with nothing recorded is already clear (every record counts
+    // something), so an idle kind costs nothing per interval.
+    for k in i.requests.iter_mut().filter(|k| counted(k)) {
         k.reset();
     }
+    if let Some(f) = &mut i.flow {
+        f.reset();
+    }
     i
+}
+
+/// Whether a request of the mix (or a step of a flow) counted anything.
+fn counted(k: &RequestFigures) -> bool {
+    k.completed > 0 || k.reached > 0 || k.not_reached.total() > 0
 }
 
 /// Counts one outcome where a snapshot (or a request's part of it) counts
@@ -371,6 +399,10 @@ fn count_outcome(
     }
     Some(class)
 }
+
+mod flows;
+
+pub(crate) use flows::{FlowEnd, StepDone};
 
 #[cfg(test)]
 mod tests;

@@ -111,9 +111,11 @@ impl RequestSpec {
             && self.grpc.is_none()
     }
 
+    /// `vars` are the values a flow's earlier steps capture (none for a
+    /// mix of requests), which its placeholders may name.
     fn from_proto(
         t: &v1::RequestTemplate,
-        columns: &[String],
+        (columns, vars): (&[String], &[String]),
         grpc: Option<&GrpcContext>,
     ) -> Result<Self, MixError> {
         let method = if t.method.is_empty() {
@@ -122,7 +124,7 @@ impl RequestSpec {
             Method::from_bytes(t.method.as_bytes())
                 .map_err(|_| MixError::Method(t.method.clone()))?
         };
-        let url = Text::parse(&t.url, columns).map_err(|source| MixError::UrlTemplate {
+        let url = Text::parse_with_vars(&t.url, columns, vars).map_err(|source| MixError::UrlTemplate {
             url: t.url.clone(),
             source,
         })?;
@@ -136,9 +138,11 @@ impl RequestSpec {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| MixError::HeaderName(h.name.clone()))?;
             let value =
-                Text::parse(&h.value, columns).map_err(|source| MixError::HeaderTemplate {
-                    name: h.name.clone(),
-                    source,
+                Text::parse_with_vars(&h.value, columns, vars).map_err(|source| {
+                    MixError::HeaderTemplate {
+                        name: h.name.clone(),
+                        source,
+                    }
                 })?;
             headers.push((name, value));
         }
@@ -156,14 +160,16 @@ impl RequestSpec {
         if let (false, Some(context)) = (t.grpc_method.is_empty(), grpc) {
             return Self::grpc(
                 t,
-                columns,
+                (columns, vars),
                 context,
                 (method, url, uri, headers, static_headers),
             );
         }
         // A body that is not UTF-8 (a binary file) is sent as it is.
         let body = match std::str::from_utf8(&t.body) {
-            Ok(text) => Some(Text::parse(text, columns).map_err(MixError::BodyTemplate)?)
+            Ok(text) => Some(
+                Text::parse_with_vars(text, columns, vars).map_err(MixError::BodyTemplate)?,
+            )
                 .filter(|b| !b.is_static()),
             Err(_) => None,
         };
@@ -185,7 +191,7 @@ impl RequestSpec {
     /// placeholders, per request otherwise.
     fn grpc(
         t: &v1::RequestTemplate,
-        columns: &[String],
+        (columns, vars): (&[String], &[String]),
         context: &GrpcContext,
         (method, url, uri, headers, static_headers): HttpParts,
     ) -> Result<Self, MixError> {
@@ -195,7 +201,8 @@ impl RequestSpec {
         };
         let encoder = Encoder::new(&context.pool, &t.grpc_method).map_err(fail)?;
         let json = String::from_utf8_lossy(&t.body);
-        let message = Text::parse(&json, columns).map_err(MixError::BodyTemplate)?;
+        let message =
+            Text::parse_with_vars(&json, columns, vars).map_err(MixError::BodyTemplate)?;
         let (message, static_body) = if message.is_static() {
             (None, encoder.encode(&json).map_err(fail)?)
         } else {
@@ -296,13 +303,25 @@ impl RequestMix {
         agent: u32,
         allow: &AllowList,
     ) -> Result<Self, MixError> {
+        Self::with_vars(requests, data, grpc, (agent, allow), &[])
+    }
+
+    /// The mix of a flow's steps (one kind per step), whose placeholders
+    /// may name the values in `vars`.
+    pub(crate) fn with_vars(
+        requests: &[v1::RequestTemplate],
+        data: Option<&v1::DataTable>,
+        grpc: Option<&GrpcContext>,
+        (agent, allow): (u32, &AllowList),
+        vars: &[String],
+    ) -> Result<Self, MixError> {
         if requests.is_empty() {
             return Err(MixError::NoRequests);
         }
         let columns: &[String] = data.map_or(&[], |d| d.columns.as_slice());
         let specs = requests
             .iter()
-            .map(|t| RequestSpec::from_proto(t, columns, grpc))
+            .map(|t| RequestSpec::from_proto(t, (columns, vars), grpc))
             .collect::<Result<Vec<_>, _>>()?;
         let weights: Vec<u32> = requests.iter().map(|r| r.weight.max(1)).collect();
         Ok(Self {
@@ -372,16 +391,42 @@ impl RequestMix {
         seq: u64,
         rng: &mut SplitMix64,
     ) -> Result<Request<Full<Bytes>>, UnsentReason> {
-        let spec = &self.specs[self.interleave.owner(seq)];
+        let kind = self.interleave.owner(seq);
         // A request that uses no data draws no row, so the picks are the
         // same whether or not its bytes are kept ([`Self::fixed_kind`]).
-        let row = if self.rows.is_empty() || spec.fixed() {
+        let row = if self.specs[kind].fixed() {
+            None
+        } else {
+            self.row(seq, rng)
+        };
+        self.build_kind(kind, seq, row, &[], rng)
+    }
+
+    /// The data row of arrival `seq` (in turn, or drawn for a random
+    /// table); `None` without data. A flow draws one for all its steps.
+    pub(crate) fn row(&self, seq: u64, rng: &mut SplitMix64) -> Option<usize> {
+        if self.rows.is_empty() {
             None
         } else if self.random_rows {
-            Some(self.rows[(rng.next_u64() % self.rows.len() as u64) as usize].as_slice())
+            Some((rng.next_u64() % self.rows.len() as u64) as usize)
         } else {
-            Some(self.rows[(seq % self.rows.len() as u64) as usize].as_slice())
-        };
+            Some((seq % self.rows.len() as u64) as usize)
+        }
+    }
+
+    /// Builds request `kind` of the mix (a flow's step) for arrival `seq`,
+    /// with data row `row` and the flow's captured `vars`; as
+    /// [`Self::build`] otherwise.
+    pub(crate) fn build_kind(
+        &self,
+        kind: usize,
+        seq: u64,
+        row: Option<usize>,
+        vars: &[Option<String>],
+        rng: &mut SplitMix64,
+    ) -> Result<Request<Full<Bytes>>, UnsentReason> {
+        let spec = &self.specs[kind];
+        let row = row.and_then(|r| self.rows.get(r)).map(Vec::as_slice);
         let mut values = Values {
             seq,
             agent: self.agent,
@@ -397,14 +442,14 @@ impl RequestMix {
                 }),
             ) => {
                 let mut s = String::new();
-                t.render(&mut values, &mut s);
+                t.render_with_vars(&mut values, vars, &mut s);
                 encoder
                     .encode(&s)
                     .map_err(|_| UnsentReason::InvalidRequest)?
             }
             (Some(t), None) => {
                 let mut s = String::new();
-                t.render(&mut values, &mut s);
+                t.render_with_vars(&mut values, vars, &mut s);
                 Bytes::from(s)
             }
             _ => spec.static_body.clone(),
@@ -418,7 +463,7 @@ impl RequestMix {
             Some(uri) => uri.clone(),
             None => {
                 let mut s = String::new();
-                spec.url.render(&mut values, &mut s);
+                spec.url.render_with_vars(&mut values, vars, &mut s);
                 let uri: Uri = s.parse().map_err(|_| UnsentReason::InvalidRequest)?;
                 self.allow.vet_uri(&uri)?;
                 uri
@@ -439,7 +484,7 @@ impl RequestMix {
             None => {
                 for (name, value) in &spec.headers {
                     let mut s = String::new();
-                    value.render(&mut values, &mut s);
+                    value.render_with_vars(&mut values, vars, &mut s);
                     let value =
                         HeaderValue::from_str(&s).map_err(|_| UnsentReason::InvalidRequest)?;
                     req.headers_mut().append(name.clone(), value);

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::driver::{Arrival, Driver, Sleep, Submitted, Waited};
+use super::flows::run_flow;
 use super::plan::{Handovers, WorkerPlan};
 use super::shared::Shared;
 use super::sources::handover_news;
@@ -31,6 +32,16 @@ struct Client<'a> {
 impl Driver for Client<'_> {
     async fn submit(&mut self, arrival: Arrival) -> Submitted {
         let shared = self.shared;
+        if let Some(hook) = &shared.flow {
+            // A client loops the flow, as a k6 VU loops its iteration.
+            shared.hand_over(arrival.interval, arrival.lag, true);
+            let flow = run_flow(shared, hook, arrival.seq, arrival.intended);
+            return tokio::select! {
+                _ = flow => Submitted::Sent,
+                _ = self.stop.cancelled() => Submitted::Abandoned,
+                _ = tokio::time::sleep_until(self.end + self.drain) => Submitted::Abandoned,
+            };
+        }
         let Some(request) = shared.take(&arrival) else {
             return Submitted::Unrendered;
         };

@@ -27,7 +27,7 @@ pub(super) fn direct_pool(
     client: &Transport,
     alone: bool,
 ) -> Option<Rc<DirectPool<Sent>>> {
-    if !alone || sc.sse.is_some() || !matches!(sc.model, Model::Open { .. }) {
+    if !alone || sc.sse.is_some() || sc.flow.is_some() || !matches!(sc.model, Model::Open { .. }) {
         return None;
     }
     match client.direct(sc.mix.sole_origin()?)? {

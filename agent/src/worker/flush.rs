@@ -106,6 +106,9 @@ pub(super) fn flush_last(
         let on_wire = s.in_flight.get().saturating_sub(queued);
         let mut recorder = s.recorder.borrow_mut();
         recorder.held_unsent(up_to.saturating_sub(1), UnsentReason::QueuedAtEnd, queued);
+        if let Some(flow) = &s.flow {
+            flow.book_run_end(&mut recorder, up_to.saturating_sub(1));
+        }
         let gauge = Gauge::new(on_wire, std::mem::take(&mut pool_saturated));
         let mut snaps = recorder.flush(up_to, gauge);
         drop(recorder);

@@ -11,7 +11,7 @@
 //!
 //! The parts: `plan` (what a worker is given), `open` and `closed` (the
 //! two models), `driver` (the send seam they use, with `direct`, `tasks`
-//! and `subscribers` behind it), `ticks` (coalesced wake-ups), `freeze` (a
+//! `subscribers` and `flows` behind it), `ticks` (coalesced wake-ups), `freeze` (a
 //! frozen worker stops), `sources` (its arrivals, hand-overs included),
 //! `shared` (what a scenario's tasks share, and where outcomes are
 //! recorded) and `flush` (closing intervals).
@@ -19,6 +19,7 @@
 mod closed;
 mod direct;
 mod driver;
+mod flows;
 mod flush;
 mod freeze;
 mod open;
@@ -86,7 +87,9 @@ async fn run_scenarios(
     for sc in scenarios {
         let shared = Shared {
             recorder: Rc::new(RefCell::new(
-                Recorder::new(sc.index).split_by_request(sc.mix.kinds() > 1),
+                Recorder::new(sc.index)
+                    .split_by_request(sc.mix.kinds() > 1 || sc.flow.is_some())
+                    .flows(sc.flow.is_some()),
             )),
             in_flight: Rc::new(Cell::new(0)),
             held: Rc::new(Cell::new(0)),
@@ -101,6 +104,10 @@ async fn run_scenarios(
                     interval_ns,
                 ))
             }),
+            flow: sc
+                .flow
+                .as_ref()
+                .map(|spec| Rc::new(flows::FlowHook::new(spec.clone()))),
             rng: Rc::new(RefCell::new(SplitMix64::new(
                 sc.seed ^ ((plan.agent_index as u64) << 32) ^ plan.worker_index as u64,
             ))),

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::direct::Direct;
+use super::flows::Flows;
 use super::driver::{sleep_precisely, Arrival, Driver, Sleep, Waited, WATCHED_SLEEP};
 use super::freeze::FreezeWatch;
 use super::plan::{Handovers, ScenarioPlan, WorkerPlan};
@@ -48,13 +49,15 @@ pub(super) async fn run(
     // answer, TLS or not; through the tasks, only plain TCP's are stamped.
     let ticks = shared.alone
         && shared.sse.is_none()
+        && shared.flow.is_none()
         && shared.client.stamps_answers()
         && (shared.direct.is_some() || sc.mix.plain_http());
     let args = (plan, sc, schedule, interleave, handovers, shared, stop);
-    match (&shared.direct, &shared.sse) {
-        (Some(pool), _) => open_loop(args, Direct::new(pool, shared, stop, ticks)).await,
-        (None, Some(hook)) => open_loop(args, Subscribers::new(shared, hook, stop)).await,
-        (None, None) => open_loop(args, Tasks::new(shared, stop, ticks)).await,
+    match (&shared.direct, &shared.sse, &shared.flow) {
+        (_, _, Some(hook)) => open_loop(args, Flows::new(shared, hook, stop)).await,
+        (Some(pool), _, None) => open_loop(args, Direct::new(pool, shared, stop, ticks)).await,
+        (None, Some(hook), None) => open_loop(args, Subscribers::new(shared, hook, stop)).await,
+        (None, None, None) => open_loop(args, Tasks::new(shared, stop, ticks)).await,
     }
 }
 

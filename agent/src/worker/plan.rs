@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::ClientConfig;
+use crate::flow::FlowSpec;
 use crate::request::RequestMix;
 use crate::sse::SseSpec;
 
@@ -60,6 +61,9 @@ pub(crate) struct ScenarioPlan {
     /// Set for a subscription scenario: each arrival or client holds an
     /// event stream (see [`crate::sse`]).
     pub sse: Option<Arc<SseSpec>>,
+    /// Set for a flow scenario: each arrival or client runs its steps (the
+    /// mix's requests, one per step; see [`crate::flow`]).
+    pub flow: Option<Arc<FlowSpec>>,
 }
 
 /// Everything one worker needs; shared parts are behind `Arc`.

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::driver::Arrival;
+use super::flows::FlowHook;
 use crate::client::{DirectPool, Exchanged, Outcome, Phases, Queued, Transport};
 use crate::recorder::{Completion, Recorder};
 use crate::request::RequestMix;
@@ -43,6 +44,8 @@ pub(super) struct Shared {
     pub(super) mix: Arc<RequestMix>,
     /// A subscription scenario's streams and figures.
     pub(super) sse: Option<Rc<Hook>>,
+    /// A flow scenario's steps and the flows under way.
+    pub(super) flow: Option<Rc<FlowHook>>,
     pub(super) rng: Rc<RefCell<SplitMix64>>,
     pub(super) common_start: Instant,
     pub(super) interval_ns: u64,
@@ -220,8 +223,8 @@ impl Shared {
         }
     }
 
-    /// One request or subscriber less in flight.
-    fn done_one(&self) {
+    /// One request, subscriber or flow less in flight.
+    pub(super) fn done_one(&self) {
         self.in_flight.set(self.in_flight.get() - 1);
         self.worker_in_flight.set(self.worker_in_flight.get() - 1);
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use tokio::sync::Semaphore;
 
-use crate::{Config, Limit};
+use crate::{Config, Limit, ShopConfig};
 
 /// The `--cpus` value, parsed as the agent parses its own.
 pub use loadfleet_sys::CpuList;
@@ -131,6 +131,33 @@ pub struct Cli {
         value_parser = parse_skew
     )]
     pub clock_skew: i64,
+
+    /// Serve the stateful shop as well: `POST /login`, `/cart`, `/orders`
+    /// and `/payments/{order}`, with sessions, bearer tokens and ids that
+    /// are each accepted once (docs/testbed.md, "Shop"). Other paths
+    /// answer as without it.
+    #[arg(long, conflicts_with = "grpc")]
+    pub shop: bool,
+
+    /// Shop requests hold one of N permits of their own pool while they
+    /// wait out --delay (in place of --pool), queueing without limit for
+    /// one, so a serialised purchase flow slows step by step under
+    /// overload.
+    #[arg(long, value_name = "N", requires = "shop", value_parser = parse_limit)]
+    pub shop_pool: Option<usize>,
+
+    /// Fraction (0..=1) of payments answered `{"status": "declined"}`,
+    /// deterministically: the k-th payment is declined when
+    /// floor(k*F) > floor((k-1)*F).
+    #[arg(
+        long,
+        value_name = "FRACTION",
+        requires = "shop",
+        default_value = "0",
+        allow_negative_numbers = true,
+        value_parser = parse_fraction
+    )]
+    pub shop_decline: f64,
 }
 
 impl Cli {
@@ -158,6 +185,10 @@ impl Cli {
                 clock_skew_us: self.clock_skew,
             },
             h2_max_streams: self.h2_max_streams,
+            shop: self.shop.then_some(ShopConfig {
+                pool: self.shop_pool,
+                decline: self.shop_decline,
+            }),
         }
     }
 }
@@ -198,6 +229,11 @@ fn parse_limit(s: &str) -> Result<usize, String> {
         return Err(format!("must be at most {}", Semaphore::MAX_PERMITS));
     }
     Ok(n)
+}
+
+/// Parses a fraction within `0.0..=1.0`, as `--error-rate` takes it.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    s.parse::<ErrorRate>().map(ErrorRate::get)
 }
 
 /// The fraction of requests to answer 500, always within `0.0..=1.0`.
@@ -291,6 +327,28 @@ mod tests {
     }
 
     #[test]
+    fn shop_flags_become_config() {
+        let cli = Cli::try_parse_from([
+            "loadfleet-testbed",
+            "--shop",
+            "--shop-pool",
+            "3",
+            "--shop-decline",
+            "0.25",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.config().shop,
+            Some(ShopConfig {
+                pool: Some(3),
+                decline: 0.25
+            })
+        );
+        let cli = Cli::try_parse_from(["loadfleet-testbed"]).unwrap();
+        assert_eq!(cli.config().shop, None);
+    }
+
+    #[test]
     fn defaults_are_the_cheap_path() {
         let cli = Cli::try_parse_from(["loadfleet-testbed"]).unwrap();
         assert_eq!(cli.listen, "127.0.0.1:8080".parse().unwrap());
@@ -311,6 +369,12 @@ mod tests {
             (&["--cpus", "2-1"], "--cpus"),
             (&["--clock-skew", "2 days"], "--clock-skew"),
             (&["--sse-interval", "often"], "--sse-interval"),
+            (&["--shop-pool", "4"], "--shop"),
+            (&["--shop-decline", "0.5"], "--shop"),
+            (&["--shop", "--shop-pool", "0"], "--shop-pool"),
+            (&["--shop", "--shop-decline", "1.5"], "--shop-decline"),
+            (&["--shop", "--shop-decline", "-0.1"], "--shop-decline"),
+            (&["--shop", "--grpc"], "--shop"),
         ];
         for (args, flag) in cases {
             let err = Cli::try_parse_from(

@@ -14,6 +14,11 @@
 //! delay, no gates, no errors) answers from a static body without locks or
 //! per-request allocations of its own.
 //!
+//! With `--shop` it also serves a small stateful shop ([`ShopConfig`]):
+//! login, cart, order and payment endpoints whose ids are issued and
+//! accepted once, so a multi-step scenario can be checked against what the
+//! target itself counted.
+//!
 //! With `--grpc` it is a gRPC server instead ([`serve_grpc`]): the same
 //! knobs, answered as gRPC statuses, with reflection.
 //!
@@ -26,6 +31,7 @@ mod delay;
 mod grpc;
 mod h2;
 mod server;
+mod shop;
 mod sse;
 mod stamped;
 
@@ -58,6 +64,19 @@ pub struct Config {
     /// Most concurrent streams an HTTP/2 connection may carry (hyper's
     /// default, 200, when `None`).
     pub h2_max_streams: Option<u32>,
+    /// The stateful shop endpoints; `None`: not served.
+    pub shop: Option<ShopConfig>,
+}
+
+/// The shop's knobs (`--shop`, `--shop-pool`, `--shop-decline`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShopConfig {
+    /// Permits of the shop's own pool, held while waiting out the delay in
+    /// place of `Config::pool`; `None`: shop requests use `Config::pool`.
+    pub pool: Option<usize>,
+    /// Share of payments declined, within `0.0..=1.0`: the k-th is declined
+    /// when `floor(k * decline) > floor((k - 1) * decline)`.
+    pub decline: f64,
 }
 
 impl Config {

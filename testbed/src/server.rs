@@ -24,14 +24,15 @@ use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::shop::{self, Shop};
 use crate::sse::{self, Hub, SseBody};
 use crate::stamped::{AnswerTimes, LastArrival, Stamped};
 use crate::{Config, Limit};
 
-/// Every response the testbed gives: a short static plain-text body.
-type TextResponse = Response<Full<Bytes>>;
+/// Every response the testbed gives but event streams: a short body.
+pub(crate) type TextResponse = Response<Full<Bytes>>;
 /// What a request's future yields; handling a request cannot fail.
-type Answer = Result<TextResponse, Infallible>;
+pub(crate) type Answer = Result<TextResponse, Infallible>;
 /// Every body the testbed sends: a static text or a held event stream.
 type AnyBody = http_body_util::Either<Full<Bytes>, SseBody>;
 
@@ -168,6 +169,8 @@ pub(crate) struct Shared {
     answers: Arc<AnswerTimes>,
     /// The event streams of `GET /sse` and `POST /broadcast`.
     sse: Arc<Hub>,
+    /// The endpoints of `--shop`.
+    shop: Option<Arc<Shop>>,
 }
 
 impl Shared {
@@ -183,6 +186,7 @@ impl Shared {
             counts: Mutex::new(BTreeMap::new()),
             answers: Arc::new(AnswerTimes::new()),
             sse: Arc::new(Hub::new(config.sse.clone())),
+            shop: config.shop.as_ref().map(|shop| Arc::new(Shop::new(shop))),
         }
     }
 
@@ -194,7 +198,8 @@ impl Shared {
     }
 
     /// `total N`, `ADDRESS N` per source, then the answers' times (see
-    /// [`AnswerTimes::stats`]), one `name value` per line.
+    /// [`AnswerTimes::stats`]) and, with `--shop`, the shop's counts, one
+    /// `name value` per line.
     fn stats(&self) -> String {
         let counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let per: Vec<(IpAddr, u64)> = counts
@@ -207,6 +212,9 @@ impl Shared {
             text.push_str(&format!("{ip} {n}\n"));
         }
         text.push_str(&self.answers.stats());
+        if let Some(shop) = &self.shop {
+            text.push_str(&shop.stats());
+        }
         text
     }
 
@@ -234,7 +242,7 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    fn new(limit: &Limit) -> Self {
+    pub(crate) fn new(limit: &Limit) -> Self {
         Gate {
             permits: Semaphore::new(limit.permits),
             timeout: limit.timeout,
@@ -300,6 +308,17 @@ impl Service<Request<Incoming>> for Testbed {
             return Reply::Ready(future::ready(Ok(response)));
         }
         self.counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(shop) = &self.shared.shop {
+            if let Some(route) = shop::Route::of(request.method(), request.uri().path()) {
+                return Reply::Work(Box::pin(shop::handle(
+                    Arc::clone(&self.shared),
+                    Arc::clone(shop),
+                    route,
+                    request,
+                    self.arrivals.clone(),
+                )));
+            }
+        }
         let size = match request.uri().path().strip_prefix("/bytes/") {
             None => None,
             Some(n) => match n.parse::<usize>() {
@@ -405,6 +424,25 @@ async fn handle(
     }
 
     let arrived = arrivals.and_then(|a| a.instant());
+    if let Some(refusal) = work(&shared, shared.pool.as_ref(), arrived).await {
+        return Ok(refusal);
+    }
+
+    if shared.inject_error() {
+        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, "injected error\n"));
+    }
+    Ok(reply(StatusCode::OK, answer(size)))
+}
+
+/// The work every request but health checks and event streams does: pass
+/// admission and `pool`, then wait out the service delay, counted from
+/// `arrived` (the request's arrival stamp) plus the wait at the gates.
+/// `None` once done; otherwise the refusal to answer instead.
+pub(crate) async fn work(
+    shared: &Shared,
+    pool: Option<&Gate>,
+    arrived: Option<Instant>,
+) -> Option<TextResponse> {
     let gated = Instant::now();
 
     // Admission is held while waiting for the pool and while working, so it
@@ -413,14 +451,14 @@ async fn handle(
     let _admitted = match &shared.admission {
         Some(gate) => match gate.enter().await {
             Some(permit) => Some(permit),
-            None => return Ok(reply(StatusCode::TOO_MANY_REQUESTS, "not admitted\n")),
+            None => return Some(reply(StatusCode::TOO_MANY_REQUESTS, "not admitted\n")),
         },
         None => None,
     };
-    let _slot = match &shared.pool {
+    let _slot = match pool {
         Some(gate) => match gate.enter().await {
             Some(permit) => Some(permit),
-            None => return Ok(reply(StatusCode::SERVICE_UNAVAILABLE, "pool timeout\n")),
+            None => return Some(reply(StatusCode::SERVICE_UNAVAILABLE, "pool timeout\n")),
         },
         None => None,
     };
@@ -436,11 +474,7 @@ async fn handle(
             None => tokio::time::sleep(delay).await,
         }
     }
-
-    if shared.inject_error() {
-        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, "injected error\n"));
-    }
-    Ok(reply(StatusCode::OK, answer(size)))
+    None
 }
 
 /// A success's body: `ok`, or `size` bytes of `x` for `/bytes/N`, cut from
@@ -456,7 +490,7 @@ fn answer(size: Option<usize>) -> Bytes {
 }
 
 /// A plain-text response (a static body costs no copy or allocation).
-fn reply(status: StatusCode, body: impl Into<Bytes>) -> TextResponse {
+pub(crate) fn reply(status: StatusCode, body: impl Into<Bytes>) -> TextResponse {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     response

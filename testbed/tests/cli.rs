@@ -466,6 +466,10 @@ fn bad_flags_exit_2_naming_the_flag() {
         // Parses, but no such CPU exists: rejected when pinning.
         (&["--cpus", "1023"], "--cpus"),
         (&["--listen", "nowhere"], "--listen"),
+        (&["--shop-pool", "2"], "--shop"),
+        (&["--shop", "--shop-pool", "0"], "--shop-pool"),
+        (&["--shop", "--shop-decline", "2"], "--shop-decline"),
+        (&["--shop", "--grpc"], "--shop"),
     ];
     for (args, flag) in cases {
         let (code, stderr) = run_to_exit(args);

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::figures::{Figure, Figures, RequestFigures, Snapshot, UnsentCounts};
+use loadfleet_proto::figures::{
+    Figure, Figures, FlowFigures, RequestFigures, Snapshot, UnsentCounts,
+};
 use loadfleet_proto::histogram::new_histogram;
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 
@@ -40,8 +42,11 @@ pub struct Aggregate {
     held: Vec<Vec<u64>>,
     /// Subscription figures per scenario (`None` for request scenarios).
     pub sse: Vec<Option<crate::sse::SseMerged>>,
-    /// Per scenario, each request of its mix by index.
+    /// Per scenario, each request of its mix (or step of its flow) by
+    /// index.
     pub requests: Vec<Vec<RequestFigures>>,
+    /// Per scenario, what only flows have (`None` for other scenarios).
+    pub flows: Vec<Option<FlowFigures>>,
 }
 
 /// One second of the run, all agents together.
@@ -123,6 +128,7 @@ impl Aggregate {
             held: vec![vec![0; scenarios]; agents],
             sse: vec![None; scenarios],
             requests: vec![Vec::new(); scenarios],
+            flows: vec![None; scenarios],
         }
     }
 
@@ -215,6 +221,9 @@ impl Aggregate {
     pub fn add(&mut self, agent: usize, s: &Snapshot) {
         let one = &s.figures;
         let scenario = s.scenario as usize;
+        if let (Some(figures), Some(flow)) = (&s.flow, self.flows.get_mut(scenario)) {
+            *flow.get_or_insert_with(Default::default) += figures;
+        }
         if let (Some(figures), Some(sse)) = (&s.sse, self.sse.get_mut(scenario)) {
             sse.get_or_insert_with(Default::default)
                 .add(s.interval_index, figures);

@@ -157,6 +157,66 @@ pub struct Scenario {
     /// method and path). Their completions add up to the scenario's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<RequestReport>,
+    /// Flow scenarios only: how the flows ended. The scenario's own
+    /// intended/sent/unsent count flows (sent = started), its latency runs
+    /// from a flow's intended start to its end, and its status and errors
+    /// are those of the step that ended each flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<FlowReport>,
+    /// Flow scenarios only: each step, in the plan's order (the funnel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepReport>,
+}
+
+/// A flow scenario's flows (`scenarios[].flows`):
+/// `intended == started + unsent.total` and
+/// `started == completed + failed + in_flight_at_end`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FlowReport {
+    pub intended: u64,
+    pub started: u64,
+    pub unsent: Unsent,
+    /// Flows whose every step passed.
+    pub completed: u64,
+    pub failed: u64,
+    /// Failed flows by reason (check, capture, status, error, timeout,
+    /// unsent).
+    pub failed_by_reason: BTreeMap<String, u64>,
+    pub in_flight_at_end: u64,
+    /// Completed flows that ended inside the window / its length.
+    pub throughput_fps: f64,
+    /// From a flow's intended start to its last step's end, failed flows
+    /// included; null when none ended after the warm-up.
+    pub latency_ms: Option<Percentiles>,
+    /// The latency less the think time the flow slept.
+    pub active_ms: Option<Percentiles>,
+}
+
+/// One step of a flow (`scenarios[].steps[]`): its answers as a request's
+/// (`completed`, `status`, `latency_ms` from its ready instant…), and its
+/// funnel: `reached == sent + unsent.total`; `not_reached` counts the
+/// flows that never got to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepReport {
+    #[serde(flatten)]
+    pub request: RequestReport,
+    pub reached: u64,
+    pub sent: u64,
+    pub unsent: BTreeMap<String, u64>,
+    pub not_reached: BTreeMap<String, u64>,
+    /// Each check by its text, passed and failed.
+    pub checks: Vec<CheckReport>,
+    /// From the step's send.
+    pub service_time_ms: Option<Percentiles>,
+    /// From its ready instant to its send.
+    pub start_lag_ms: Option<Percentiles>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CheckReport {
+    pub check: String,
+    pub passed: u64,
+    pub failed: u64,
 }
 
 /// One request of a scenario's mix (`scenarios[].requests[]`): its

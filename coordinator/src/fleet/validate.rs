@@ -81,9 +81,11 @@ pub struct Ledger {
 #[derive(Debug)]
 pub(super) struct Checks {
     scenarios: usize,
-    /// Requests in each scenario's mix: the indexes per-request figures
-    /// may name.
+    /// Requests in each scenario's mix (or steps in its flow): the indexes
+    /// per-request figures may name.
     kinds: Vec<usize>,
+    /// Which scenarios are flows: only theirs carry flow figures.
+    flows: Vec<bool>,
     /// Highest interval index a snapshot may carry.
     last_interval: u64,
     ledgers: Vec<Ledger>,
@@ -95,7 +97,12 @@ impl Checks {
         let span = (spec.duration + spec.drain + INTERVAL_SLACK).as_nanos();
         Self {
             scenarios: spec.scenarios.len(),
-            kinds: spec.scenarios.iter().map(|s| s.requests.len()).collect(),
+            kinds: spec
+                .scenarios
+                .iter()
+                .map(|s| s.requests.len().max(s.steps.len()))
+                .collect(),
+            flows: spec.scenarios.iter().map(|s| !s.steps.is_empty()).collect(),
             last_interval: u64::try_from(span / interval).unwrap_or(u64::MAX),
             ledgers: Vec::new(),
         }
@@ -213,6 +220,18 @@ impl Checks {
                 ),
             ));
         }
+        let flow = self.flows.get(s.scenario as usize).copied().unwrap_or(false);
+        if s.flow.is_some() != flow {
+            return Err(reject(
+                "flow_mismatch",
+                format!(
+                    "scenario {} {} flow figures but {} a flow",
+                    s.scenario,
+                    if s.flow.is_some() { "carries" } else { "lacks" },
+                    if flow { "is" } else { "is not" }
+                ),
+            ));
+        }
         requests::placement(s, self.kinds.get(s.scenario as usize).copied().unwrap_or(0))
     }
 }
@@ -232,13 +251,20 @@ fn content(s: &Snapshot, totals: &Figures) -> Result<(), Rejection> {
         [f.status.total(), f.errors.total(), f.grpc_status.total()].iter(),
     )?;
     // A request opens a connection or reuses one, never both, and is
-    // counted when it completes.
-    if f.connections_opened.saturating_add(f.connections_reused) > f.completed {
+    // counted when it completes (a flow's requests are its steps).
+    let requests = match s.flow {
+        Some(_) => s
+            .requests
+            .iter()
+            .fold(0u64, |a, (_, r)| a.saturating_add(r.completed)),
+        None => f.completed,
+    };
+    if f.connections_opened.saturating_add(f.connections_reused) > requests {
         return Err(reject(
             "counts_disagree",
             format!(
-                "connections_opened {} + connections_reused {} > completed {}",
-                f.connections_opened, f.connections_reused, f.completed
+                "connections_opened {} + connections_reused {} > {requests} requests completed",
+                f.connections_opened, f.connections_reused
             ),
         ));
     }

@@ -15,9 +15,10 @@ use crate::report_model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
     ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
 };
+use super::parts::{per_second, request_of, unsent_of};
 use crate::thresholds::request_scopes;
 use crate::units;
-use loadfleet_proto::figures::{Figures, RequestFigures};
+use loadfleet_proto::figures::{Figures, RequestFigures, UnsentCounts};
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {
@@ -80,18 +81,7 @@ fn totals_of(m: &Figures, window_s: f64, warmup_s: f64) -> Totals {
     // has no outcome: that is what is left in flight, the same way for the
     // totals, each scenario and each agent, so they add up.
     let in_flight_at_end = m.sent.saturating_sub(m.completed);
-    let per_window = |n: u64| {
-        if window_s > 0.0 {
-            n as f64 / window_s
-        } else {
-            0.0
-        }
-    };
-    let mut other = m.unsent.by_word();
-    let concurrency_limit = m.unsent.get(UnsentReason::ConcurrencyLimit);
-    let late = m.unsent.get(UnsentReason::Late);
-    other.remove(UnsentReason::ConcurrencyLimit.as_str());
-    other.remove(UnsentReason::Late.as_str());
+    let per_window = |n: u64| per_second(n, window_s);
     let all = m.latency.all();
     Totals {
         intended: m.intended,
@@ -100,12 +90,7 @@ fn totals_of(m: &Figures, window_s: f64, warmup_s: f64) -> Totals {
         completed_in_window: m.completed_in_window,
         completed_ok_in_window: m.completed_ok_in_window,
         in_flight_at_end,
-        unsent: Unsent {
-            total: m.unsent.total(),
-            concurrency_limit,
-            late,
-            other,
-        },
+        unsent: unsent_of(&m.unsent),
         status: m.status.by_word(),
         errors: m.errors.by_word(),
         grpc: grpc_of(m),
@@ -160,34 +145,14 @@ fn grpc_of(m: &Figures) -> Option<Grpc> {
 /// Each request of a scenario's mix, named as in the plan, from its merged
 /// figures; throughput over the scenario's window of `window_s` seconds.
 fn requests_of(names: &[String], merged: &[RequestFigures], window_s: f64) -> Vec<RequestReport> {
-    let per_window = |n: u64| {
-        if window_s > 0.0 {
-            n as f64 / window_s
-        } else {
-            0.0
-        }
-    };
     names
         .iter()
         .enumerate()
-        .map(|(k, name)| {
-            let m = merged.get(k).cloned().unwrap_or_default();
-            RequestReport {
-                name: name.clone(),
-                completed: m.completed,
-                completed_in_window: m.completed_in_window,
-                completed_ok_in_window: m.completed_ok_in_window,
-                failures: m.failures(),
-                throughput_rps: per_window(m.completed_in_window),
-                throughput_ok_rps: per_window(m.completed_ok_in_window),
-                status: m.status.by_word(),
-                errors: m.errors.by_word(),
-                grpc_status: m.grpc_status.by_word(),
-                latency_ms: percentiles(&m.latency),
-            }
-        })
+        .map(|(k, name)| request_of(name, &merged.get(k).cloned().unwrap_or_default(), window_s))
         .collect()
 }
+
+
 
 /// What a threshold scoped to `name` reads: the scenario of that name,
 /// else request `R` of scenario `S` for `S.R` (as the plan validator
@@ -260,7 +225,17 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .unwrap_or_default();
                     sse::report(&merged, send_time, result, 1.0)
                 }),
-                requests: if info.requests.len() == 1 {
+                flows: result.aggregate.flows.get(i).and_then(Option::as_ref).map(|f| {
+                    super::flows::flows_of(&m, f, w.end_s - w.start_s)
+                }),
+                steps: super::flows::steps_of(
+                    &info.steps,
+                    result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
+                    w.end_s - w.start_s,
+                ),
+                requests: if !info.steps.is_empty() {
+                    Vec::new()
+                } else if info.requests.len() == 1 {
                     // Agents keep no split for a mix of one: its figures
                     // are the scenario's.
                     requests_of(&info.requests, &[m.as_request()], w.end_s - w.start_s)

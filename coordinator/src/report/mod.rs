@@ -9,15 +9,18 @@
 
 pub(crate) mod build;
 pub(crate) mod csv;
+mod flows;
 pub(crate) mod format;
 pub(crate) mod hlog;
 pub(crate) mod html;
 pub mod json;
+mod parts;
 pub(crate) mod plan_info;
 pub(crate) mod repeats;
 pub(crate) mod shape;
 pub(crate) mod sse;
 pub mod text;
+mod text_flows;
 pub(crate) mod verdicts;
 
 pub use crate::report_model::Report;

@@ -139,6 +139,16 @@ pub(crate) struct ScenarioInfo {
     pub sse_send_time: Option<String>,
     /// The names of the requests of its mix, in the plan's order.
     pub requests: Vec<String>,
+    /// A flow scenario's steps, in the plan's order; empty for others.
+    pub steps: Vec<StepInfo>,
+}
+
+/// What the report names of a flow's step: the step, and its checks by
+/// their text.
+#[derive(Debug, Clone)]
+pub(crate) struct StepInfo {
+    pub name: String,
+    pub checks: Vec<String>,
 }
 
 /// When failures (errors, 4xx and 5xx) make a run suspect: a warning above

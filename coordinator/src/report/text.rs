@@ -238,6 +238,9 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         if let Some(sse) = &s.sse {
             write_sse(out, &s.name, &s.totals, sse)?;
         }
+        if let Some(flows) = &s.flows {
+            super::text_flows::write(out, s, flows)?;
+        }
     }
     writeln!(out)?;
     writeln!(out, "  agents:")?;

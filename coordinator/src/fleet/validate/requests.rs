@@ -5,7 +5,8 @@
 //! Each accepted entry is merged into that request's figures for the whole
 //! run, so an unknown index would be a row the plan never had.
 
-use loadfleet_proto::figures::{RequestFigures, Snapshot};
+use loadfleet_proto::bounds::MAX_CHECKS_PER_STEP;
+use loadfleet_proto::figures::{FlowFigures, RequestFigures, Snapshot};
 use loadfleet_proto::v1;
 
 use super::{reject, Rejection};
@@ -40,6 +41,9 @@ pub(super) fn check(s: &Snapshot) -> Result<(), Rejection> {
     for (request, r) in &s.requests {
         one(*request, r)?;
     }
+    if let Some(flow) = &s.flow {
+        return steps(s, flow);
+    }
     if s.requests.is_empty() {
         return Ok(());
     }
@@ -68,6 +72,42 @@ pub(super) fn check(s: &Snapshot) -> Result<(), Rejection> {
                 format!("requests' {field} add up to {parts} but the snapshot has {whole}"),
             ));
         }
+    }
+    Ok(())
+}
+
+/// A flow scenario's snapshot: its entries are steps, which a flow may
+/// run many of, so they do not add up to its flows. Each step's sent and
+/// unsent are booked with its reaching, so they are at most what it
+/// reached; each check is judged on a completed answer, and each failed
+/// flow ended.
+fn steps(s: &Snapshot, flow: &FlowFigures) -> Result<(), Rejection> {
+    for (step, r) in &s.requests {
+        let resolved = r.sent.saturating_add(r.unsent.total());
+        let checks = r.checks_passed.total().saturating_add(r.checks_failed.total());
+        if resolved > r.reached || checks > r.completed.saturating_mul(MAX_CHECKS_PER_STEP as u64) {
+            return Err(reject(
+                "counts_disagree",
+                format!(
+                    "steps[{step}]: sent {} + unsent {} of {} reached, {} checks on {} completed",
+                    r.sent,
+                    r.unsent.total(),
+                    r.reached,
+                    checks,
+                    r.completed
+                ),
+            ));
+        }
+    }
+    if flow.failed.total() > s.figures.completed {
+        return Err(reject(
+            "counts_disagree",
+            format!(
+                "{} flows failed but {} ended",
+                flow.failed.total(),
+                s.figures.completed
+            ),
+        ));
     }
     Ok(())
 }

@@ -125,6 +125,8 @@ fn report(intervals: usize, completed: u64) -> Report {
             totals: t.clone(),
             sse: None,
             requests: Vec::new(),
+            flows: None,
+            steps: Vec::new(),
         }],
         totals: t,
         agents: vec![AgentReport {

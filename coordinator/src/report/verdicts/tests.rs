@@ -83,6 +83,7 @@ fn context(floor: Option<Duration>) -> PlanInfo {
             offered_rps: Some(10.0),
             sse_send_time: None,
             requests: Vec::new(),
+            steps: Vec::new(),
         }],
         duration: Duration::from_secs(10),
         drain: Duration::from_secs(1),

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use super::dial::{Dialed, Dialer};
 use super::failure::ClientFailure;
+use super::kept::Sink;
 use super::progress::Progress;
 use super::saturation::{Queued, Saturation};
 
@@ -191,12 +192,13 @@ impl Http2Client {
     /// status and headers, and the
     /// trailers a protocol on top of HTTP/2 (gRPC) reads its own status
     /// from. The body is part of the latency because a user waits for it
-    /// too.
-    pub(super) async fn exchange(
+    /// too; its bytes go to `sink` on the way, handed back with the answer.
+    pub(super) async fn exchange<S: Sink>(
         &self,
         request: Request<Full<Bytes>>,
         progress: &Progress<'_>,
-    ) -> Result<Answer, ClientFailure> {
+        mut sink: S,
+    ) -> Result<(Answer, S), ClientFailure> {
         let (mut parts, body) = request.into_parts();
         // Full never fails; its one frame is the whole body.
         let body = body
@@ -241,12 +243,13 @@ impl Http2Client {
             let (head, mut recv) = response.into_parts();
             while let Some(chunk) = recv.data().await {
                 let chunk = chunk.map_err(gone)?;
+                sink.data(&chunk);
                 // Gives the window back, so the peer may send more.
                 let _ = recv.flow_control().release_capacity(chunk.len());
             }
             let trailers = recv.trailers().await.map_err(gone)?;
             progress.body.set(Some(headers_at.elapsed()));
-            return Ok(Answer { head, trailers });
+            return Ok((Answer { head, trailers }, sink));
         }
     }
 

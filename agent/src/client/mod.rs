@@ -5,8 +5,9 @@
 //! the connect and TLS phases are taken the same way for all of them.
 //!
 //! The modules form a tree with no way back up: [`outcome`] (what an
-//! exchange comes to), [`failure`] (every error's kind), `progress` and
-//! `saturation` are leaves that the transports ([`h2`], `http1`) build on,
+//! exchange comes to), [`failure`] (every error's kind), [`kept`] (an
+//! answer kept for a flow), `progress` and `saturation` are leaves that
+//! the transports ([`h2`], `http1`) build on,
 //! as are [`tls`] (the target's trust) and [`grpc`] (calls on [`h2`]), and
 //! this module only puts them behind one [`Transport`].
 
@@ -15,6 +16,7 @@ mod failure;
 pub(crate) mod grpc;
 mod h2;
 mod http1;
+mod kept;
 pub(crate) mod outcome;
 mod progress;
 mod saturation;
@@ -38,6 +40,8 @@ pub(crate) use h2::Http2Client;
 pub(crate) use http1::wire;
 use http1::Http1Client;
 pub(crate) use http1::{DirectPool, Fixed, Outgoing};
+pub(crate) use kept::Kept;
+use kept::{Keeper, Sink};
 pub(crate) use outcome::{Exchanged, Outcome, Phases};
 use progress::Progress;
 pub(crate) use saturation::Queued;
@@ -68,6 +72,65 @@ pub(crate) struct ClientConfig {
 pub(crate) struct Transport {
     kind: Kind,
     timeout: Duration,
+}
+
+/// An answer that came whole, with the sink its bytes went to.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per exchange, never held across an await: a box would allocate for \
+              every HTTP/2 answer"
+)]
+enum Reply<S> {
+    /// The HTTP/1.1 status (the head's bytes are in the sink).
+    Http1(u16, S),
+    Http2(h2::Answer, S),
+}
+
+/// What [`Transport::run`] gives back for its sink, so that each caller
+/// gets its own answer straight from it: wrapping `run`'s future to
+/// reshape its output would add to every request in flight.
+trait Ending: Sink + Sized {
+    type Output;
+    fn end(exchanged: Exchanged, reply: Option<Reply<Self>>) -> Self::Output;
+}
+
+/// [`Transport::send`]'s: the exchange alone.
+impl Ending for () {
+    type Output = Exchanged;
+    #[inline(always)]
+    fn end(exchanged: Exchanged, _: Option<Reply<Self>>) -> Exchanged {
+        exchanged
+    }
+}
+
+/// [`Transport::send_keeping`]'s: the exchange and its answer, with the
+/// HTTP/1.1 head's headers read from its bytes, and an HTTP/2 answer's
+/// trailers after its headers.
+impl Ending for Keeper {
+    type Output = (Exchanged, Option<Kept>);
+    fn end(exchanged: Exchanged, reply: Option<Reply<Self>>) -> Self::Output {
+        let kept = reply.map(|reply| match reply {
+            Reply::Http1(status, keeper) => {
+                let headers = wire::header_map(keeper.head_bytes());
+                keeper.finish(status, headers)
+            }
+            Reply::Http2(answer, keeper) => {
+                let mut headers = answer.head.headers;
+                // `None` names repeat the name before them.
+                let mut last = None;
+                for (name, value) in answer.trailers.into_iter().flatten() {
+                    if let Some(name) = name {
+                        last = Some(name);
+                    }
+                    if let Some(name) = &last {
+                        headers.append(name.clone(), value);
+                    }
+                }
+                keeper.finish(answer.head.status.as_u16(), headers)
+            }
+        });
+        (exchanged, kept)
+    }
 }
 
 #[derive(Clone)]
@@ -108,13 +171,56 @@ impl Transport {
     /// that moment: a connection freed for a waiter with almost no time
     /// left would otherwise be closed by that waiter's deadline, and under
     /// overload every freed connection would be.
-    pub(crate) async fn send(
+    pub(crate) fn send<'a>(
+        &'a self,
+        request: Request<Full<Bytes>>,
+        sent_at: Instant,
+        queued: Option<Queued>,
+        out: &'a dyn Fn(),
+    ) -> impl Future<Output = Exchanged> + 'a {
+        // `run` itself, not a future that awaits it: that would keep its
+        // own copy of the request (or of `run`'s future) beside the one
+        // it moved on, and every request in flight would carry both.
+        self.run(request, sent_at, queued, out, ())
+    }
+
+    /// [`Self::send`], keeping the answer for a flow's step to read: its
+    /// status, its headers and at most `keep` bytes of its body (of a
+    /// gRPC call's, its response message). The exchange, its timings and
+    /// its outcome are those `send` gives: the whole answer is still read,
+    /// a body past `keep` is drained, and the connection stays fit for the
+    /// next request. `None` when no answer came whole (an error, a
+    /// timeout, never sent). See [`kept`] for why keeping is opt-in.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "flows' steps will call it; until then only its tests do"
+        )
+    )]
+    pub(crate) fn send_keeping<'a>(
+        &'a self,
+        request: Request<Full<Bytes>>,
+        sent_at: Instant,
+        queued: Option<Queued>,
+        out: &'a dyn Fn(),
+        keep: usize,
+    ) -> impl Future<Output = (Exchanged, Option<Kept>)> + 'a {
+        let grpc = request.extensions().get::<grpc::Call>().is_some();
+        self.run(request, sent_at, queued, out, Keeper::new(keep, grpc))
+    }
+
+    /// [`Self::send`], with the answer's bytes handed to `sink` on the
+    /// way: `()` for `send` itself (one body for both, and the measured
+    /// path's copy keeps nothing), a [`Keeper`] for `send_keeping`.
+    async fn run<S: Ending>(
         &self,
         request: Request<Full<Bytes>>,
         sent_at: Instant,
         queued: Option<Queued>,
         out: &dyn Fn(),
-    ) -> Exchanged {
+        sink: S,
+    ) -> S::Output {
         let grpc = request.extensions().get::<grpc::Call>().is_some();
         let progress = Progress::new(out);
         let queue_deadline = sent_at + self.timeout;
@@ -134,20 +240,30 @@ impl Transport {
         drop(queued);
         let exchange = async {
             match &self.kind {
-                Kind::Http1(c) => c.exchange(request, &progress).await.map(Outcome::Status),
+                Kind::Http1(c) => c
+                    .exchange(request, &progress, sink)
+                    .await
+                    .map(|(status, sink)| (Outcome::Status(status), Reply::Http1(status, sink))),
                 // Boxed: the HTTP/2 exchange's future is several times the
                 // HTTP/1.1 one's, and without the box every HTTP/1.1 request
                 // in flight would carry its room too.
-                Kind::Http2(c) => Box::pin(c.exchange(request, &progress))
-                    .await
-                    .map(|answer| {
-                        let status = answer.head.status.as_u16();
-                        if grpc {
-                            grpc::outcome(status, &answer.head.headers, answer.trailers.as_ref())
-                        } else {
-                            Outcome::Status(status)
-                        }
-                    }),
+                Kind::Http2(c) => {
+                    Box::pin(c.exchange(request, &progress, sink))
+                        .await
+                        .map(|(answer, sink)| {
+                            let status = answer.head.status.as_u16();
+                            let outcome = if grpc {
+                                grpc::outcome(
+                                    status,
+                                    &answer.head.headers,
+                                    answer.trailers.as_ref(),
+                                )
+                            } else {
+                                Outcome::Status(status)
+                            };
+                            (outcome, Reply::Http2(answer, sink))
+                        })
+                }
             }
         };
         let result = if expired {
@@ -175,14 +291,14 @@ impl Transport {
             .await
         };
         let pool_wait = progress.pool_wait();
-        let outcome = match result {
-            Some(Ok(outcome)) => outcome,
-            Some(Err(e)) => Outcome::Error(e.kind()),
+        let (outcome, reply) = match result {
+            Some(Ok((outcome, reply))) => (outcome, Some(reply)),
+            Some(Err(e)) => (Outcome::Error(e.kind()), None),
             None if progress.left_queue.get().is_none() => {
                 progress.answered.set(Some(queue_deadline));
-                Outcome::Unsent(UnsentReason::PoolTimeout)
+                (Outcome::Unsent(UnsentReason::PoolTimeout), None)
             }
-            None => Outcome::Error(ErrorKind::Timeout),
+            None => (Outcome::Error(ErrorKind::Timeout), None),
         };
         // A gRPC call's time is its deadline.
         let outcome = if grpc {
@@ -190,13 +306,14 @@ impl Transport {
         } else {
             outcome
         };
-        Exchanged {
+        let exchanged = Exchanged {
             outcome,
             on_wire: progress.on_wire.get(),
             pool_wait,
             phases: progress.phases(),
             answered: progress.answered.get(),
-        }
+        };
+        S::end(exchanged, reply)
     }
 
     /// Opens up to `n` connections to `uri`'s host before any request needs

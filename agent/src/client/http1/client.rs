@@ -23,6 +23,7 @@ use super::direct::DirectPool;
 use super::ledger::Ledger;
 use crate::client::dial::Dialer;
 use crate::client::failure::ClientFailure;
+use crate::client::kept::Sink;
 use crate::client::progress::Progress;
 use crate::client::saturation::Queued;
 
@@ -101,12 +102,14 @@ impl Http1Client {
     }
 
     /// Sends one request and reads the whole response body; the body is
-    /// part of the latency because a user waits for it too.
-    pub(in crate::client) async fn exchange(
+    /// part of the latency because a user waits for it too. The answer's
+    /// bytes go to `sink` on the way, handed back with the status.
+    pub(in crate::client) async fn exchange<S: Sink>(
         &self,
         request: Request<Full<Bytes>>,
         progress: &Progress<'_>,
-    ) -> Result<u16, ClientFailure> {
+        sink: S,
+    ) -> Result<(u16, S), ClientFailure> {
         let (parts, mut body) = request.into_parts();
         let authority = parts.uri.authority().ok_or(ClientFailure::NoHost)?;
         let key = authority.as_str();
@@ -122,12 +125,12 @@ impl Http1Client {
         }
         let on_wire = progress.went_on_wire();
         let saw = |size, whole| self.inner.ledger.borrow().saw_answer(size, whole);
-        let status = lease
+        let answer = lease
             .sender()?
-            .exchange(&parts, key, &body, on_wire, progress, saw)
+            .exchange(&parts, key, &body, on_wire, progress, saw, sink)
             .await?;
         lease.finished = true;
-        Ok(status)
+        Ok(answer)
     }
 
     /// A pool of this client's kind for `uri`'s host that the open loop

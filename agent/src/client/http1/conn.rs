@@ -23,6 +23,7 @@ use super::read::{arrived, give_buffer, take_buffer, READ_CHUNK, READ_MAX};
 use super::wire::{render, Fed, HeadMemo, ResponseReader};
 use crate::client::dial::Io;
 use crate::client::failure::ClientFailure;
+use crate::client::kept::Sink;
 use crate::client::progress::Progress;
 
 /// A connection of the task-driven pool, with what it keeps between
@@ -112,10 +113,14 @@ impl Conn {
     /// Sends one request and reads its whole response, recording the
     /// time to the response head and the body's time in `progress`, and
     /// telling `saw` the answer's size so far (and whether it ended) after
-    /// every read. The connection is marked spent unless the exchange
-    /// completes and the response allows reuse; a dropped (timed-out)
-    /// exchange leaves it spent too, as that is set before the first await.
-    pub(super) async fn exchange(
+    /// every read. The answer's head and body bytes go to `sink` as they
+    /// are read (`()` keeps nothing; see [`crate::client::kept`]), which
+    /// is handed back with the status. The connection is marked spent
+    /// unless the exchange completes and the response allows reuse; a
+    /// dropped (timed-out) exchange leaves it spent too, as that is set
+    /// before the first await.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn exchange<S: Sink>(
         &mut self,
         parts: &Parts,
         host: &str,
@@ -123,7 +128,8 @@ impl Conn {
         on_wire: Instant,
         progress: &Progress<'_>,
         saw: impl Fn(usize, bool),
-    ) -> Result<u16, ClientFailure> {
+        mut sink: S,
+    ) -> Result<(u16, S), ClientFailure> {
         self.spent = true;
         render(parts, host, body, &mut self.out);
         self.io
@@ -169,11 +175,11 @@ impl Conn {
                 let end = last_at.unwrap_or_else(Instant::now);
                 saw(size, true);
                 self.finish(progress, on_wire, head_at, end);
-                return Ok(done.status);
+                return Ok((done.status, sink));
             }
             let at = arrived(stamp.and_then(crate::sys::Arrival::instant), on_wire);
             last_at = Some(at);
-            let fed = reader.feed_remembering(&self.input, Some(&mut self.memo));
+            let fed = reader.feed_into(&self.input, Some(&mut self.memo), &mut sink);
             match fed.map_err(ClientFailure::Wire)? {
                 Fed::More(used) => {
                     saw(size, false);
@@ -190,7 +196,7 @@ impl Conn {
                     saw(size, true);
                     self.finish(progress, on_wire, head_at, at);
                     self.spent = !done.reusable || unasked;
-                    return Ok(done.status);
+                    return Ok((done.status, sink));
                 }
             }
         }

@@ -24,7 +24,7 @@ pub(crate) use direct::{DirectPool, Fixed, Outgoing};
 /// whole request head in `pending` (reading more as needed) and drops it;
 /// false once the client has closed.
 #[cfg(test)]
-async fn next_request_head(
+pub(in crate::client) async fn next_request_head(
     stream: &mut (impl tokio::io::AsyncRead + Unpin),
     pending: &mut Vec<u8>,
 ) -> bool {

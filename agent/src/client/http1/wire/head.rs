@@ -1,5 +1,6 @@
 //! The response head parser: status, whether the connection may carry
-//! another request, and how the body is framed (RFC 9112 section 6.3).
+//! another request, and how the body is framed (RFC 9112 section 6.3);
+//! and, for an answer kept for a flow, its headers as a map.
 
 use std::mem::MaybeUninit;
 
@@ -134,6 +135,39 @@ fn frame(
         keep_alive = false;
     }
     Ok((keep_alive, framing))
+}
+
+/// The headers of the final head among the whole heads `buf` holds (as
+/// [`parse_head`] took them, interim 1xx heads first), as received: for
+/// an answer kept for a flow ([`crate::client::Transport::send_keeping`]),
+/// not for the measured path, which builds no map. Header values that are
+/// not valid for `http` are left out (httparse already refused invalid
+/// names and bytes).
+pub(crate) fn header_map(buf: &[u8]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(n)) = response.parse(&buf[at..]) else {
+            break;
+        };
+        at += n;
+        let status = response.code.unwrap_or(0);
+        if (100..200).contains(&status) && status != 101 {
+            continue;
+        }
+        map.reserve(response.headers.len());
+        for h in response.headers.iter() {
+            let name = http::HeaderName::from_bytes(h.name.as_bytes());
+            let value = http::HeaderValue::from_bytes(h.value);
+            if let (Ok(name), Ok(value)) = (name, value) {
+                map.append(name, value);
+            }
+        }
+        break;
+    }
+    map
 }
 
 fn parse_length(value: &[u8]) -> Result<u64, WireError> {

@@ -9,7 +9,10 @@
 //! general codec (headers into a map, a body channel, a task per
 //! connection) is work it does not need on its hottest path. `httparse`
 //! parses the head in place; the pools count and drop bodies, never keep
-//! them, so a large body costs no memory. A held event stream is one task
+//! them, so a large body costs no memory. A flow's step that wants its
+//! answer gives the task path's reader a sink ([`ResponseReader::feed_into`],
+//! [`crate::client::kept`]) that keeps the head's bytes and the body's
+//! first bytes; the measured path's sink is `()` and compiles to nothing. A held event stream is one task
 //! with one small buffer: hyper's client would add a connection task, a
 //! body channel and its own 8 KiB+ read buffer per stream, most of the
 //! agent's memory at 20,000 streams, so the subscriber decodes its body
@@ -27,8 +30,10 @@ use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::Method;
 
+use crate::client::kept::Sink;
+
 pub(crate) use body::{BodyDecoder, ChunkError};
-pub(crate) use head::{parse_head, Head, MAX_HEAD_BYTES};
+pub(crate) use head::{header_map, parse_head, Head, MAX_HEAD_BYTES};
 
 /// Writes `request` as HTTP/1.1 in origin form into `out` (cleared first):
 /// request line, `host` unless the request has one, its headers, a
@@ -205,6 +210,19 @@ impl ResponseReader {
         buf: &[u8],
         memo: Option<&mut HeadMemo>,
     ) -> Result<Fed, WireError> {
+        self.feed_into(buf, memo, &mut ())
+    }
+
+    /// [`Self::feed_remembering`], handing the whole head's bytes and
+    /// then the body's bytes to `sink` as they come: `()` for an answer
+    /// only measured, where this is the same code as before.
+    #[inline]
+    pub(crate) fn feed_into(
+        &mut self,
+        buf: &[u8],
+        memo: Option<&mut HeadMemo>,
+        sink: &mut impl Sink,
+    ) -> Result<Fed, WireError> {
         let mut used = 0;
         let body = match &mut self.body {
             Some(body) => body,
@@ -225,11 +243,12 @@ impl ResponseReader {
                     }
                 };
                 used = head.len;
+                sink.head(&buf[..used]);
                 (self.status, self.keep_alive) = (head.status, head.keep_alive);
                 self.body.insert(BodyDecoder::new(head.framing))
             }
         };
-        let took = body.feed(&buf[used..], |_| {})?;
+        let took = body.feed(&buf[used..], |data| sink.data(data))?;
         used += took.used;
         Ok(if took.end {
             Fed::Done(

@@ -191,13 +191,6 @@ impl Transport {
     /// a body past `keep` is drained, and the connection stays fit for the
     /// next request. `None` when no answer came whole (an error, a
     /// timeout, never sent). See [`kept`] for why keeping is opt-in.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "flows' steps will call it; until then only its tests do"
-        )
-    )]
     pub(crate) fn send_keeping<'a>(
         &'a self,
         request: Request<Full<Bytes>>,

@@ -168,6 +168,40 @@ pub const MAX_STREAM_ERROR_KINDS: usize = 64;
 /// Most checks on one step of a flow: each is a count kept per step.
 pub const MAX_CHECKS_PER_STEP: usize = 16;
 
+/// Most steps in one flow: every arrival walks them all in order, so the
+/// count bounds one arrival's work and the report's rows per scenario.
+pub const MAX_STEPS: usize = 64;
+/// Most captures one flow step takes: each is a value an arrival holds
+/// until its journey ends, multiplied by the arrivals in flight.
+pub const MAX_CAPTURES_PER_STEP: usize = 16;
+/// Most checks on one flow step: each is evaluated on every answer.
+pub const MAX_CHECKS_PER_STEP: usize = 16;
+/// Longest captured value: it is held per arrival in flight and pasted
+/// into later requests, so a larger one is refused (the capture comes out
+/// absent) rather than multiplied by the in-flight count.
+pub const MAX_CAPTURE_VALUE_BYTES: usize = 4096;
+/// Longest name of a captured value, the `NAME` of its `{{NAME}}`.
+pub const MAX_CAPTURE_NAME_BYTES: usize = 64;
+/// Most body bytes of one answer kept for captures and checks: the agent
+/// reads and drops the rest, so a huge answer holds no memory per arrival
+/// (a body cut short is usually no longer JSON, so JSON reads fail).
+pub const MAX_ANSWER_KEPT_BYTES: usize = 1024 * 1024;
+/// Deepest nesting of a JSON body that captures and checks will read:
+/// parsing and dropping recurse per level, and no real API nests deeper.
+pub const MAX_JSON_DEPTH: usize = 64;
+/// Longest capture or check expression (a regex pattern included): short
+/// enough that an error message can quote it whole.
+pub const MAX_EXPRESSION_BYTES: usize = 1024;
+/// Most memory one compiled capture regex may take (its program, and its
+/// lazy DFA cache), so a short pattern such as `\w{1000}{1000}` is refused
+/// at parse time instead of growing on the agent.
+pub const MAX_REGEX_COMPILED_BYTES: usize = 1024 * 1024;
+/// Most cookies an arrival's cookie jar holds across its flow: the jar
+/// lives as long as the arrival, once per arrival in flight.
+pub const MAX_COOKIES_PER_FLOW: usize = 64;
+/// Longest cookie (name and value) the jar keeps; browsers keep 4 KiB too.
+pub const MAX_COOKIE_BYTES: usize = 4096;
+
 /// A field outside its bound. The agent sends this back as its refusal, so
 /// it names the field exactly as the wire has it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

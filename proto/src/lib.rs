@@ -10,6 +10,7 @@
 pub mod bounds;
 pub mod closed;
 pub mod figures;
+pub mod flow;
 pub mod grpc;
 pub mod handover;
 pub mod histogram;

@@ -19,6 +19,9 @@ pub enum Piece {
     RandomId,
     /// `{{data.COLUMN}}`: a column of the scenario's data table.
     Data(usize),
+    /// `{{NAME}}`: a value an earlier step of a flow captured
+    /// ([`crate::flow::Capture`]), by its index among the flow's names.
+    Var(usize),
 }
 
 /// A placeholder that cannot be rendered.
@@ -30,6 +33,13 @@ pub enum TemplateError {
     /// Not one of the known names.
     #[error("unknown placeholder {{{{{0}}}}}; use seq, agent, random_id or data.COLUMN")]
     Unknown(String),
+    /// Not one of the known names, in a flow step that may also use the
+    /// names earlier steps capture (listed second).
+    #[error(
+        "unknown placeholder {{{{{0}}}}}; use seq, agent, random_id, data.COLUMN \
+         or a name an earlier step captures ({1})"
+    )]
+    UnknownVar(String, String),
     /// `data.X` where the data table has no column X.
     #[error(
         "placeholder {{{{data.{0}}}}} names a column the data file does not have (columns: {1})"
@@ -46,6 +56,18 @@ pub struct Text {
 impl Text {
     /// Parses `{{name}}` placeholders; `columns` are the data table's.
     pub fn parse(text: &str, columns: &[String]) -> Result<Self, TemplateError> {
+        Self::parse_with_vars(text, columns, &[])
+    }
+
+    /// Parses a flow step's text, where `{{NAME}}` may also be one of
+    /// `vars`, the names earlier steps capture; the built-in names come
+    /// first ([`crate::flow::check_capture_name`] keeps captures from
+    /// shadowing them).
+    pub fn parse_with_vars(
+        text: &str,
+        columns: &[String],
+        vars: &[String],
+    ) -> Result<Self, TemplateError> {
         let mut pieces = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
@@ -67,7 +89,18 @@ impl Text {
                             TemplateError::NoColumn(col.to_string(), columns.join(", "))
                         })?)
                     }
-                    None => return Err(TemplateError::Unknown(name.to_string())),
+                    None => match vars.iter().position(|v| v == name) {
+                        Some(i) => Piece::Var(i),
+                        None if vars.is_empty() => {
+                            return Err(TemplateError::Unknown(name.to_string()))
+                        }
+                        None => {
+                            return Err(TemplateError::UnknownVar(
+                                name.to_string(),
+                                vars.join(", "),
+                            ))
+                        }
+                    },
                 },
             });
             rest = &after[close + 2..];
@@ -99,6 +132,19 @@ impl Text {
 
     /// Appends the rendered text to `out`.
     pub fn render(&self, ctx: &mut Values<'_>, out: &mut String) {
+        self.render_with_vars(ctx, &[], out);
+    }
+
+    /// Appends the rendered text of a flow step to `out`; `vars` are the
+    /// captured values in the order of the names given to
+    /// [`Text::parse_with_vars`]. A value not captured (absent, or past the
+    /// end of `vars`) renders empty, as a missing data row does.
+    pub fn render_with_vars(
+        &self,
+        ctx: &mut Values<'_>,
+        vars: &[Option<String>],
+        out: &mut String,
+    ) {
         use std::fmt::Write;
         for p in &self.pieces {
             match p {
@@ -114,6 +160,11 @@ impl Text {
                 }
                 Piece::Data(col) => {
                     if let Some(v) = ctx.row.and_then(|r| r.get(*col)) {
+                        out.push_str(v);
+                    }
+                }
+                Piece::Var(i) => {
+                    if let Some(Some(v)) = vars.get(*i) {
                         out.push_str(v);
                     }
                 }
@@ -183,6 +234,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("zip") && e.contains("user, item"), "{e}");
+    }
+
+    #[test]
+    fn captured_names_render_their_values() {
+        let vars = vec!["token".to_string(), "order_id".to_string()];
+        let t =
+            Text::parse_with_vars("/o/{{ order_id }}?t={{token}}&s={{seq}}", &[], &vars).unwrap();
+        assert!(!t.is_static());
+        let mut rng = SplitMix64::new(1);
+        let mut ctx = Values {
+            seq: 5,
+            agent: 0,
+            rng: &mut rng,
+            row: None,
+        };
+        let mut out = String::new();
+        t.render_with_vars(&mut ctx, &[Some("t0k".into()), Some("42".into())], &mut out);
+        assert_eq!(out, "/o/42?t=t0k&s=5");
+        out.clear();
+        t.render_with_vars(&mut ctx, &[None], &mut out);
+        assert_eq!(out, "/o/?t=&s=5");
+        out.clear();
+        t.render(&mut ctx, &mut out);
+        assert_eq!(out, "/o/?t=&s=5");
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_captured_ones() {
+        let vars = vec!["token".to_string(), "order_id".to_string()];
+        let e = Text::parse_with_vars("{{tokn}}", &[], &vars).unwrap_err();
+        assert_eq!(
+            e,
+            TemplateError::UnknownVar("tokn".into(), "token, order_id".into())
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("{{tokn}}") && e.contains("token, order_id"),
+            "{e}"
+        );
+        assert_eq!(
+            Text::parse_with_vars("{{seq}}", &[], &["seq".into()]),
+            Text::parse("{{seq}}", &[])
+        );
     }
 }
 

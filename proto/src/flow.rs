@@ -162,6 +162,26 @@ mod tests {
         assert!(check_capture_name(&"x".repeat(MAX_CAPTURE_NAME_BYTES + 1)).is_err());
     }
 
+    /// Parsed plans are shared by the agent's tasks behind an `Arc`.
+    #[test]
+    fn parsed_expressions_cross_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Capture>();
+        shared::<Check>();
+        fn sent<T: Send>() {}
+        sent::<Answer<'static>>();
+    }
+
+    #[test]
+    fn from_str_is_parse() {
+        assert_eq!("json.a".parse::<Capture>(), Capture::parse("json.a"));
+        assert_eq!(
+            "status == 200".parse::<Check>(),
+            Check::parse("status == 200")
+        );
+        assert!("nope".parse::<Check>().is_err());
+    }
+
     #[test]
     fn every_expression_is_bounded() {
         let long = format!("json.{}", "a".repeat(MAX_EXPRESSION_BYTES));

@@ -105,6 +105,14 @@ impl Capture {
     }
 }
 
+impl std::str::FromStr for Capture {
+    type Err = FlowError;
+
+    fn from_str(expr: &str) -> Result<Self, FlowError> {
+        Self::parse(expr)
+    }
+}
+
 impl fmt::Display for Capture {
     /// The canonical text, which parses back to the same capture.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -150,6 +150,14 @@ impl Check {
     }
 }
 
+impl std::str::FromStr for Check {
+    type Err = FlowError;
+
+    fn from_str(expr: &str) -> Result<Self, FlowError> {
+        Self::parse(expr)
+    }
+}
+
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {

@@ -165,8 +165,6 @@ pub const MAX_FANOUT_ID_BYTES: usize = 64;
 /// Most distinct stream-error kinds in one snapshot (error kinds, plus
 /// `status_<code>` per refused reconnect status).
 pub const MAX_STREAM_ERROR_KINDS: usize = 64;
-/// Most checks on one step of a flow: each is a count kept per step.
-pub const MAX_CHECKS_PER_STEP: usize = 16;
 
 /// Most steps in one flow: every arrival walks them all in order, so the
 /// count bounds one arrival's work and the report's rows per scenario.

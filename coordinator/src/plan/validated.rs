@@ -300,8 +300,6 @@ impl Plan {
                 }),
                 seed: s.seed,
                 sse: s.sse.as_ref().map(SsePlan::to_proto),
-                steps: Vec::new(),
-                cookies: false,
             })
             .collect()
     }

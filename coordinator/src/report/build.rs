@@ -4,7 +4,7 @@
 
 use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::percentiles;
-use loadfleet_proto::vocab::{AgentStatus, OutcomeClass, UnsentReason};
+use loadfleet_proto::vocab::{AgentStatus, OutcomeClass};
 
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
@@ -13,12 +13,12 @@ use crate::figures::Source;
 use crate::fleet::RunResult;
 use crate::report_model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
-    ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Unsent, Warmup, Window, SCHEMA,
+    ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Warmup, Window, SCHEMA,
 };
 use super::parts::{per_second, request_of, unsent_of};
 use crate::thresholds::request_scopes;
 use crate::units;
-use loadfleet_proto::figures::{Figures, RequestFigures, UnsentCounts};
+use loadfleet_proto::figures::{Figures, RequestFigures};
 
 /// Percentiles 1 - 1/2^k up to the histogram's resolution of its count.
 fn curve(h: &Histogram<u64>) -> Vec<CurvePoint> {

@@ -99,6 +99,14 @@ impl PlanInfo {
                 },
                 sse_send_time: s.sse.as_ref().map(|sse| sse.send_time_source()),
                 requests: s.requests.iter().map(|r| r.name.clone()).collect(),
+                steps: s
+                    .steps
+                    .iter()
+                    .map(|step| StepInfo {
+                        name: step.request.name.clone(),
+                        checks: step.checks.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         Self {

@@ -27,14 +27,17 @@ pub(crate) fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
                 humantime::format_duration(population.think)
             ),
         };
+        let sends = match s.is_flow() {
+            true => format!("a flow of {} step(s)", s.steps.len()),
+            false => format!("{} request kind(s)", s.requests.len()),
+        };
         writeln!(
             out,
-            "  {:<16} {load}; starts at {:.1}s, lasts {:.1}s, warm-up {:.1}s, {} request kind(s){}",
+            "  {:<16} {load}; starts at {:.1}s, lasts {:.1}s, warm-up {:.1}s, {sends}{}",
             s.name,
             s.start.as_secs_f64(),
             s.duration.as_secs_f64(),
             s.warmup.as_secs_f64(),
-            s.requests.len(),
             s.data
                 .as_ref()
                 .map_or(String::new(), |d| format!(", {} data rows", d.rows.len()))
@@ -47,6 +50,10 @@ pub(crate) fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
                 .map(|r| format!("{:?} (weight {})", r.name, r.weight))
                 .collect();
             writeln!(out, "    requests: {}", names.join(", "))?;
+        }
+        if s.is_flow() {
+            let names: Vec<String> = s.step_names().map(|n| format!("{n:?}")).collect();
+            writeln!(out, "    steps: {}", names.join(", "))?;
         }
     }
     for o in &plan.outputs {
@@ -66,11 +73,8 @@ pub(crate) fn preview(
     let plan = plan::resolve(Some(file), flags)?;
     let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}");
     for s in &plan.scenarios {
-        let unit = match s.model {
-            Model::Open(_) => "arrivals",
-            Model::Closed { .. } => "clients",
-        };
         let preview = plan::preview(s, agents as usize);
+        let unit = preview.unit;
         let per = match preview.bucket_secs {
             1 => "second".to_string(),
             n => format!("{n} s (one row per {n} s keeps the preview short)"),
@@ -84,6 +88,12 @@ pub(crate) fn preview(
                 s.start.as_secs_f64()
             ),
         )?;
+        if !preview.steps.is_empty() {
+            w(out, "each flow runs, in order:".to_string())?;
+            for step in &preview.steps {
+                w(out, format!("  {step}"))?;
+            }
+        }
         let peak = preview.rows.iter().map(|r| r.0).max().unwrap_or(0).max(1);
         let shown = (agents as usize).min(plan::PREVIEW_AGENTS);
         let mut head = format!("{:>7} {:>9}", "t", "fleet");

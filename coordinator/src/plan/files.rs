@@ -11,19 +11,19 @@ use loadfleet_proto::bounds::{
     MAX_DATA_BYTES, MAX_DATA_COLUMNS, MAX_DATA_ROWS, MAX_GRPC_DESCRIPTORS_BYTES,
 };
 use loadfleet_proto::grpc;
-use loadfleet_proto::template::Text;
 use toml::Spanned;
 
 use super::check::Check;
+use super::placeholders::Placeholders;
 
 /// The bytes of a `body_file`; a UTF-8 body must also be a valid template
-/// over `columns`. Mistakes are recorded against `field`, and leave the
+/// over `names`. Mistakes are recorded against `field`, and leave the
 /// body empty.
 pub(super) fn body_file(
     c: &mut Check<'_>,
     field: &str,
     bf: &Spanned<String>,
-    columns: &[String],
+    names: &Placeholders<'_>,
     base: &Path,
 ) -> Vec<u8> {
     let path: PathBuf = base.join(bf.get_ref());
@@ -42,8 +42,8 @@ pub(super) fn body_file(
         }
         Ok(bytes) => {
             if let Ok(text) = std::str::from_utf8(&bytes) {
-                if let Err(e) = Text::parse(text, columns) {
-                    c.err(field, Some(bf.span()), e.to_string());
+                if let Err(e) = names.parse(text) {
+                    c.err(field, Some(bf.span()), e);
                 }
             }
             bytes
@@ -65,10 +65,10 @@ pub(super) fn message_file(
     c: &mut Check<'_>,
     field: &str,
     file: &Spanned<String>,
-    columns: &[String],
+    names: &Placeholders<'_>,
     base: &Path,
 ) -> Vec<u8> {
-    let bytes = body_file(c, field, file, columns, base);
+    let bytes = body_file(c, field, file, names, base);
     if std::str::from_utf8(&bytes).is_err() {
         c.err(
             field,

@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
 use super::files;
+use super::placeholders::Placeholders;
 use super::raw::{RawRequest, RawTarget};
 use super::validated::{GrpcSource, Plan, RequestPlan};
 
@@ -66,7 +67,7 @@ pub(super) fn request(
     at: &str,
     spanned: &Spanned<RawRequest>,
     method: &Spanned<String>,
-    columns: &[String],
+    names: &Placeholders<'_>,
     base: &Path,
 ) -> RequestPlan {
     let sp = spanned.span();
@@ -129,8 +130,8 @@ pub(super) fn request(
                 format!("{key:?} is set by gRPC itself (the deadline comes from target.timeout); leave it out"),
             );
         }
-        if let Err(e) = Text::parse(value, columns) {
-            c.err(&field, Some(sp.clone()), e.to_string());
+        if let Err(e) = names.parse(value) {
+            c.err(&field, Some(sp.clone()), e);
         }
     }
     let body = match (&r.message, &r.message_file) {
@@ -143,12 +144,12 @@ pub(super) fn request(
             Vec::new()
         }
         (Some(m), None) => {
-            if let Err(e) = Text::parse(m, columns) {
-                c.err(f("message"), Some(sp.clone()), e.to_string());
+            if let Err(e) = names.parse(m) {
+                c.err(f("message"), Some(sp.clone()), e);
             }
             m.clone().into_bytes()
         }
-        (None, Some(file)) => files::message_file(c, &f("message_file"), file, columns, base),
+        (None, Some(file)) => files::message_file(c, &f("message_file"), file, names, base),
         // The empty message: every field at its default.
         (None, None) => b"{}".to_vec(),
     };

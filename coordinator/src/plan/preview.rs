@@ -1,10 +1,10 @@
 //! `plan preview`'s expected load: per bucket of time, what the fleet and
 //! its first agents will send (open) or run (closed), as the agents will
-//! compute it.
+//! compute it; for a flow, its steps in order.
 
 use loadfleet_proto::partition::Interleave;
 
-use super::validated::{Model, Scenario};
+use super::validated::{Model, Scenario, StepPlan};
 
 /// Most rows `plan preview` shows per scenario: a longer scenario is shown
 /// in coarser buckets, so the preview of any accepted plan stays small.
@@ -18,6 +18,11 @@ pub const PREVIEW_AGENTS: usize = 8;
 /// agents'.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Preview {
+    /// What the figures count: "arrivals", "flows" (an open flow's
+    /// arrivals each start one) or "clients".
+    pub unit: &'static str,
+    /// A flow's steps, one line each, in the order each flow runs them.
+    pub steps: Vec<String>,
     pub bucket_secs: u64,
     /// Per bucket: the fleet's figure and the shown agents' shares.
     pub rows: Vec<(u64, Vec<u64>)>,
@@ -33,8 +38,16 @@ pub fn preview(s: &Scenario, agents: usize) -> Preview {
     let rows = seconds.div_ceil(bucket_secs) as usize;
     let agents = agents.max(1);
     let shown = agents.min(PREVIEW_AGENTS);
+    let unit = match (&s.model, s.is_flow()) {
+        (Model::Open(_), false) => "arrivals",
+        (Model::Open(_), true) => "flows",
+        (Model::Closed(_), _) => "clients",
+    };
+    let steps = s.steps.iter().enumerate().map(step_line).collect();
     let Ok(interleave) = Interleave::equal(agents) else {
         return Preview {
+            unit,
+            steps,
             bucket_secs,
             rows: Vec::new(),
         };
@@ -71,9 +84,38 @@ pub fn preview(s: &Scenario, agents: usize) -> Preview {
         }
     }
     Preview {
+        unit,
+        steps,
         bucket_secs,
         rows: out,
     }
+}
+
+/// Step `k` in a line: `2. cart_add: POST /cart, 2 check(s), captures
+/// cart, think 200ms`.
+fn step_line((k, step): (usize, &StepPlan)) -> String {
+    let r = &step.request;
+    let mut line = match &r.grpc {
+        Some(method) => format!("{}. {}: gRPC {method}", k + 1, r.name),
+        None => format!("{}. {}: {} {}", k + 1, r.name, r.method, r.path),
+    };
+    if !step.checks.is_empty() {
+        line.push_str(&format!(", {} check(s)", step.checks.len()));
+    }
+    if !step.captures.is_empty() {
+        let names: Vec<&str> = step.captures.iter().map(|(n, _)| n.as_str()).collect();
+        line.push_str(&format!(", captures {}", names.join(", ")));
+    }
+    let shown = |d| humantime::format_duration(d).to_string();
+    match (step.think_min, step.think_max) {
+        (_, max) if max.is_zero() => {}
+        (min, max) if min == max => line.push_str(&format!(", think {}", shown(min))),
+        (min, max) => line.push_str(&format!(", think {}..{}", shown(min), shown(max))),
+    }
+    if step.continue_on_failure {
+        line.push_str(", goes on after a failure");
+    }
+    line
 }
 
 /// Clients a closed profile runs at `t` ns after its start.

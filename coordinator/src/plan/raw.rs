@@ -97,6 +97,12 @@ pub(super) struct RawScenario {
     pub think: Option<Spanned<String>>,
     #[serde(default)]
     pub request: Vec<Spanned<RawRequest>>,
+    /// A flow's steps, run in order by every arrival (or client loop):
+    /// written as requests are, with the flow-only keys.
+    #[serde(default)]
+    pub step: Vec<Spanned<RawRequest>>,
+    /// A flow keeps a cookie jar of its own (default true).
+    pub cookies: Option<Spanned<bool>>,
     pub data: Option<Spanned<RawData>>,
     /// "http" (default) or "sse": held event streams.
     pub kind: Option<Spanned<String>>,
@@ -184,6 +190,19 @@ pub(super) struct RawRequest {
     pub message_file: Option<Spanned<String>>,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    // A flow's step only (`[[scenario.step]]`): one struct for both, so a
+    // step takes every key a request takes, and a request given a step's
+    // key is told where it belongs rather than that the key is unknown.
+    /// Values taken from the answer: name → expression.
+    #[serde(default)]
+    pub capture: BTreeMap<String, Spanned<String>>,
+    /// Check expressions the answer must pass.
+    #[serde(default)]
+    pub check: Vec<Spanned<String>>,
+    /// Pause after the step: a duration or "A..B".
+    pub think: Option<Spanned<String>>,
+    /// "stop" (default) or "continue".
+    pub on_failure: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

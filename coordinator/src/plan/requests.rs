@@ -7,13 +7,13 @@ use loadfleet_proto::bounds::{
     MAX_HEADERS, MAX_HEADER_BYTES, MAX_METHOD_BYTES, MAX_REQUESTS, MAX_REQUEST_WEIGHT,
 };
 use loadfleet_proto::partition::MAX_TOTAL_WEIGHT;
-use loadfleet_proto::template::Text;
 use toml::Spanned;
 
 use super::check::Check;
 use super::files::{body_file, data_table};
 use super::grpc;
 use super::names;
+use super::placeholders::Placeholders;
 use super::raw::{RawData, RawRequest};
 use super::validated::{Data, RequestPlan};
 
@@ -77,10 +77,18 @@ pub(super) fn requests(
     ) {
         return Vec::new();
     }
+    let names = Placeholders {
+        columns,
+        ..Placeholders::default()
+    };
     let mut requests: Vec<RequestPlan> = raw
         .iter()
         .enumerate()
-        .map(|(k, r)| request(c, &format!("{at}[{k}]"), r, columns, base))
+        .map(|(k, r)| {
+            let at = format!("{at}[{k}]");
+            flow_only(c, &at, r);
+            request(c, &at, r, &names, base)
+        })
         .collect();
     names::assign(c, &at, raw, &mut requests);
     // Agents deal arrivals to requests by an interleave of the weights.
@@ -95,15 +103,37 @@ pub(super) fn requests(
     requests
 }
 
-fn request(
+/// Refuses a flow step's keys on a request of a mix, which runs alone:
+/// there is no step after it to use a capture, nor a flow to stop.
+fn flow_only(c: &mut Check<'_>, at: &str, spanned: &Spanned<RawRequest>) {
+    let r = spanned.get_ref();
+    for (key, given) in [
+        ("capture", !r.capture.is_empty()),
+        ("check", !r.check.is_empty()),
+        ("think", r.think.is_some()),
+        ("on_failure", r.on_failure.is_some()),
+    ] {
+        if given {
+            c.err(
+                format!("{at}.{key}"),
+                Some(spanned.span()),
+                format!("{key} belongs to a flow's step; write the flow as [[scenario.step]] tables instead of [[scenario.request]]"),
+            );
+        }
+    }
+}
+
+/// One request (of a mix, or a flow's step), at `at`; its placeholders
+/// may use `names`. It is named later, with its siblings.
+pub(super) fn request(
     c: &mut Check<'_>,
     at: &str,
     spanned: &Spanned<RawRequest>,
-    columns: &[String],
+    names: &Placeholders<'_>,
     base: &Path,
 ) -> RequestPlan {
     if let Some(method) = &spanned.get_ref().grpc {
-        return grpc::request(c, at, spanned, method, columns, base);
+        return grpc::request(c, at, spanned, method, names, base);
     }
     grpc::not_grpc(c, at, spanned);
     let sp = spanned.span();
@@ -128,8 +158,8 @@ fn request(
         );
     }
     let path = r.path.clone().unwrap_or_default();
-    if let Err(e) = Text::parse(&path, columns) {
-        c.err(f("path"), Some(sp.clone()), e.to_string());
+    if let Err(e) = names.parse(&path) {
+        c.err(f("path"), Some(sp.clone()), e);
     }
     c.at_most_entries(
         &f("headers"),
@@ -156,12 +186,8 @@ fn request(
                 format!("{name:?} is not a valid header name"),
             );
         }
-        if let Err(e) = Text::parse(value, columns) {
-            c.err(
-                f(&format!("headers.{name}")),
-                Some(sp.clone()),
-                e.to_string(),
-            );
+        if let Err(e) = names.parse(value) {
+            c.err(f(&format!("headers.{name}")), Some(sp.clone()), e);
         }
     }
     let body = match (&r.body, &r.body_file) {
@@ -174,12 +200,12 @@ fn request(
             Vec::new()
         }
         (Some(b), None) => {
-            if let Err(e) = Text::parse(b, columns) {
-                c.err(f("body"), Some(sp.clone()), e.to_string());
+            if let Err(e) = names.parse(b) {
+                c.err(f("body"), Some(sp.clone()), e);
             }
             b.clone().into_bytes()
         }
-        (None, Some(bf)) => body_file(c, &f("body_file"), bf, columns, base),
+        (None, Some(bf)) => body_file(c, &f("body_file"), bf, names, base),
         (None, None) => Vec::new(),
     };
     let weight = c

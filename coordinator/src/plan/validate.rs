@@ -15,11 +15,12 @@ use loadfleet_proto::vocab::HttpProtocol;
 use toml::Spanned;
 
 use super::check::{Check, PlanError, PlanErrors};
-use super::raw::{RawAgents, RawPlan, RawScenario, RawTarget};
+use super::raw::{RawAgents, RawPlan, RawRequest, RawScenario, RawTarget};
 use super::validated::{
-    join_url, GrpcSource, Model, Plan, RunSettings, Scenario, Shares, Target, TESTBED_URL,
+    join_url, GrpcSource, Model, Plan, RequestPlan, RunSettings, Scenario, Shares, Target,
+    TESTBED_URL,
 };
-use super::{grpc, model, requests, shape, timing, tls};
+use super::{grpc, model, requests, shape, steps, timing, tls};
 use crate::thresholds::Threshold;
 
 /// Drain when the plan gives none.
@@ -379,17 +380,17 @@ fn scenario(
     let warmup = timing::warmup(c, (i, &name), spanned, &shared.warmup, duration, scale);
     let data = s.data.as_ref().and_then(|d| requests::data(c, i, d, base));
     let columns = data.as_ref().map_or(&[][..], |d| &d.columns[..]);
-    let requests = requests::requests(c, i, &s.request, columns, base);
-    for (k, r) in requests.iter().enumerate() {
-        let url = join_url(base_url, &r.path).len();
-        if url > MAX_URL_BYTES {
-            c.err(
-                format!("scenario[{i}].request[{k}].path"),
-                s.request.get(k).map_or(Some(spanned.span()), |r| Some(r.span())),
-                format!("joined to the target URL it is {url} bytes long, more than {MAX_URL_BYTES}; shorten it"),
-            );
-        }
-    }
+    let flow = steps::flow(c, i, spanned, columns, base, sse.is_some());
+    // A flow sends its steps; its mix stays empty rather than the default
+    // GET.
+    let requests = match s.step.is_empty() {
+        true => requests::requests(c, i, &s.request, columns, base),
+        false => Vec::new(),
+    };
+    let at = |kind: &str| format!("scenario[{i}].{kind}");
+    urls_fit(c, &at("request"), &s.request, &requests, base_url);
+    let sent: Vec<&RequestPlan> = flow.steps.iter().map(|st| &st.request).collect();
+    urls_fit(c, &at("step"), &s.step, sent, base_url);
     let (model, mut duration) = modeled?;
     // An open-model subscriber that arrives last still holds for `hold`:
     // the scenario lasts that much longer than its schedule.
@@ -416,10 +417,33 @@ fn scenario(
         warmup,
         model,
         requests,
+        steps: flow.steps,
+        cookies: flow.cookies,
         data,
         seed,
         sse,
     })
+}
+
+/// Records each of `sent` (read from `raw`, at `at`) whose URL, joined to
+/// the target's, is past its bound.
+fn urls_fit<'r>(
+    c: &mut Check<'_>,
+    at: &str,
+    raw: &[Spanned<RawRequest>],
+    sent: impl IntoIterator<Item = &'r RequestPlan>,
+    base_url: &str,
+) {
+    for (k, r) in sent.into_iter().enumerate() {
+        let url = join_url(base_url, &r.path).len();
+        if url > MAX_URL_BYTES {
+            c.err(
+                format!("{at}[{k}].path"),
+                raw.get(k).map(Spanned::span),
+                format!("joined to the target URL it is {url} bytes long, more than {MAX_URL_BYTES}; shorten it"),
+            );
+        }
+    }
 }
 
 /// The most connections per agent: by default as many as requests may be

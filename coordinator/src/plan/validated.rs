@@ -173,6 +173,44 @@ pub struct RequestPlan {
     pub weight: u32,
 }
 
+/// One step of a flow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPlan {
+    /// What it sends; its `name` is the step's name (unique within the
+    /// flow), its `weight` unused.
+    pub request: RequestPlan,
+    /// `(name, expression)`, in the plan's order.
+    pub captures: Vec<(String, String)>,
+    /// Check expressions, in the plan's order (the report counts them by
+    /// index).
+    pub checks: Vec<String>,
+    /// The pause after the step is drawn from this range (both zero: none).
+    pub think_min: Duration,
+    pub think_max: Duration,
+    /// A failed check or a missing capture does not end the flow.
+    pub continue_on_failure: bool,
+}
+
+impl StepPlan {
+    fn to_proto(&self, base: &str) -> v1::FlowStep {
+        v1::FlowStep {
+            request: Some(template(base, &self.request)),
+            captures: self
+                .captures
+                .iter()
+                .map(|(name, expression)| v1::Capture {
+                    name: name.clone(),
+                    expression: expression.clone(),
+                })
+                .collect(),
+            checks: self.checks.clone(),
+            think_min_ns: self.think_min.as_nanos() as u64,
+            think_max_ns: self.think_max.as_nanos() as u64,
+            continue_on_failure: self.continue_on_failure,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Data {
     pub columns: Vec<String>,
@@ -187,7 +225,13 @@ pub struct Scenario {
     pub duration: Duration,
     pub warmup: Duration,
     pub model: Model,
+    /// The mix of a request scenario; empty for a flow.
     pub requests: Vec<RequestPlan>,
+    /// A flow's steps, in order: each arrival (or client loop) runs them
+    /// all. Empty for a mix of requests.
+    pub steps: Vec<StepPlan>,
+    /// A flow keeps a cookie jar of its own.
+    pub cookies: bool,
     pub data: Option<Data>,
     pub seed: u64,
     /// Set for a subscription scenario (`kind = "sse"`).
@@ -197,6 +241,25 @@ pub struct Scenario {
 impl Scenario {
     pub fn end(&self) -> Duration {
         self.start + self.duration
+    }
+
+    /// Does each arrival run a flow of steps (rather than one request of
+    /// a mix)?
+    pub fn is_flow(&self) -> bool {
+        !self.steps.is_empty()
+    }
+
+    /// The names of a flow's steps, in order: the rows of its funnel, and
+    /// what `SCENARIO.STEP` names in a threshold.
+    pub fn step_names(&self) -> impl Iterator<Item = &str> {
+        self.steps.iter().map(|s| s.request.name.as_str())
+    }
+
+    /// Every request the scenario may send: its mix's, or its steps'.
+    pub fn all_requests(&self) -> impl Iterator<Item = &RequestPlan> {
+        self.requests
+            .iter()
+            .chain(self.steps.iter().map(|s| &s.request))
     }
 }
 
@@ -230,7 +293,7 @@ impl Plan {
     pub fn has_grpc(&self) -> bool {
         self.scenarios
             .iter()
-            .any(|s| s.requests.iter().any(|r| r.grpc.is_some()))
+            .any(|s| s.all_requests().any(|r| r.grpc.is_some()))
     }
 
     /// The gRPC methods the plan calls, each once, for the messages a
@@ -239,14 +302,15 @@ impl Plan {
         let mut out: Vec<&str> = self
             .scenarios
             .iter()
-            .flat_map(|s| s.requests.iter().filter_map(|r| r.grpc.as_deref()))
+            .flat_map(|s| s.all_requests().filter_map(|r| r.grpc.as_deref()))
             .collect();
         out.sort_unstable();
         out.dedup();
         out
     }
 
-    /// The wire form of every scenario, with request paths joined to `base`.
+    /// The wire form of every scenario, with request and step paths joined
+    /// to `base`.
     pub fn assignments(&self, base: &str) -> Vec<v1::ScenarioAssignment> {
         self.scenarios
             .iter()
@@ -263,28 +327,9 @@ impl Plan {
                         v1::scenario_assignment::Model::Closed(population.to_proto())
                     }
                 }),
-                requests: s
-                    .requests
-                    .iter()
-                    .map(|r| v1::RequestTemplate {
-                        method: r.method.clone(),
-                        url: join_url(base, &r.path),
-                        headers: r
-                            .headers
-                            .iter()
-                            .map(|(name, value)| v1::Header {
-                                name: name.clone(),
-                                value: value.clone(),
-                            })
-                            .collect(),
-                        body: r.body.clone(),
-                        weight: r.weight,
-                        grpc_method: r.grpc.clone().unwrap_or_default(),
-                        name: r.name.clone(),
-                    })
-                    .collect(),
+                requests: s.requests.iter().map(|r| template(base, r)).collect(),
                 // Only scenarios that call gRPC carry the types.
-                grpc_descriptors: if s.requests.iter().any(|r| r.grpc.is_some()) {
+                grpc_descriptors: if s.all_requests().any(|r| r.grpc.is_some()) {
                     self.target.grpc_descriptors.clone()
                 } else {
                     Vec::new()
@@ -300,8 +345,30 @@ impl Plan {
                 }),
                 seed: s.seed,
                 sse: s.sse.as_ref().map(SsePlan::to_proto),
+                steps: s.steps.iter().map(|step| step.to_proto(base)).collect(),
+                cookies: s.cookies,
             })
             .collect()
+    }
+}
+
+/// The wire form of one request, its path joined to `base`.
+fn template(base: &str, r: &RequestPlan) -> v1::RequestTemplate {
+    v1::RequestTemplate {
+        method: r.method.clone(),
+        url: join_url(base, &r.path),
+        headers: r
+            .headers
+            .iter()
+            .map(|(name, value)| v1::Header {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        body: r.body.clone(),
+        weight: r.weight,
+        grpc_method: r.grpc.clone().unwrap_or_default(),
+        name: r.name.clone(),
     }
 }
 

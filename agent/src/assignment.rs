@@ -81,9 +81,10 @@ pub(crate) enum AssignmentError {
     Flow {
         /// The scenario's name.
         name: String,
-        /// What is wrong with them.
+        /// What is wrong with them (boxed: expression errors are large, and
+        /// this rides in every session result).
         #[source]
-        source: FlowSpecError,
+        source: Box<FlowSpecError>,
     },
     /// A subscription scenario's settings cannot be used.
     #[error("scenario {name:?}")]
@@ -171,12 +172,14 @@ pub(crate) fn plan_workers(
         let flow = if sc.steps.is_empty() {
             None
         } else {
-            Some(Arc::new(FlowSpec::from_proto(&sc.steps, sc.cookies).map_err(
-                |source| AssignmentError::Flow {
-                    name: sc.name.clone(),
-                    source,
-                },
-            )?))
+            Some(Arc::new(
+                FlowSpec::from_proto(&sc.steps, sc.cookies).map_err(|source| {
+                    AssignmentError::Flow {
+                        name: sc.name.clone(),
+                        source: Box::new(source),
+                    }
+                })?,
+            ))
         };
         let mix = match &flow {
             None => RequestMix::from_proto(

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::figures::{FlowFigures, Figures, RequestFigures};
+use loadfleet_proto::figures::{Figures, FlowFigures, RequestFigures};
 use loadfleet_proto::v1;
 use loadfleet_proto::vocab::{OutcomeClass, UnsentReason};
 

@@ -124,9 +124,11 @@ impl RequestSpec {
             Method::from_bytes(t.method.as_bytes())
                 .map_err(|_| MixError::Method(t.method.clone()))?
         };
-        let url = Text::parse_with_vars(&t.url, columns, vars).map_err(|source| MixError::UrlTemplate {
-            url: t.url.clone(),
-            source,
+        let url = Text::parse_with_vars(&t.url, columns, vars).map_err(|source| {
+            MixError::UrlTemplate {
+                url: t.url.clone(),
+                source,
+            }
         })?;
         let uri = if url.is_static() {
             Some(check_url(&t.url).map_err(MixError::Url)?)
@@ -137,13 +139,12 @@ impl RequestSpec {
         for h in &t.headers {
             let name = HeaderName::from_bytes(h.name.as_bytes())
                 .map_err(|_| MixError::HeaderName(h.name.clone()))?;
-            let value =
-                Text::parse_with_vars(&h.value, columns, vars).map_err(|source| {
-                    MixError::HeaderTemplate {
-                        name: h.name.clone(),
-                        source,
-                    }
-                })?;
+            let value = Text::parse_with_vars(&h.value, columns, vars).map_err(|source| {
+                MixError::HeaderTemplate {
+                    name: h.name.clone(),
+                    source,
+                }
+            })?;
             headers.push((name, value));
         }
         let static_headers = if headers.iter().all(|(_, v)| v.is_static()) {
@@ -167,10 +168,10 @@ impl RequestSpec {
         }
         // A body that is not UTF-8 (a binary file) is sent as it is.
         let body = match std::str::from_utf8(&t.body) {
-            Ok(text) => Some(
-                Text::parse_with_vars(text, columns, vars).map_err(MixError::BodyTemplate)?,
-            )
-                .filter(|b| !b.is_static()),
+            Ok(text) => {
+                Some(Text::parse_with_vars(text, columns, vars).map_err(MixError::BodyTemplate)?)
+                    .filter(|b| !b.is_static())
+            }
             Err(_) => None,
         };
         Ok(RequestSpec {

@@ -87,7 +87,8 @@ mod tests {
     fn cookie_for(jar: &Jar, uri: &str) -> Option<String> {
         let mut h = HeaderMap::new();
         jar.attach(&uri.parse().expect("uri"), &mut h);
-        h.get(COOKIE).map(|v| v.to_str().expect("ascii").to_string())
+        h.get(COOKIE)
+            .map(|v| v.to_str().expect("ascii").to_string())
     }
 
     #[test]
@@ -98,17 +99,29 @@ mod tests {
             &login,
             &set(&["session=abc; Path=/; HttpOnly", "cart=1; Path=/cart"]),
         );
-        assert_eq!(cookie_for(&jar, "http://127.0.0.1:8080/orders").as_deref(), Some("session=abc"));
+        assert_eq!(
+            cookie_for(&jar, "http://127.0.0.1:8080/orders").as_deref(),
+            Some("session=abc")
+        );
         let both = cookie_for(&jar, "http://127.0.0.1:8080/cart/x").expect("cookies");
-        assert!(both.contains("session=abc") && both.contains("cart=1"), "{both}");
-        assert_eq!(cookie_for(&jar, "http://127.0.0.2:8080/orders"), None, "another host");
+        assert!(
+            both.contains("session=abc") && both.contains("cart=1"),
+            "{both}"
+        );
+        assert_eq!(
+            cookie_for(&jar, "http://127.0.0.2:8080/orders"),
+            None,
+            "another host"
+        );
     }
 
     #[test]
     fn a_storm_of_cookies_is_bounded() {
         let mut jar = Jar::default();
         let uri: Uri = "http://127.0.0.1/".parse().expect("uri");
-        let many: Vec<String> = (0..MAX_COOKIES_PER_FLOW * 4).map(|i| format!("c{i}=v; Path=/")).collect();
+        let many: Vec<String> = (0..MAX_COOKIES_PER_FLOW * 4)
+            .map(|i| format!("c{i}=v; Path=/"))
+            .collect();
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         jar.keep(&uri, &set(&refs));
         let long = format!("big={}; Path=/", "x".repeat(MAX_COOKIE_BYTES));

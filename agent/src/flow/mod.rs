@@ -71,11 +71,12 @@ impl FlowSpec {
             let step = s.request.as_ref().map_or("", |r| r.name.as_str());
             let mut captures = Vec::with_capacity(s.captures.len());
             for c in &s.captures {
-                let capture = Capture::parse(&c.expression).map_err(|source| FlowSpecError::Capture {
-                    step: step.to_string(),
-                    name: c.name.clone(),
-                    source,
-                })?;
+                let capture =
+                    Capture::parse(&c.expression).map_err(|source| FlowSpecError::Capture {
+                        step: step.to_string(),
+                        name: c.name.clone(),
+                        source,
+                    })?;
                 let index = match vars.iter().position(|v| *v == c.name) {
                     Some(i) => i,
                     None => {

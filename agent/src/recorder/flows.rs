@@ -45,7 +45,9 @@ pub(crate) struct FlowEnd {
 impl Recorder {
     /// The figures only flows have, in `interval`.
     fn flow_at(&mut self, interval: u64) -> &mut FlowFigures {
-        self.at(interval).flow.get_or_insert_with(FlowFigures::default)
+        self.at(interval)
+            .flow
+            .get_or_insert_with(FlowFigures::default)
     }
 
     /// A flow reached step `step` (at its ready instant, in `interval`).

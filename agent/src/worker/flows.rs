@@ -142,8 +142,15 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
         let mut request = match built {
             Ok(r) => r,
             Err(reason) => {
-                shared.recorder.borrow_mut().step_unsent(interval, k, reason);
-                (c.outcome, c.end, c.failure) = (Outcome::Unsent(reason), Instant::now(), Some(FlowFailure::Unsent));
+                shared
+                    .recorder
+                    .borrow_mut()
+                    .step_unsent(interval, k, reason);
+                (c.outcome, c.end, c.failure) = (
+                    Outcome::Unsent(reason),
+                    Instant::now(),
+                    Some(FlowFailure::Unsent),
+                );
                 break;
             }
         };
@@ -154,7 +161,11 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
         let uri = request.uri().clone();
         let sent_at = Instant::now();
         let out = || shared.recorder.borrow_mut().step_sent(interval, k);
-        let keep = if spec.keeps_answer(k) { MAX_ANSWER_KEPT_BYTES } else { 0 };
+        let keep = if spec.keeps_answer(k) {
+            MAX_ANSWER_KEPT_BYTES
+        } else {
+            0
+        };
         let (exchanged, kept) = shared
             .client
             .send_keeping(request, sent_at, None, &out, keep)
@@ -162,7 +173,10 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
         let done = exchanged.answered.unwrap_or_else(Instant::now);
         (c.outcome, c.end) = (exchanged.outcome, done);
         if let Outcome::Unsent(reason) = exchanged.outcome {
-            shared.recorder.borrow_mut().step_unsent(interval, k, reason);
+            shared
+                .recorder
+                .borrow_mut()
+                .step_unsent(interval, k, reason);
             c.failure = Some(FlowFailure::Unsent);
             break;
         }

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::direct::Direct;
-use super::flows::Flows;
 use super::driver::{sleep_precisely, Arrival, Driver, Sleep, Waited, WATCHED_SLEEP};
+use super::flows::Flows;
 use super::freeze::FreezeWatch;
 use super::plan::{Handovers, ScenarioPlan, WorkerPlan};
 use super::shared::Shared;

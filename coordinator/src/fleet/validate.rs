@@ -220,7 +220,11 @@ impl Checks {
                 ),
             ));
         }
-        let flow = self.flows.get(s.scenario as usize).copied().unwrap_or(false);
+        let flow = self
+            .flows
+            .get(s.scenario as usize)
+            .copied()
+            .unwrap_or(false);
         if s.flow.is_some() != flow {
             return Err(reject(
                 "flow_mismatch",

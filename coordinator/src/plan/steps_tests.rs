@@ -119,7 +119,9 @@ fn a_placeholder_captured_only_later_is_refused_naming_the_step() {
         "[[scenario.step]]\npath = \"/a\"\nheaders = { \"X-Id\" = \"{{id}}\" }\ncapture = { id = \"json.id\" }\n",
     ));
     assert!(
-        e.contains("scenario[0].step[0].headers.X-Id: {{id}} is captured only later, by this step itself"),
+        e.contains(
+            "scenario[0].step[0].headers.X-Id: {{id}} is captured only later, by this step itself"
+        ),
         "{e}"
     );
     // Captured nowhere.

@@ -6,6 +6,7 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::percentiles;
 use loadfleet_proto::vocab::{AgentStatus, OutcomeClass};
 
+use super::parts::{per_second, request_of, unsent_of};
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::IntervalAgg;
@@ -15,7 +16,6 @@ use crate::report_model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
     ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Warmup, Window, SCHEMA,
 };
-use super::parts::{per_second, request_of, unsent_of};
 use crate::thresholds::request_scopes;
 use crate::units;
 use loadfleet_proto::figures::{Figures, RequestFigures};
@@ -152,8 +152,6 @@ fn requests_of(names: &[String], merged: &[RequestFigures], window_s: f64) -> Ve
         .collect()
 }
 
-
-
 /// What a threshold scoped to `name` reads: the scenario of that name,
 /// else request `R` of scenario `S` for `S.R` (as the plan validator
 /// resolves it, `plan::names::threshold_scope`).
@@ -225,9 +223,12 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         .unwrap_or_default();
                     sse::report(&merged, send_time, result, 1.0)
                 }),
-                flows: result.aggregate.flows.get(i).and_then(Option::as_ref).map(|f| {
-                    super::flows::flows_of(&m, f, w.end_s - w.start_s)
-                }),
+                flows: result
+                    .aggregate
+                    .flows
+                    .get(i)
+                    .and_then(Option::as_ref)
+                    .map(|f| super::flows::flows_of(&m, f, w.end_s - w.start_s)),
                 steps: super::flows::steps_of(
                     &info.steps,
                     result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),

@@ -8,9 +8,10 @@ use super::format::ms;
 use crate::report_model::{FlowReport, Percentiles, Scenario};
 
 fn p3(p: &Option<Percentiles>) -> (String, String, String) {
-    p.as_ref().map_or(("-".into(), "-".into(), "-".into()), |p| {
-        (ms(p.p50), ms(p.p95), ms(p.p99))
-    })
+    p.as_ref()
+        .map_or(("-".into(), "-".into(), "-".into()), |p| {
+            (ms(p.p50), ms(p.p95), ms(p.p99))
+        })
 }
 
 /// The flows of scenario `s`, its steps and their checks.
@@ -54,7 +55,17 @@ pub(super) fn write(out: &mut impl Write, s: &Scenario, f: &FlowReport) -> std::
     writeln!(
         out,
         "  {:<width$} {:>8} {:>8} {:>7} {:>11} {:>9} {:>8} {:>9} {:>9} {:>9} {:>11}",
-        "step", "reached", "sent", "unsent", "not reached", "completed", "failures", "p50", "p95", "p99", "start lag99"
+        "step",
+        "reached",
+        "sent",
+        "unsent",
+        "not reached",
+        "completed",
+        "failures",
+        "p50",
+        "p95",
+        "p99",
+        "start lag99"
     )?;
     for q in &s.steps {
         let (p50, p95, p99) = p3(&q.request.latency_ms);

@@ -84,7 +84,10 @@ pub(super) fn check(s: &Snapshot) -> Result<(), Rejection> {
 fn steps(s: &Snapshot, flow: &FlowFigures) -> Result<(), Rejection> {
     for (step, r) in &s.requests {
         let resolved = r.sent.saturating_add(r.unsent.total());
-        let checks = r.checks_passed.total().saturating_add(r.checks_failed.total());
+        let checks = r
+            .checks_passed
+            .total()
+            .saturating_add(r.checks_failed.total());
         if resolved > r.reached || checks > r.completed.saturating_mul(MAX_CHECKS_PER_STEP as u64) {
             return Err(reject(
                 "counts_disagree",

@@ -437,40 +437,15 @@ fn check_scenario(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsErr
             MAX_SSE_NAME_BYTES,
         )?;
     }
-    count(&f("requests"), sc.requests.len(), 1, MAX_REQUESTS)?;
+    if sc.steps.is_empty() {
+        count(&f("requests"), sc.requests.len(), 1, MAX_REQUESTS)?;
+    } else {
+        count(&f("requests"), sc.requests.len(), 0, 0)?;
+        check_steps(sc, at)?;
+    }
     let mut total_weight = 0u64;
     for (k, r) in sc.requests.iter().enumerate() {
-        let f = |name: &str| format!("{at}.requests[{k}].{name}");
-        bytes(&f("method"), r.method.len(), MAX_METHOD_BYTES)?;
-        bytes(&f("name"), r.name.len(), MAX_REQUEST_NAME_BYTES)?;
-        bytes(&f("url"), r.url.len(), MAX_URL_BYTES)?;
-        count(&f("headers"), r.headers.len(), 0, MAX_HEADERS)?;
-        for (h, header) in r.headers.iter().enumerate() {
-            bytes(
-                &format!("{at}.requests[{k}].headers[{h}]"),
-                header.name.len() + header.value.len(),
-                MAX_HEADER_BYTES,
-            )?;
-        }
-        bytes(&f("body"), r.body.len(), MAX_DATA_BYTES as usize)?;
-        within(
-            &f("weight"),
-            u64::from(r.weight),
-            0,
-            u64::from(MAX_REQUEST_WEIGHT),
-        )?;
-        total_weight += u64::from(r.weight.max(1));
-        bytes(
-            &f("grpc_method"),
-            r.grpc_method.len(),
-            MAX_GRPC_METHOD_BYTES,
-        )?;
-        if !r.grpc_method.is_empty() && sc.grpc_descriptors.is_empty() {
-            return Err(err(
-                f("grpc_method"),
-                "names a gRPC method but the scenario carries no grpc_descriptors",
-            ));
-        }
+        total_weight += check_request(r, &format!("{at}.requests[{k}]"), sc)?;
     }
     bytes(
         &f("grpc_descriptors"),
@@ -545,6 +520,90 @@ fn nanos(d: Duration) -> u64 {
 fn within(field: &str, v: u64, min: u64, max: u64) -> Result<(), BoundsError> {
     if v < min || v > max {
         return Err(err(field, format!("= {v} is not within {min}..={max}")));
+    }
+    Ok(())
+}
+
+/// One request template (of a mix, or a flow's step) at `at`; its weight
+/// as the mix counts it.
+fn check_request(
+    r: &v1::RequestTemplate,
+    at: &str,
+    sc: &v1::ScenarioAssignment,
+) -> Result<u64, BoundsError> {
+    let f = |name: &str| format!("{at}.{name}");
+    bytes(&f("method"), r.method.len(), MAX_METHOD_BYTES)?;
+    bytes(&f("name"), r.name.len(), MAX_REQUEST_NAME_BYTES)?;
+    bytes(&f("url"), r.url.len(), MAX_URL_BYTES)?;
+    count(&f("headers"), r.headers.len(), 0, MAX_HEADERS)?;
+    for (h, header) in r.headers.iter().enumerate() {
+        bytes(
+            &format!("{at}.headers[{h}]"),
+            header.name.len() + header.value.len(),
+            MAX_HEADER_BYTES,
+        )?;
+    }
+    bytes(&f("body"), r.body.len(), MAX_DATA_BYTES as usize)?;
+    within(
+        &f("weight"),
+        u64::from(r.weight),
+        0,
+        u64::from(MAX_REQUEST_WEIGHT),
+    )?;
+    bytes(
+        &f("grpc_method"),
+        r.grpc_method.len(),
+        MAX_GRPC_METHOD_BYTES,
+    )?;
+    if !r.grpc_method.is_empty() && sc.grpc_descriptors.is_empty() {
+        return Err(err(
+            f("grpc_method"),
+            "names a gRPC method but the scenario carries no grpc_descriptors",
+        ));
+    }
+    Ok(u64::from(r.weight.max(1)))
+}
+
+/// A flow's steps: how many, each one's request, captures, checks and
+/// think time, before the agent parses an expression or keeps a value.
+fn check_steps(sc: &v1::ScenarioAssignment, at: &str) -> Result<(), BoundsError> {
+    count(&format!("{at}.steps"), sc.steps.len(), 1, MAX_STEPS)?;
+    for (k, step) in sc.steps.iter().enumerate() {
+        let f = |name: &str| format!("{at}.steps[{k}].{name}");
+        let Some(r) = &step.request else {
+            return Err(err(f("request"), "is missing"));
+        };
+        check_request(r, &f("request"), sc)?;
+        count(
+            &f("captures"),
+            step.captures.len(),
+            0,
+            MAX_CAPTURES_PER_STEP,
+        )?;
+        for (c, capture) in step.captures.iter().enumerate() {
+            let f = |name: &str| format!("{at}.steps[{k}].captures[{c}].{name}");
+            bytes(&f("name"), capture.name.len(), MAX_CAPTURE_NAME_BYTES)?;
+            bytes(
+                &f("expression"),
+                capture.expression.len(),
+                MAX_EXPRESSION_BYTES,
+            )?;
+        }
+        count(&f("checks"), step.checks.len(), 0, MAX_CHECKS_PER_STEP)?;
+        for (c, check) in step.checks.iter().enumerate() {
+            bytes(
+                &format!("{at}.steps[{k}].checks[{c}]"),
+                check.len(),
+                MAX_EXPRESSION_BYTES,
+            )?;
+        }
+        duration(
+            &f("think_max_ns"),
+            step.think_max_ns,
+            Duration::ZERO,
+            MAX_THINK,
+        )?;
+        within(&f("think_min_ns"), step.think_min_ns, 0, step.think_max_ns)?;
     }
     Ok(())
 }
@@ -781,6 +840,61 @@ mod tests {
         ];
         for (field, edit) in cases {
             let e = refused(edit);
+            assert!(e.starts_with(&format!("{field} ")), "{field}: {e}");
+        }
+    }
+
+    /// The valid assignment with its one request made a flow of `steps`.
+    fn flow(steps: usize) -> v1::Assignment {
+        let mut a = valid();
+        let request = a.scenarios[0].requests.remove(0);
+        let step = v1::FlowStep {
+            request: Some(request),
+            captures: vec![v1::Capture {
+                name: "token".into(),
+                expression: "json.token".into(),
+            }],
+            checks: vec!["status == 200".into()],
+            think_min_ns: 0,
+            think_max_ns: 1_000_000,
+            continue_on_failure: false,
+        };
+        a.scenarios[0].steps = vec![step; steps];
+        a
+    }
+
+    #[test]
+    fn a_flows_steps_are_bounded() {
+        assert!(check_assignment(&flow(3), 0).is_ok());
+        type FlowEdit = fn(&mut v1::Assignment);
+        let cases: Vec<(&str, FlowEdit)> = vec![
+            ("scenarios[0].steps", |a| {
+                let one = a.scenarios[0].steps[0].clone();
+                a.scenarios[0].steps = vec![one; MAX_STEPS + 1]
+            }),
+            ("scenarios[0].steps[1].request", |a| {
+                a.scenarios[0].steps[1].request = None
+            }),
+            ("scenarios[0].steps[0].checks", |a| {
+                a.scenarios[0].steps[0].checks =
+                    vec!["status == 200".into(); MAX_CHECKS_PER_STEP + 1]
+            }),
+            ("scenarios[0].steps[0].captures[0].expression", |a| {
+                a.scenarios[0].steps[0].captures[0].expression =
+                    "j".repeat(MAX_EXPRESSION_BYTES + 1)
+            }),
+            ("scenarios[0].steps[2].think_min_ns", |a| {
+                a.scenarios[0].steps[2].think_min_ns = 2_000_000
+            }),
+            ("scenarios[0].requests", |a| {
+                let one = a.scenarios[0].steps[0].request.clone().unwrap_or_default();
+                a.scenarios[0].requests = vec![one]
+            }),
+        ];
+        for (field, edit) in cases {
+            let mut a = flow(3);
+            edit(&mut a);
+            let e = check_assignment(&a, 0).expect_err(field).to_string();
             assert!(e.starts_with(&format!("{field} ")), "{field}: {e}");
         }
     }

@@ -28,6 +28,7 @@ mod features_thresholds;
 mod features_tls;
 mod fleet;
 mod fleet_actor;
+mod flows;
 mod frictions;
 mod fuzz_props;
 mod grpc;

@@ -1,0 +1,191 @@
+//! Flows through the real binaries: a coordinator, two agent processes and
+//! the testbed's shop (`--shop`), which accepts only the ids it issued and
+//! only with the session cookie and bearer token its login set. So a flow
+//! that completes proves its captures, its cookie jar and its templates
+//! worked, and the shop's own counts are the ground truth for each step.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use serde_json::Value;
+
+/// The purchase flow of docs/plans.md against the shop at `addr`, at
+/// `rate` flows per second for `secs` seconds; `payment_check` is the last
+/// step's check.
+fn purchase(addr: &str, rate: u32, secs: u32, payment_check: &str) -> String {
+    format!(
+        r#"
+[target]
+url = "http://{addr}"
+
+[[scenario]]
+name = "purchase"
+rate = {rate}
+duration = "{secs}s"
+
+[[scenario.step]]
+name = "login"
+method = "POST"
+path = "/login"
+body = '{{"user": "u{{{{seq}}}}"}}'
+capture = {{ token = "json.token" }}
+
+[[scenario.step]]
+name = "cart_add"
+method = "POST"
+path = "/cart"
+body = '{{"item": {{{{seq}}}}}}'
+check = ["status == 201", "json.cart_id exists"]
+capture = {{ cart = "json.cart_id" }}
+think = "5ms..20ms"
+
+[[scenario.step]]
+name = "order_create"
+method = "POST"
+path = "/orders"
+headers = {{ "Authorization" = "Bearer {{{{token}}}}" }}
+body = '{{"cart": "{{{{cart}}}}"}}'
+capture = {{ order = "json.order.id", where = "header.location" }}
+
+[[scenario.step]]
+name = "payment_create"
+method = "POST"
+path = "/payments/{{{{order}}}}"
+check = [{payment_check}]
+"#
+    )
+}
+
+/// The report's flows and steps of its one scenario.
+fn flows_and_steps(r: &Value) -> (&Value, &Vec<Value>) {
+    let s = &r["scenarios"][0];
+    (&s["flows"], s["steps"].as_array().expect("steps"))
+}
+
+/// Every flow and step count adds up: intended = started + unsent,
+/// started = completed + failed + in flight at the end, each step's
+/// reached = sent + unsent, and the first step reached by every flow
+/// started.
+fn assert_flows_add_up(r: &Value) {
+    let (flows, steps) = flows_and_steps(r);
+    assert_eq!(
+        u(&flows["intended"]),
+        u(&flows["started"]) + u(&flows["unsent"]["total"]),
+        "{flows}"
+    );
+    assert_eq!(
+        u(&flows["started"]),
+        u(&flows["completed"]) + u(&flows["failed"]) + u(&flows["in_flight_at_end"]),
+        "{flows}"
+    );
+    let by_reason: u64 = flows["failed_by_reason"]
+        .as_object()
+        .expect("failed_by_reason")
+        .values()
+        .map(u)
+        .sum();
+    assert_eq!(by_reason, u(&flows["failed"]), "{flows}");
+    assert_eq!(u(&steps[0]["reached"]), u(&flows["started"]), "{steps:?}");
+    for s in steps {
+        let unsent: u64 = s["unsent"].as_object().expect("unsent").values().map(u).sum();
+        assert_eq!(u(&s["reached"]), u(&s["sent"]) + unsent, "{s}");
+    }
+}
+
+fn shop(stats: &BTreeMap<String, u64>, key: &str) -> u64 {
+    stats.get(key).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_purchase_flow_is_counted_step_by_step_and_the_shop_agrees() {
+    let (_testbed, addr) = start_testbed(&["--shop", "--delay", "2ms"]);
+    let dir = temp_dir("flows-purchase");
+    let plan = write_plan(&dir, &purchase(&addr, 40, 3, r#""status == 200", "json.status == \"paid\"""#));
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let (status, output, r, _out) = run_report(
+        "flows-purchase-run",
+        &["run", plan, "--local-agents", "2", "--drain", "5s"],
+    );
+    let stats = testbed_counts(&addr);
+    // The work was done: 120 flows, each one through all four steps.
+    let (flows, steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["intended"]), 120, "{output}");
+    assert_eq!(u(&flows["started"]), 120, "{output}");
+    assert_flows_add_up(&r);
+    // The shop refused nothing: every id and token the flows sent on was
+    // one it issued, to that flow's session.
+    for key in ["shop_orders_refused", "shop_payments_refused", "shop_unauthorized"] {
+        assert_eq!(shop(&stats, key), 0, "{key}: {stats:?}\n{output}");
+    }
+    for (step, key) in steps.iter().zip([
+        "shop_login_served",
+        "shop_cart_served",
+        "shop_orders_served",
+        "shop_payments_served",
+    ]) {
+        assert_eq!(u(&step["sent"]), shop(&stats, key), "{} vs {key}: {stats:?}", step["name"]);
+        assert_eq!(u(&step["completed"]), u(&step["sent"]), "{step}");
+    }
+    assert_eq!(u(&flows["completed"]), 120, "{flows}\n{output}");
+    assert_eq!(u(&flows["failed"]), 0, "{flows}");
+    let pay = &steps[3];
+    assert_eq!(u(&pay["checks"][1]["passed"]), 120, "{pay}");
+    // A flow lasts at least its four 2 ms answers and its 5 ms think.
+    assert!(f(&flows["latency_ms"]["p50"]) >= 13.0, "{flows}");
+    assert!(f(&flows["active_ms"]["p50"]) < f(&flows["latency_ms"]["p50"]), "{flows}");
+    assert!(output.contains("flows of purchase:"), "{output}");
+    assert_ok_or_saturated(status, &r, &output);
+}
+
+#[test]
+fn a_check_failing_on_a_known_share_fails_exactly_those_flows() {
+    // The shop declines every fourth payment: 200 {"status": "declined"}.
+    let (_testbed, addr) = start_testbed(&["--shop", "--shop-decline", "0.25"]);
+    let dir = temp_dir("flows-decline");
+    let plan = write_plan(&dir, &purchase(&addr, 40, 2, r#""json.status == \"paid\"""#));
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let (status, output, r, _out) = run_report(
+        "flows-decline-run",
+        &["run", plan, "--local-agents", "2", "--drain", "5s"],
+    );
+    let stats = testbed_counts(&addr);
+    let (flows, steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["started"]), 80, "{output}");
+    assert_flows_add_up(&r);
+    let declined = shop(&stats, "shop_payments_declined");
+    assert_eq!(declined, 20, "{stats:?}");
+    assert_eq!(u(&flows["failed"]), declined, "{flows}");
+    assert_eq!(u(&flows["failed_by_reason"]["check"]), declined, "{flows}");
+    let check = &steps[3]["checks"][0];
+    assert_eq!((u(&check["passed"]), u(&check["failed"])), (60, 20), "{check}");
+    assert_eq!(u(&flows["completed"]), 60, "{flows}");
+    assert_exit_follows_the_report(status.code(), &r, &output);
+}
+
+#[test]
+fn a_capture_that_finds_nothing_ends_the_flow_and_the_rest_is_not_reached() {
+    let (_testbed, addr) = start_testbed(&["--shop"]);
+    let dir = temp_dir("flows-capture");
+    let text = purchase(&addr, 20, 2, r#""status == 200""#)
+        .replace(r#"capture = { token = "json.token" }"#, r#"capture = { token = "json.no_such_key" }"#);
+    let plan = write_plan(&dir, &text);
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let (status, output, r, _out) = run_report(
+        "flows-capture-run",
+        &["run", plan, "--local-agents", "2", "--drain", "5s"],
+    );
+    let stats = testbed_counts(&addr);
+    let (flows, steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["started"]), 40, "{output}");
+    assert_eq!(shop(&stats, "shop_login_served"), 40, "{stats:?}");
+    assert_flows_add_up(&r);
+    assert_eq!(u(&flows["failed_by_reason"]["capture"]), 40, "{flows}");
+    for s in &steps[1..] {
+        assert_eq!(u(&s["reached"]), 0, "{s}");
+        assert_eq!(u(&s["not_reached"]["flow_failed"]), 40, "{s}");
+    }
+    assert_eq!(shop(&stats, "shop_cart_served"), 0, "{stats:?}");
+    assert_exit_follows_the_report(status.code(), &r, &output);
+}

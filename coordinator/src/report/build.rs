@@ -189,8 +189,8 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     let window_s = union_length(&windows);
     let elapsed_s = result.elapsed.as_secs_f64();
     let warmup_total: f64 = ctx.scenarios.iter().map(|s| s.warmup.as_secs_f64()).sum();
-    let totals = totals_of(&result.aggregate.totals, window_s, warmup_total);
-    let scenarios: Vec<Scenario> = ctx
+    let mut totals = totals_of(&result.aggregate.totals, window_s, warmup_total);
+    let mut scenarios: Vec<Scenario> = ctx
         .scenarios
         .iter()
         .enumerate()
@@ -250,6 +250,17 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
             }
         })
         .collect();
+    // A flow fails by its checks and captures too, not only by the status
+    // of the step that ended it: its scenario's failures are its failed
+    // flows, and the run's add up the scenarios'.
+    if scenarios.iter().any(|s| s.flows.is_some()) {
+        for s in &mut scenarios {
+            if let Some(f) = &s.flows {
+                s.totals.failures = f.failed;
+            }
+        }
+        totals.failures = scenarios.iter().map(|s| s.totals.failures).sum();
+    }
 
     let agents = agent_reports(result, elapsed_s);
     let intervals = interval_reports(result);

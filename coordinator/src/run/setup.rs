@@ -125,7 +125,7 @@ pub(crate) fn setup(
         } else {
             args.agent_timeout
         },
-        testbed: testbed.then(|| testbed_args(args)),
+        testbed: testbed.then(|| testbed_args(args, plan.scenarios.iter().any(|s| s.is_flow()))),
         // The built-in testbed's floor is its configured delay.
         latency_floor: match testbed {
             true => plan.target.latency_floor.or(Some(args.testbed_delay)),
@@ -215,14 +215,17 @@ fn control_tls(args: &RunArgs, local: bool) -> Result<Option<ControlTls>, Error>
     Ok(tls)
 }
 
-/// The built-in testbed's flags.
-fn testbed_args(args: &RunArgs) -> Vec<String> {
+/// The built-in testbed's flags; a plan with flows gets its shop, so the
+/// purchase flow of docs/plans.md runs against it unchanged.
+fn testbed_args(args: &RunArgs, flows: bool) -> Vec<String> {
     let mut tb = vec![
         "--delay".to_string(),
         humantime::format_duration(args.testbed_delay).to_string(),
     ];
     if args.flags.grpc {
         tb.push("--grpc".to_string());
+    } else if flows {
+        tb.push("--shop".to_string());
     }
     if let Some(pool) = args.testbed_pool {
         tb.extend([

@@ -113,13 +113,8 @@ pub(super) fn flow(
             later: &later,
             in_flow: true,
         };
-        requests.push(requests::request(
-            c,
-            &here,
-            &unweighted(c, &here, r),
-            &names,
-            base,
-        ));
+        let request = unweighted(c, &here, r);
+        requests.push(requests::request(c, &here, &request, &names, base));
         rest.push((
             checks(c, &here, r),
             think(c, &format!("{here}.think"), &r.get_ref().think),

@@ -9,6 +9,7 @@ fn checks() -> Checks {
     Checks {
         scenarios: 1,
         kinds: vec![2],
+        flows: vec![false],
         last_interval: 100,
         ledgers: Vec::new(),
     }

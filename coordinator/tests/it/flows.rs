@@ -89,7 +89,12 @@ fn assert_flows_add_up(r: &Value) {
     assert_eq!(by_reason, u(&flows["failed"]), "{flows}");
     assert_eq!(u(&steps[0]["reached"]), u(&flows["started"]), "{steps:?}");
     for s in steps {
-        let unsent: u64 = s["unsent"].as_object().expect("unsent").values().map(u).sum();
+        let unsent: u64 = s["unsent"]
+            .as_object()
+            .expect("unsent")
+            .values()
+            .map(u)
+            .sum();
         assert_eq!(u(&s["reached"]), u(&s["sent"]) + unsent, "{s}");
     }
 }
@@ -102,7 +107,15 @@ fn shop(stats: &BTreeMap<String, u64>, key: &str) -> u64 {
 fn a_purchase_flow_is_counted_step_by_step_and_the_shop_agrees() {
     let (_testbed, addr) = start_testbed(&["--shop", "--delay", "2ms"]);
     let dir = temp_dir("flows-purchase");
-    let plan = write_plan(&dir, &purchase(&addr, 40, 3, r#""status == 200", "json.status == \"paid\"""#));
+    let plan = write_plan(
+        &dir,
+        &purchase(
+            &addr,
+            40,
+            3,
+            r#""status == 200", "json.status == \"paid\"""#,
+        ),
+    );
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _out) = run_report(
         "flows-purchase-run",
@@ -116,7 +129,11 @@ fn a_purchase_flow_is_counted_step_by_step_and_the_shop_agrees() {
     assert_flows_add_up(&r);
     // The shop refused nothing: every id and token the flows sent on was
     // one it issued, to that flow's session.
-    for key in ["shop_orders_refused", "shop_payments_refused", "shop_unauthorized"] {
+    for key in [
+        "shop_orders_refused",
+        "shop_payments_refused",
+        "shop_unauthorized",
+    ] {
         assert_eq!(shop(&stats, key), 0, "{key}: {stats:?}\n{output}");
     }
     for (step, key) in steps.iter().zip([
@@ -125,7 +142,12 @@ fn a_purchase_flow_is_counted_step_by_step_and_the_shop_agrees() {
         "shop_orders_served",
         "shop_payments_served",
     ]) {
-        assert_eq!(u(&step["sent"]), shop(&stats, key), "{} vs {key}: {stats:?}", step["name"]);
+        assert_eq!(
+            u(&step["sent"]),
+            shop(&stats, key),
+            "{} vs {key}: {stats:?}",
+            step["name"]
+        );
         assert_eq!(u(&step["completed"]), u(&step["sent"]), "{step}");
     }
     assert_eq!(u(&flows["completed"]), 120, "{flows}\n{output}");
@@ -134,7 +156,10 @@ fn a_purchase_flow_is_counted_step_by_step_and_the_shop_agrees() {
     assert_eq!(u(&pay["checks"][1]["passed"]), 120, "{pay}");
     // A flow lasts at least its four 2 ms answers and its 5 ms think.
     assert!(f(&flows["latency_ms"]["p50"]) >= 13.0, "{flows}");
-    assert!(f(&flows["active_ms"]["p50"]) < f(&flows["latency_ms"]["p50"]), "{flows}");
+    assert!(
+        f(&flows["active_ms"]["p50"]) < f(&flows["latency_ms"]["p50"]),
+        "{flows}"
+    );
     assert!(output.contains("flows of purchase:"), "{output}");
     assert_ok_or_saturated(status, &r, &output);
 }
@@ -144,7 +169,10 @@ fn a_check_failing_on_a_known_share_fails_exactly_those_flows() {
     // The shop declines every fourth payment: 200 {"status": "declined"}.
     let (_testbed, addr) = start_testbed(&["--shop", "--shop-decline", "0.25"]);
     let dir = temp_dir("flows-decline");
-    let plan = write_plan(&dir, &purchase(&addr, 40, 2, r#""json.status == \"paid\"""#));
+    let plan = write_plan(
+        &dir,
+        &purchase(&addr, 40, 2, r#""json.status == \"paid\"""#),
+    );
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _out) = run_report(
         "flows-decline-run",
@@ -159,7 +187,11 @@ fn a_check_failing_on_a_known_share_fails_exactly_those_flows() {
     assert_eq!(u(&flows["failed"]), declined, "{flows}");
     assert_eq!(u(&flows["failed_by_reason"]["check"]), declined, "{flows}");
     let check = &steps[3]["checks"][0];
-    assert_eq!((u(&check["passed"]), u(&check["failed"])), (60, 20), "{check}");
+    assert_eq!(
+        (u(&check["passed"]), u(&check["failed"])),
+        (60, 20),
+        "{check}"
+    );
     assert_eq!(u(&flows["completed"]), 60, "{flows}");
     assert_exit_follows_the_report(status.code(), &r, &output);
 }
@@ -168,8 +200,10 @@ fn a_check_failing_on_a_known_share_fails_exactly_those_flows() {
 fn a_capture_that_finds_nothing_ends_the_flow_and_the_rest_is_not_reached() {
     let (_testbed, addr) = start_testbed(&["--shop"]);
     let dir = temp_dir("flows-capture");
-    let text = purchase(&addr, 20, 2, r#""status == 200""#)
-        .replace(r#"capture = { token = "json.token" }"#, r#"capture = { token = "json.no_such_key" }"#);
+    let text = purchase(&addr, 20, 2, r#""status == 200""#).replace(
+        r#"capture = { token = "json.token" }"#,
+        r#"capture = { token = "json.no_such_key" }"#,
+    );
     let plan = write_plan(&dir, &text);
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _out) = run_report(
@@ -245,13 +279,20 @@ fn a_stall_of_the_target_shows_in_every_flow_that_touched_it() {
     let (flows, steps) = flows_and_steps(&r);
     assert_eq!(u(&flows["started"]), 200, "{output}");
     assert_flows_add_up(&r);
-    assert_eq!(u(&flows["completed"]), 200, "none dropped: {flows}\n{output}");
+    assert_eq!(
+        u(&flows["completed"]),
+        200,
+        "none dropped: {flows}\n{output}"
+    );
     assert_eq!(u(&steps[1]["completed"]), 200, "{output}");
     let latency = &flows["latency_ms"];
     let (p90, max) = (f(&latency["p90"]), f(&latency["max"]));
     assert!((700.0..=1400.0).contains(&p90), "p90 {p90} ms: {latency}");
     assert!((1800.0..=2800.0).contains(&max), "max {max} ms: {latency}");
-    assert!(f(&latency["p50"]) < 100.0, "most flows missed the stall: {latency}");
+    assert!(
+        f(&latency["p50"]) < 100.0,
+        "most flows missed the stall: {latency}"
+    );
     assert_exit_follows_the_report(status.code(), &r, &output);
 }
 
@@ -261,7 +302,14 @@ fn a_stall_of_the_target_shows_in_every_flow_that_touched_it() {
 fn closed_clients_loop_the_flow() {
     let (_testbed, addr) = start_testbed(&["--shop", "--delay", "5ms"]);
     let dir = temp_dir("flows-closed");
-    let plan = write_plan(&dir, &two_steps(&addr, "clients = 4\nthink = \"20ms\"", 3));
+    let plan = write_plan(
+        &dir,
+        &two_steps(
+            &addr,
+            "model = \"closed\"\nclients = 4\nthink = \"20ms\"",
+            3,
+        ),
+    );
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _out) = run_report(
         "flows-closed-run",
@@ -275,7 +323,11 @@ fn closed_clients_loop_the_flow() {
     assert!((40..=400).contains(&started), "{flows}\n{output}");
     assert_flows_add_up(&r);
     assert_eq!(u(&flows["failed"]), 0, "{flows}");
-    assert_eq!(shop(&stats, "shop_cart_served"), u(&steps[1]["sent"]), "{stats:?}");
+    assert_eq!(
+        shop(&stats, "shop_cart_served"),
+        u(&steps[1]["sent"]),
+        "{stats:?}"
+    );
     assert_eq!(r["scenarios"][0]["model"], "closed");
     assert_ok_or_saturated(status, &r, &output);
 }
@@ -286,7 +338,10 @@ fn closed_clients_loop_the_flow() {
 fn poisson_flows_add_up() {
     let (_testbed, addr) = start_testbed(&["--shop"]);
     let dir = temp_dir("flows-poisson");
-    let plan = write_plan(&dir, &two_steps(&addr, "rate = 50\nprocess = \"poisson\"", 3));
+    let plan = write_plan(
+        &dir,
+        &two_steps(&addr, "rate = 50\nprocess = \"poisson\"", 3),
+    );
     let plan = plan.to_str().expect("a UTF-8 path");
     let (status, output, r, _out) = run_report(
         "flows-poisson-run",
@@ -296,7 +351,11 @@ fn poisson_flows_add_up() {
     let (flows, steps) = flows_and_steps(&r);
     assert!(u(&flows["started"]) > 60, "{flows}\n{output}");
     assert_flows_add_up(&r);
-    assert_eq!(shop(&stats, "shop_login_served"), u(&steps[0]["sent"]), "{stats:?}");
+    assert_eq!(
+        shop(&stats, "shop_login_served"),
+        u(&steps[0]["sent"]),
+        "{stats:?}"
+    );
     assert_eq!(u(&flows["completed"]), u(&flows["started"]), "{flows}");
     assert_ok_or_saturated(status, &r, &output);
 }

@@ -359,3 +359,52 @@ fn poisson_flows_add_up() {
     assert_eq!(u(&flows["completed"]), u(&flows["started"]), "{flows}");
     assert_ok_or_saturated(status, &r, &output);
 }
+
+/// An agent frozen (SIGSTOP) for 0.8 s, less than it takes to be declared
+/// lost: the flows it was late to start carry that lateness in their
+/// latency and in the first step's start lag, and the flows it had under
+/// way in the next steps' start lag; none is dropped.
+#[test]
+fn flows_an_agent_was_late_to_start_show_it() {
+    const TOKEN: &str = "flows-sigstop";
+    let (_testbed, addr) = start_testbed(&["--shop", "--delay", "1ms"]);
+    let dir = temp_dir("flows-sigstop");
+    let plan = write_plan(&dir, &two_steps(&addr, "rate = 40", 6));
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.arg("run")
+        .arg(&plan)
+        .args(["--listen", "127.0.0.1:0", "--token", TOKEN])
+        .args(["--expect-agents", "2", "--drain", "3s", "--out"])
+        .arg(&out);
+    let mut c = Proc::spawn(cmd, "coordinator");
+    let control = control_url(&mut c);
+    let agent = |source: &str| {
+        let mut cmd = std::process::Command::new(bin("loadfleet-agent"));
+        cmd.args(["--coordinator", &control, "--token", TOKEN])
+            .args(["--bind", source, "--id", source]);
+        Proc::spawn(cmd, &format!("agent {source}"))
+    };
+    let _a = agent("127.0.0.2");
+    let b = agent("127.0.0.3");
+    wait_for_run_second(&mut c, 2);
+    signal(b.pid(), nix::sys::signal::Signal::SIGSTOP as i32);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    signal(b.pid(), nix::sys::signal::Signal::SIGCONT as i32);
+    let (status, output) = c.wait(std::time::Duration::from_secs(90));
+    let r = read_report(&out);
+    let (flows, steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["intended"]), 240, "{output}");
+    assert_flows_add_up(&r);
+    assert_eq!(
+        u(&flows["completed"]),
+        u(&flows["started"]),
+        "none dropped: {flows}\n{output}"
+    );
+    let lag = f(&steps[0]["start_lag_ms"]["max"]);
+    assert!(lag >= 600.0, "the first step's start lag: {lag} ms\n{output}");
+    let max = f(&flows["latency_ms"]["max"]);
+    assert!(max >= 600.0, "the flow latency: {max} ms\n{output}");
+    assert!(f(&flows["latency_ms"]["p50"]) < 100.0, "{flows}");
+    assert_exit_follows_the_report(status.code(), &r, &output);
+}

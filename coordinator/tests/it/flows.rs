@@ -408,3 +408,68 @@ fn flows_an_agent_was_late_to_start_show_it() {
     assert!(f(&flows["latency_ms"]["p50"]) < 100.0, "{flows}");
     assert_exit_follows_the_report(status.code(), &r, &output);
 }
+
+/// A server we did not write sets the session: nginx answers the login with
+/// a `Set-Cookie` and a token, and answers the account page 200 only with
+/// that cookie and that bearer token (401 otherwise). Every flow's second
+/// step got through: its jar sent the cookie, its template the token.
+#[test]
+fn cookies_and_bearer_tokens_reach_nginx() {
+    let dir = temp_dir("flows-nginx");
+    let nginx = crate::nginx::Nginx::start(
+        &dir,
+        r#"
+  location = /login {
+    add_header Set-Cookie "session=n1; Path=/; HttpOnly";
+    default_type application/json;
+    return 200 '{"token": "t1"}';
+  }
+  location = /account {
+    set $ok "";
+    if ($cookie_session = "n1") { set $ok "cookie"; }
+    if ($http_authorization = "Bearer t1") { set $ok "${ok}+token"; }
+    if ($ok != "cookie+token") { return 401; }
+    return 200 'yours';
+  }
+"#,
+    );
+    let plan = write_plan(
+        &dir,
+        &format!(
+            r#"
+[target]
+url = "http://{}"
+
+[[scenario]]
+name = "account"
+rate = 20
+duration = "2s"
+
+[[scenario.step]]
+method = "POST"
+path = "/login"
+capture = {{ token = "json.token" }}
+
+[[scenario.step]]
+path = "/account"
+headers = {{ "Authorization" = "Bearer {{{{token}}}}" }}
+check = ["status == 200", "body contains \"yours\""]
+"#,
+            nginx.addr
+        ),
+    );
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let (status, output, r, _out) = run_report(
+        "flows-nginx-run",
+        &["run", plan, "--local-agents", "2", "--drain", "5s"],
+    );
+    let statuses = nginx.statuses();
+    let (flows, steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["started"]), 40, "{output}");
+    assert_eq!(statuses.len(), 80, "nginx answered both steps of 40 flows: {statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_flows_add_up(&r);
+    assert_eq!(u(&flows["completed"]), 40, "{flows}");
+    assert_eq!(u(&steps[1]["checks"][1]["passed"]), 40, "{}", steps[1]);
+    assert_ok_or_saturated(status, &r, &output);
+}

@@ -402,7 +402,10 @@ fn flows_an_agent_was_late_to_start_show_it() {
         "none dropped: {flows}\n{output}"
     );
     let lag = f(&steps[0]["start_lag_ms"]["max"]);
-    assert!(lag >= 600.0, "the first step's start lag: {lag} ms\n{output}");
+    assert!(
+        lag >= 600.0,
+        "the first step's start lag: {lag} ms\n{output}"
+    );
     let max = f(&flows["latency_ms"]["max"]);
     assert!(max >= 600.0, "the flow latency: {max} ms\n{output}");
     assert!(f(&flows["latency_ms"]["p50"]) < 100.0, "{flows}");
@@ -466,7 +469,11 @@ check = ["status == 200", "body contains \"yours\""]
     let statuses = nginx.statuses();
     let (flows, steps) = flows_and_steps(&r);
     assert_eq!(u(&flows["started"]), 40, "{output}");
-    assert_eq!(statuses.len(), 80, "nginx answered both steps of 40 flows: {statuses:?}");
+    assert_eq!(
+        statuses.len(),
+        80,
+        "nginx answered both steps of 40 flows: {statuses:?}"
+    );
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_flows_add_up(&r);
     assert_eq!(u(&flows["completed"]), 40, "{flows}");

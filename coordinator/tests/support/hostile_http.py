@@ -7,7 +7,9 @@ written with the standard library only (not by the code under test).
   GET /storm     1,000 Set-Cookie headers: more headers than a head may have
   GET /many      90 Set-Cookie headers and one 8 KiB cookie
   GET /cookies   {"count": N}: how many cookies the request carried
-  GET /__stats   one "path count" line per path served
+  GET /seen?Q    200; counts Q (a flow's data row, as its steps render it)
+  GET /__stats   one "path count" line per path served, and "seen?Q count"
+                 per query
 
 It prints "listening on HOST:PORT" when ready and serves until killed.
 """
@@ -41,8 +43,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         path = self.path.split("?")[0]
         if path != "/__stats":
+            key = "seen?" + self.path.split("?", 1)[1] if path == "/seen" else path
             with LOCK:
-                COUNTS[path] = COUNTS.get(path, 0) + 1
+                COUNTS[key] = COUNTS.get(key, 0) + 1
         if path == "/big":
             self.answer(BIG, [("Content-Type", "application/json")])
         elif path == "/deep":
@@ -59,6 +62,8 @@ class Handler(BaseHTTPRequestHandler):
             count = len([c for c in line.split(";") if c.strip()])
             huge = "huge=" in line
             self.answer(json.dumps({"count": count, "huge": huge}).encode())
+        elif path == "/seen":
+            self.answer(b"seen")
         elif path == "/__stats":
             with LOCK:
                 text = "".join(f"{p} {n}\n" for p, n in sorted(COUNTS.items()))

@@ -89,6 +89,11 @@ impl Recorder {
             record(&mut i.figures.pool_wait, wait);
         }
         add_phases(&mut i.figures, &d.phases, !d.warmup);
+        // The scenario's service time is its requests' (its steps'), as
+        // its connections and phases are: a flow has no send of its own.
+        if !d.warmup {
+            record(&mut i.figures.service_time, d.service_micros);
+        }
         let r = i.kind(step);
         count_outcome(
             d.outcome,

@@ -480,3 +480,62 @@ check = ["status == 200", "body contains \"yours\""]
     assert_eq!(u(&steps[1]["checks"][1]["passed"]), 40, "{}", steps[1]);
     assert_ok_or_saturated(status, &r, &output);
 }
+
+/// `search` over a flow scenario searches its rate of flows: the built-in
+/// shop with 4 workers of 20 ms answers at most 200 requests a second, so
+/// 100 two-step flows a second, and a search for p99 < 300 ms finds no
+/// more than that, and most of it.
+#[test]
+fn search_finds_the_flow_rate_the_shop_sustains() {
+    let dir = temp_dir("flows-search");
+    let plan = write_plan(
+        &dir,
+        "[target]\nurl = \"testbed\"\n\n[[scenario]]\nname = \"short\"\nrate = 20\nduration = \"3s\"\n\n\
+         [[scenario.step]]\nname = \"login\"\nmethod = \"POST\"\npath = \"/login\"\n\n\
+         [[scenario.step]]\nname = \"cart_add\"\nmethod = \"POST\"\npath = \"/cart\"\ncheck = [\"status == 201\"]\n",
+    );
+    let out = dir.join("out");
+    let mut cmd = coordinator();
+    cmd.arg("search")
+        .arg(&plan)
+        .args([
+            "--local-agents",
+            "2",
+            "--testbed-delay",
+            "20ms",
+            "--testbed-pool",
+            "4",
+        ])
+        .args([
+            "--slo",
+            "p99<300ms",
+            "--from",
+            "40",
+            "--to",
+            "320",
+            "--step",
+            "2s",
+        ])
+        .arg("--out")
+        .arg(&out);
+    let (status, output) = run(
+        cmd,
+        "coordinator search",
+        std::time::Duration::from_secs(170),
+    );
+    let text = std::fs::read_to_string(out.join("search.json"))
+        .unwrap_or_else(|e| panic!("no search.json (exit {:?}): {e}\n{output}", status.code()));
+    let s: Value = serde_json::from_str(&text).expect("search.json is JSON");
+    assert_eq!(status.code(), Some(0), "{output}");
+    // Each step ran the flow: its report has flows and both steps.
+    let step1 = read_report(&out.join("step-01"));
+    assert!(
+        u(&step1["scenarios"][0]["flows"]["started"]) > 0,
+        "{output}"
+    );
+    let capacity = f(&s["result"]["capacity"]);
+    assert!(
+        (70.0..=105.0).contains(&capacity),
+        "capacity {capacity}: {output}"
+    );
+}

@@ -539,3 +539,31 @@ fn search_finds_the_flow_rate_the_shop_sustains() {
         "capacity {capacity}: {output}"
     );
 }
+
+/// The purchase flow over HTTP/2 (h2c, which the testbed speaks on the
+/// same port): cookies, tokens and ids go through as over HTTP/1.1, and
+/// every connection spoke h2c.
+#[test]
+fn a_purchase_flow_runs_over_http2() {
+    let (_testbed, addr) = start_testbed(&["--shop", "--delay", "2ms"]);
+    let dir = temp_dir("flows-h2");
+    let plan = write_plan(
+        &dir,
+        &purchase(&addr, 20, 2, r#""json.status == \"paid\"""#)
+            .replace("[target]\n", "[target]\nprotocol = \"h2\"\n"),
+    );
+    let plan = plan.to_str().expect("a UTF-8 path");
+    let (status, output, r, _out) = run_report(
+        "flows-h2-run",
+        &["run", plan, "--local-agents", "2", "--drain", "5s"],
+    );
+    let stats = testbed_counts(&addr);
+    let (flows, _steps) = flows_and_steps(&r);
+    assert_eq!(u(&flows["started"]), 40, "{output}");
+    assert_flows_add_up(&r);
+    assert_eq!(shop(&stats, "shop_payments_served"), 40, "{stats:?}");
+    assert_eq!(u(&flows["completed"]), 40, "{flows}");
+    let spoken = &r["run"]["protocol"]["connections"];
+    assert!(u(&spoken["h2c"]) > 0 && count_of(spoken, "http1") == 0, "{spoken}");
+    assert_ok_or_saturated(status, &r, &output);
+}

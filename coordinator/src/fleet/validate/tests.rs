@@ -262,3 +262,48 @@ fn per_request_figures_are_checked() {
         assert_eq!(what(checks().snapshot(0, &s, &t)), expected, "{s:?}");
     }
 }
+
+#[test]
+fn flow_figures_are_checked() {
+    // A flow scenario (2 steps) next to a scenario of requests.
+    let mut c = Checks {
+        scenarios: 2,
+        kinds: vec![2, 1],
+        flows: vec![true, false],
+        last_interval: 100,
+        ledgers: Vec::new(),
+    };
+    let t = Figures::default();
+    let step = |reached, sent, completed| v1::RequestFigures {
+        request: 0,
+        reached,
+        sent,
+        completed,
+        status: [(200, completed)].into(),
+        checks_passed: [(0, completed)].into(),
+        ..Default::default()
+    };
+    let flow = |seq, s: v1::RequestFigures, failed| v1::Snapshot {
+        flow: Some(v1::FlowFigures {
+            failed: [("check".to_string(), failed)].into(),
+            ..Default::default()
+        }),
+        requests: vec![s],
+        ..honest(seq)
+    };
+    // Steps may complete more than the flows that ended: they are steps.
+    assert!(accepted(c.snapshot(0, &flow(1, step(9, 9, 9), 1), &t)));
+    assert_eq!(
+        what(c.snapshot(0, &flow(2, step(3, 4, 3), 0), &t)),
+        "counts_disagree",
+        "sent more steps than reached"
+    );
+    assert_eq!(
+        what(c.snapshot(1, &flow(1, step(1, 1, 1), 5), &t)),
+        "counts_disagree",
+        "more flows failed than ended"
+    );
+    let mut other = flow(1, step(1, 1, 1), 0);
+    other.scenario = 1;
+    assert_eq!(what(c.snapshot(2, &other, &t)), "flow_mismatch");
+}

@@ -204,3 +204,89 @@ fn status_of(outcome: Outcome) -> u16 {
         _ => 200,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use loadfleet_proto::vocab::GrpcStatus;
+
+    fn step(captures: &[(&str, &str)], checks: &[&str]) -> (FlowSpec, Vec<Option<String>>) {
+        let proto = v1::FlowStep {
+            captures: captures
+                .iter()
+                .map(|(name, expression)| v1::Capture {
+                    name: name.to_string(),
+                    expression: expression.to_string(),
+                })
+                .collect(),
+            checks: checks.iter().map(|c| c.to_string()).collect(),
+            ..Default::default()
+        };
+        let spec = FlowSpec::from_proto(&[proto], false).expect("a valid step");
+        let vars = vec![None; spec.vars.len()];
+        (spec, vars)
+    }
+
+    fn kept(status: u16, body: &str) -> Kept {
+        Kept {
+            status,
+            headers: http::HeaderMap::new(),
+            body: Bytes::from(body.to_string()),
+            truncated: false,
+        }
+    }
+
+    #[test]
+    fn without_checks_a_step_passes_below_400() {
+        let (spec, mut vars) = step(&[], &[]);
+        let s = &spec.steps[0];
+        let ok = judge(s, Outcome::Status(302), Some(&kept(302, "")), &mut vars);
+        assert_eq!(ok.failure, None);
+        let bad = judge(s, Outcome::Status(503), Some(&kept(503, "")), &mut vars);
+        assert_eq!(bad.failure, Some(FlowFailure::Status));
+        let grpc = judge(s, Outcome::Grpc(GrpcStatus::Unavailable), None, &mut vars);
+        assert_eq!(grpc.failure, Some(FlowFailure::Status));
+    }
+
+    #[test]
+    fn checks_decide_over_the_status_and_captures_set_values() {
+        let (spec, mut vars) = step(&[("id", "json.id")], &["status == 404", "json.id exists"]);
+        let s = &spec.steps[0];
+        let j = judge(
+            s,
+            Outcome::Status(404),
+            Some(&kept(404, r#"{"id": 7}"#)),
+            &mut vars,
+        );
+        assert_eq!((j.checks, j.failure), (vec![true, true], None));
+        assert_eq!(vars, vec![Some("7".to_string())]);
+        let j = judge(s, Outcome::Status(200), Some(&kept(200, "{}")), &mut vars);
+        assert_eq!(
+            (j.checks, j.failure),
+            (vec![false, false], Some(FlowFailure::Check))
+        );
+        assert_eq!(
+            vars,
+            vec![None],
+            "a capture that found nothing empties its value"
+        );
+    }
+
+    #[test]
+    fn a_missing_capture_fails_the_step_and_errors_fail_it_unread() {
+        let (spec, mut vars) = step(&[("token", "json.token")], &[]);
+        let s = &spec.steps[0];
+        let j = judge(
+            s,
+            Outcome::Status(200),
+            Some(&kept(200, "not json")),
+            &mut vars,
+        );
+        assert_eq!(j.failure, Some(FlowFailure::Capture));
+        let j = judge(s, Outcome::Error(ErrorKind::Timeout), None, &mut vars);
+        assert_eq!((j.checks.len(), j.failure), (0, Some(FlowFailure::Timeout)));
+        let j = judge(s, Outcome::Error(ErrorKind::Reset), None, &mut vars);
+        assert_eq!(j.failure, Some(FlowFailure::Error));
+    }
+}

@@ -564,6 +564,9 @@ fn a_purchase_flow_runs_over_http2() {
     assert_eq!(shop(&stats, "shop_payments_served"), 40, "{stats:?}");
     assert_eq!(u(&flows["completed"]), 40, "{flows}");
     let spoken = &r["run"]["protocol"]["connections"];
-    assert!(u(&spoken["h2c"]) > 0 && count_of(spoken, "http1") == 0, "{spoken}");
+    assert!(
+        u(&spoken["h2c"]) > 0 && count_of(spoken, "http1") == 0,
+        "{spoken}"
+    );
     assert_ok_or_saturated(status, &r, &output);
 }

@@ -5,6 +5,7 @@
 //! and records them; this holds no state of a flow but its values and its
 //! cookies ([`jar`]).
 
+pub(crate) mod hook;
 pub(crate) mod jar;
 
 use std::time::Duration;

@@ -12,10 +12,8 @@
 //! flight until it ends; a step counts reached, then sent or unsent; the
 //! steps after a failure count not reached (`flow_failed`), and the steps
 //! a flow had not reached when the run ended count `run_ended`, from the
-//! live counts this keeps ([`FlowHook::book_run_end`]).
+//! live counts its hook keeps ([`FlowHook::book_run_end`]).
 
-use std::cell::RefCell;
-use std::sync::Arc;
 use std::time::Duration;
 
 use loadfleet_proto::bounds::MAX_ANSWER_KEPT_BYTES;
@@ -25,48 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{Arrival, Driver, Sleep, Submitted, Waited};
 use super::shared::Shared;
+use crate::flow::hook::FlowHook;
 use crate::flow::jar::Jar;
-use crate::flow::{judge, FlowSpec};
-use crate::recorder::{FlowEnd, Outcome, Recorder, StepDone};
-
-/// What a worker holds for one flow scenario: its steps, and how many of
-/// its flows under way stand at each step (the last one they reached).
-pub(crate) struct FlowHook {
-    pub(super) spec: Arc<FlowSpec>,
-    live: RefCell<Vec<u64>>,
-}
-
-impl FlowHook {
-    pub(super) fn new(spec: Arc<FlowSpec>) -> Self {
-        let live = RefCell::new(vec![0; spec.steps.len()]);
-        Self { spec, live }
-    }
-
-    /// A flow under way reached step `step` (from the one before it).
-    fn reach(&self, step: usize) {
-        let mut live = self.live.borrow_mut();
-        if step > 0 {
-            live[step - 1] = live[step - 1].saturating_sub(1);
-        }
-        live[step] += 1;
-    }
-
-    /// A flow that stood at step `step` ended.
-    fn leave(&self, step: usize) {
-        let mut live = self.live.borrow_mut();
-        live[step] = live[step].saturating_sub(1);
-    }
-
-    /// The run ended with flows under way (they stay in flight at the
-    /// end): the steps each had not reached are booked `run_ended`.
-    pub(super) fn book_run_end(&self, recorder: &mut Recorder, interval: u64) {
-        let live = self.live.borrow();
-        let steps = live.len();
-        for (at, &n) in live.iter().enumerate() {
-            recorder.steps_not_reached(interval, at + 1..steps, NotReached::RunEnded, n);
-        }
-    }
-}
+use crate::flow::judge;
+use crate::recorder::{FlowEnd, Outcome, StepDone};
 
 /// Starts a flow per arrival.
 pub(super) struct Flows<'a> {

@@ -107,7 +107,7 @@ async fn run_scenarios(
             flow: sc
                 .flow
                 .as_ref()
-                .map(|spec| Rc::new(flows::FlowHook::new(spec.clone()))),
+                .map(|spec| Rc::new(crate::flow::hook::FlowHook::new(spec.clone()))),
             rng: Rc::new(RefCell::new(SplitMix64::new(
                 sc.seed ^ ((plan.agent_index as u64) << 32) ^ plan.worker_index as u64,
             ))),

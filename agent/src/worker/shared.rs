@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::driver::Arrival;
-use super::flows::FlowHook;
 use crate::client::{DirectPool, Exchanged, Outcome, Phases, Queued, Transport};
+use crate::flow::hook::FlowHook;
 use crate::recorder::{Completion, Recorder};
 use crate::request::RequestMix;
 use crate::sse::hook::Hook;

@@ -28,8 +28,10 @@
 
 pub mod cli;
 mod delay;
+mod gate;
 mod grpc;
 mod h2;
+mod reply;
 mod server;
 mod shop;
 mod sse;

@@ -20,19 +20,16 @@ use hyper::service::Service;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, SemaphorePermit, TryAcquireError};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::shop::{self, Shop};
+use crate::gate::Gate;
+use crate::reply::{reply, Answer, TextResponse};
+use crate::shop::{self, Route, Shop};
 use crate::sse::{self, Hub, SseBody};
 use crate::stamped::{AnswerTimes, LastArrival, Stamped};
-use crate::{Config, Limit};
+use crate::Config;
 
-/// Every response the testbed gives but event streams: a short body.
-pub(crate) type TextResponse = Response<Full<Bytes>>;
-/// What a request's future yields; handling a request cannot fail.
-pub(crate) type Answer = Result<TextResponse, Infallible>;
 /// Every body the testbed sends: a static text or a held event stream.
 type AnyBody = http_body_util::Either<Full<Bytes>, SseBody>;
 
@@ -234,41 +231,6 @@ impl Shared {
     }
 }
 
-/// A semaphore with how long a request may wait for it.
-pub(crate) struct Gate {
-    permits: Semaphore,
-    /// `None` waits without limit; zero does not wait at all.
-    timeout: Option<Duration>,
-}
-
-impl Gate {
-    pub(crate) fn new(limit: &Limit) -> Self {
-        Gate {
-            permits: Semaphore::new(limit.permits),
-            timeout: limit.timeout,
-        }
-    }
-
-    /// Takes a permit, waiting at most the gate's timeout; `None` if none
-    /// could be had in time.
-    pub(crate) async fn enter(&self) -> Option<SemaphorePermit<'_>> {
-        // Fast path: no timer and no waiter registration when a permit is free.
-        match self.permits.try_acquire() {
-            Ok(permit) => return Some(permit),
-            Err(TryAcquireError::Closed) => return None,
-            Err(TryAcquireError::NoPermits) => {}
-        }
-        match self.timeout {
-            None => self.permits.acquire().await.ok(),
-            Some(timeout) if timeout.is_zero() => None,
-            Some(timeout) => tokio::time::timeout(timeout, self.permits.acquire())
-                .await
-                .ok()
-                .and_then(Result::ok),
-        }
-    }
-}
-
 /// The hyper service: a cheap handle to [`Shared`] and the connection's
 /// source counter.
 #[derive(Clone)]
@@ -309,8 +271,8 @@ impl Service<Request<Incoming>> for Testbed {
         }
         self.counter.fetch_add(1, Ordering::Relaxed);
         if let Some(shop) = &self.shared.shop {
-            if let Some(route) = shop::Route::of(request.method(), request.uri().path()) {
-                return Reply::Work(Box::pin(shop::handle(
+            if let Some(route) = Route::of(request.method(), request.uri().path()) {
+                return Reply::Work(Box::pin(shop_request(
                     Arc::clone(&self.shared),
                     Arc::clone(shop),
                     route,
@@ -434,6 +396,33 @@ async fn handle(
     Ok(reply(StatusCode::OK, answer(size)))
 }
 
+/// One shop request: read its body, do the work every request does (with
+/// the shop's pool, if it has one), then take the step. Refusals at the
+/// gates, injected errors and unreadable bodies change nothing and count
+/// in no `shop_` line.
+async fn shop_request(
+    shared: Arc<Shared>,
+    shop: Arc<Shop>,
+    route: Route,
+    request: Request<Incoming>,
+    arrivals: Option<Arc<LastArrival>>,
+) -> Answer {
+    let (parts, body) = request.into_parts();
+    let body = match shop::read_body(body).await {
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    let arrived = arrivals.and_then(|a| a.instant());
+    let pool = shop.pool().or(shared.pool.as_ref());
+    if let Some(refusal) = work(&shared, pool, arrived).await {
+        return Ok(refusal);
+    }
+    if shared.inject_error() {
+        return Ok(reply(StatusCode::INTERNAL_SERVER_ERROR, "injected error\n"));
+    }
+    Ok(shop.answer(&route, &parts.headers, &body))
+}
+
 /// The work every request but health checks and event streams does: pass
 /// admission and `pool`, then wait out the service delay, counted from
 /// `arrived` (the request's arrival stamp) plus the wait at the gates.
@@ -487,14 +476,4 @@ fn answer(size: Option<usize>) -> Bytes {
             .get_or_init(|| Bytes::from(vec![b'x'; MAX_BYTES]))
             .slice(..n),
     }
-}
-
-/// A plain-text response (a static body costs no copy or allocation).
-pub(crate) fn reply(status: StatusCode, body: impl Into<Bytes>) -> TextResponse {
-    let mut response = Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    response
 }

@@ -7,13 +7,13 @@
 //! token must be the ones login gave out together, and the shop counts
 //! what it served, refused and declined for a test to hold against what
 //! the generator reports. Each request first passes admission, a pool and
-//! the delay as any request does ([`crate::server::work`]), so under
+//! the delay as any request does (the server's `work`), so under
 //! overload every step of a flow slows together.
 
 mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -21,11 +21,11 @@ use hyper::body::Incoming;
 use hyper::header::{
     HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE,
 };
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Response, StatusCode};
 use tracing::debug;
 
-use crate::server::{self, Answer, Gate, Shared, TextResponse};
-use crate::stamped::LastArrival;
+use crate::gate::Gate;
+use crate::reply::TextResponse;
 use crate::{Limit, ShopConfig};
 use state::{Id, State, MAX_LIVE};
 
@@ -125,6 +125,11 @@ impl Counts {
 }
 
 impl Shop {
+    /// `--shop-pool`, which shop requests hold in place of `--pool`.
+    pub(crate) fn pool(&self) -> Option<&Gate> {
+        self.pool.as_ref()
+    }
+
     pub(crate) fn new(config: &ShopConfig) -> Self {
         Shop {
             state: Mutex::new(State::new(MAX_LIVE, config.decline)),
@@ -171,7 +176,7 @@ impl Shop {
     }
 
     /// The step itself, once the request has done its work.
-    fn answer(&self, route: &Route, headers: &HeaderMap, body: &[u8]) -> TextResponse {
+    pub(crate) fn answer(&self, route: &Route, headers: &HeaderMap, body: &[u8]) -> TextResponse {
         let mut state = self.lock();
         let step = match route {
             Route::Login => Ok(login(&mut state)),
@@ -274,43 +279,20 @@ fn unauthorized(why: &str) -> Step {
     (error(StatusCode::UNAUTHORIZED, why), Outcome::Unauthorized)
 }
 
-/// One shop request: read its body, do the work every request does (with
-/// the shop's pool, if it has one), then take the step. Refusals at the
-/// gates, injected errors and unreadable bodies change nothing and count
-/// in no `shop_` line.
-pub(crate) async fn handle(
-    shared: Arc<Shared>,
-    shop: Arc<Shop>,
-    route: Route,
-    request: Request<Incoming>,
-    arrivals: Option<Arc<LastArrival>>,
-) -> Answer {
-    let (parts, body) = request.into_parts();
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            return Ok(error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the body is over 64 KiB",
-            ));
-        }
+/// A shop request's body, at most [`MAX_BODY`]; the refusal to answer
+/// instead when it is larger or cannot be read.
+pub(crate) async fn read_body(body: Incoming) -> Result<Bytes, TextResponse> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(body) => Ok(body.to_bytes()),
+        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the body is over 64 KiB",
+        )),
         Err(err) => {
             debug!(%err, "reading a shop request's body failed");
-            return Ok(error(StatusCode::BAD_REQUEST, "bad request body"));
+            Err(error(StatusCode::BAD_REQUEST, "bad request body"))
         }
-    };
-    let arrived = arrivals.and_then(|a| a.instant());
-    let pool = shop.pool.as_ref().or(shared.pool.as_ref());
-    if let Some(refusal) = server::work(&shared, pool, arrived).await {
-        return Ok(refusal);
     }
-    if shared.inject_error() {
-        return Ok(server::reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "injected error\n",
-        ));
-    }
-    Ok(shop.answer(&route, &parts.headers, &body))
 }
 
 /// Every `session` cookie sent that reads as an id, from every `Cookie`

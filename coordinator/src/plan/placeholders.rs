@@ -24,7 +24,7 @@ impl Placeholders<'_> {
     /// `text` parsed, or what is wrong with it in the plan's words.
     pub(super) fn parse(&self, text: &str) -> Result<Text, String> {
         Text::parse_with_vars(text, self.columns, self.captured).map_err(|e| match e {
-            TemplateError::Unknown(name) => self.unknown(&name).unwrap_or_else(|| e.to_string()),
+            TemplateError::Unknown(ref name) => self.unknown(name).unwrap_or_else(|| e.to_string()),
             e => e.to_string(),
         })
     }

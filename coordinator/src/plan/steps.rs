@@ -113,7 +113,8 @@ pub(super) fn flow(
             later: &later,
             in_flow: true,
         };
-        requests.push(requests::request(c, &here, &unweighted(c, &here, r), &names, base));
+        let request = unweighted(c, &here, r);
+        requests.push(requests::request(c, &here, &request, &names, base));
         rest.push((
             checks(c, &here, r),
             think(c, &format!("{here}.think"), &r.get_ref().think),
@@ -188,7 +189,11 @@ fn captures(c: &mut Check<'_>, at: &str, spanned: &Spanned<RawRequest>) -> Vec<(
         if !is_identifier(name) {
             c.err(&field, sp.clone(), format!("{name:?} is not a capture name; use letters, digits and _, starting with a letter or _ (it is used as {{{{NAME}}}})"));
         } else if RESERVED.contains(&name.as_str()) {
-            c.err(&field, sp.clone(), format!("{name:?} is a built-in placeholder; give the capture another name"));
+            c.err(
+                &field,
+                sp.clone(),
+                format!("{name:?} is a built-in placeholder; give the capture another name"),
+            );
         }
         if let Err(e) = flow::Capture::parse(expression.get_ref()) {
             c.err(&field, sp, format!("{:?}: {e}", expression.get_ref()));

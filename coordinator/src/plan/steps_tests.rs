@@ -111,7 +111,7 @@ fn a_placeholder_captured_only_later_is_refused_naming_the_step() {
         "[[scenario.step]]\nname = \"order\"\npath = \"/orders/{{cart}}\"\n[[scenario.step]]\nname = \"cart\"\npath = \"/cart\"\ncapture = { cart = \"json.id\" }\n",
     ));
     assert!(
-        e.contains("line 5: scenario[0].step[0].path: {{cart}} is captured only later, by step \"cart\" (scenario[0].step[1])"),
+        e.contains("line 7: scenario[0].step[0].path: {{cart}} is captured only later, by step \"cart\" (scenario[0].step[1])"),
         "{e}"
     );
     // Its own capture is not there yet when the step is sent.
@@ -119,7 +119,9 @@ fn a_placeholder_captured_only_later_is_refused_naming_the_step() {
         "[[scenario.step]]\npath = \"/a\"\nheaders = { \"X-Id\" = \"{{id}}\" }\ncapture = { id = \"json.id\" }\n",
     ));
     assert!(
-        e.contains("scenario[0].step[0].headers.X-Id: {{id}} is captured only later, by this step itself"),
+        e.contains(
+            "scenario[0].step[0].headers.X-Id: {{id}} is captured only later, by this step itself"
+        ),
         "{e}"
     );
     // Captured nowhere.
@@ -236,4 +238,19 @@ fn too_many_steps_are_refused() {
         plan.scenarios[0].step_names().collect::<Vec<_>>(),
         ["GET /a", "GET /a #1"]
     );
+}
+
+#[test]
+fn unknown_step_keys_and_wrong_types_are_named_with_their_lines() {
+    let e = refusal(&flow(
+        "[[scenario.step]]\npath = \"/a\"\ncaptur = { id = \"json.id\" }\n[[scenario.step]]\npath = \"/b\"\ncapture = { id = 1 }\ncheck = \"status == 200\"\nthink = 2\n",
+    ));
+    for needle in [
+        "line 9: scenario[0].step[0].captur: unknown field `captur`",
+        "line 12: scenario[0].step[1].capture.id: invalid type",
+        "line 13: scenario[0].step[1].check: invalid type",
+        "line 14: scenario[0].step[1].think: invalid type",
+    ] {
+        assert!(e.contains(needle), "expected {needle:?} in\n{e}");
+    }
 }

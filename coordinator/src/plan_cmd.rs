@@ -20,6 +20,7 @@ pub(crate) fn check(file: &Path, out: &mut impl Write) -> Result<(), Error> {
     )?;
     for s in &plan.scenarios {
         let load = match &s.model {
+            Model::Open(schedule) if s.is_flow() => format!("open, {} flows", schedule.count()),
             Model::Open(schedule) => format!("open, {} arrivals", schedule.count()),
             Model::Closed(population) => format!(
                 "closed, up to {} clients, think {}",

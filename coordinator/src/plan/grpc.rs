@@ -195,12 +195,13 @@ pub(super) fn not_grpc(c: &mut Check<'_>, at: &str, spanned: &Spanned<RawRequest
     }
 }
 
-/// Checks every gRPC request of `plan` against the message types in
+/// Checks every gRPC request (and flow step) of `plan` against the message types in
 /// `descriptors` (an encoded `FileDescriptorSet`): the method must exist and
 /// be unary, and the message, rendered with the first arrival's values
 /// (seq 0, agent 0, the first data row), must be a valid JSON form of its
 /// input type. Rendered values that break the JSON later (another data
-/// row) are counted unsent `invalid_request` by the agents.
+/// row, a flow's captured value) are counted unsent `invalid_request` by
+/// the agents.
 pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> {
     let mut errors = Vec::new();
     let mut err = |field: String, message: String| {
@@ -228,9 +229,15 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
             .as_ref()
             .and_then(|d| d.rows.first())
             .map(Vec::as_slice);
-        for (k, r) in s.requests.iter().enumerate() {
+        let sent = (s.requests.iter().enumerate())
+            .map(|(k, r)| (format!("scenario[{i}].request[{k}]"), r))
+            .chain(
+                (s.steps.iter().enumerate())
+                    .map(|(k, step)| (format!("scenario[{i}].step[{k}]"), &step.request)),
+            );
+        for (place, r) in sent {
             let Some(method) = &r.grpc else { continue };
-            let at = |key: &str| format!("scenario[{i}].request[{k}].{key}");
+            let at = |key: &str| format!("{place}.{key}");
             let input = match grpc::input_type(&pool, method) {
                 Ok(input) => input,
                 Err(e) => {
@@ -240,7 +247,8 @@ pub(super) fn check_messages(plan: &Plan, descriptors: &[u8]) -> Vec<PlanError> 
             };
             let text = String::from_utf8_lossy(&r.body);
             let Ok(template) = Text::parse(&text, columns) else {
-                // Already refused by the validator.
+                // Already refused by the validator, or a step's message
+                // holding captured values, known only when the flow runs.
                 continue;
             };
             let mut rendered = String::new();
@@ -380,6 +388,32 @@ mod tests {
         assert_eq!(p.target.protocol, loadfleet_proto::vocab::HttpProtocol::H2);
         // Reflection: checked when run has asked the target.
         assert!(plan("reflection = true", "grpc = \"t.S/M\"").is_ok());
+    }
+
+    #[test]
+    fn a_flow_step_may_call_grpc() {
+        let text = "[target]\nurl = \"http://127.0.0.1:1\"\ndescriptor_set = \"t.protoset\"\n[[scenario]]\nrate = 5\nduration = \"1s\"\n[[scenario.step]]\npath = \"/login\"\ncapture = { token = \"json.token\" }\n[[scenario.step]]\ngrpc = \"t.S/M\"\nmessage = '{\"name\": \"{{token}}\"}'\n";
+        let p = parse(text, "test.toml", &folder()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.has_grpc());
+        assert_eq!(p.grpc_methods(), ["t.S/M"]);
+        let a = p.assignments("http://127.0.0.1:1/");
+        let call = a[0].steps[1].request.as_ref().expect("a request");
+        assert_eq!(
+            (call.grpc_method.as_str(), call.name.as_str()),
+            ("t.S/M", "t.S/M")
+        );
+        assert!(!a[0].grpc_descriptors.is_empty());
+        // A step's message is checked against its type as a request's is.
+        let wrong = text
+            .replace("{{token}}", "x")
+            .replace("\"name\"", "\"nmae\"");
+        let e = parse(&wrong, "test.toml", &folder()).expect_err("refused");
+        assert!(
+            e.errors
+                .iter()
+                .any(|e| e.field == "scenario[0].step[1].message"),
+            "{e}"
+        );
     }
 
     #[test]

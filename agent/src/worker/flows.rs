@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::driver::{Arrival, Driver, Sleep, Submitted, Waited};
 use super::shared::Shared;
 use crate::flow::jar::Jar;
-use crate::flow::{judge, FlowSpec};
+use crate::flow::{judge, read_grpc, FlowSpec};
 use crate::recorder::{FlowEnd, Outcome, Recorder, StepDone};
 
 /// What a worker holds for one flow scenario: its steps, and how many of
@@ -166,10 +166,13 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
         } else {
             0
         };
-        let (exchanged, kept) = shared
+        let (exchanged, mut kept) = shared
             .client
             .send_keeping(request, sent_at, None, &out, keep)
             .await;
+        if let (Some(kept), Some(decoder)) = (&mut kept, shared.mix.grpc_decoder(k)) {
+            read_grpc(kept, exchanged.outcome, decoder);
+        }
         let done = exchanged.answered.unwrap_or_else(Instant::now);
         (c.outcome, c.end) = (exchanged.outcome, done);
         if let Outcome::Unsent(reason) = exchanged.outcome {

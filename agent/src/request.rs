@@ -19,7 +19,7 @@ use loadfleet_proto::grpc::GrpcError;
 use prost_reflect::DescriptorPool;
 
 use crate::allow::AllowList;
-use crate::client::grpc::{self, Encoder};
+use crate::client::grpc::{self, Decoder, Encoder};
 
 /// Why a scenario's request templates cannot be used. The coordinator
 /// checks plans the same way, so reaching one of these means the
@@ -77,10 +77,12 @@ pub(crate) enum MixError {
     },
 }
 
-/// The gRPC half of a request: its message type, and its JSON message
+/// The gRPC half of a request: its message types, and its JSON message
 /// when that has placeholders (else the framed body is built once).
 struct GrpcSpec {
     encoder: Encoder,
+    /// Reads the answer back as JSON, for a flow step that keeps it.
+    decoder: Decoder,
     message: Option<Text>,
 }
 
@@ -201,6 +203,7 @@ impl RequestSpec {
             source,
         };
         let encoder = Encoder::new(&context.pool, &t.grpc_method).map_err(fail)?;
+        let decoder = Decoder::new(&context.pool, &t.grpc_method).map_err(fail)?;
         let json = String::from_utf8_lossy(&t.body);
         let message =
             Text::parse_with_vars(&json, columns, vars).map_err(MixError::BodyTemplate)?;
@@ -219,7 +222,11 @@ impl RequestSpec {
             body: None,
             static_body,
             base_headers: grpc::call_headers(context.timeout),
-            grpc: Some(GrpcSpec { encoder, message }),
+            grpc: Some(GrpcSpec {
+                encoder,
+                decoder,
+                message,
+            }),
         })
     }
 }
@@ -381,6 +388,12 @@ impl RequestMix {
         self.specs[kind].fixed().then_some(kind)
     }
 
+    /// The decoder of request `kind`'s answers when it is a gRPC call: a
+    /// flow step's captures and checks read its response as JSON.
+    pub(crate) fn grpc_decoder(&self, kind: usize) -> Option<&Decoder> {
+        self.specs.get(kind)?.grpc.as_ref().map(|g| &g.decoder)
+    }
+
     /// Builds the request for fleet-wide arrival `seq`. An error means the
     /// rendered values do not form a valid request (e.g. a data value with a
     /// space in a URL) or aim outside `--allow-target`; the arrival is then
@@ -440,6 +453,7 @@ impl RequestMix {
                 Some(GrpcSpec {
                     encoder,
                     message: Some(t),
+                    ..
                 }),
             ) => {
                 let mut s = String::new();

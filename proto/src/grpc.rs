@@ -1,6 +1,7 @@
 //! gRPC unary calls, as both sides must read them: the method name, the
 //! message types a descriptor set gives it, a JSON request turned into
-//! protobuf bytes, the 5-byte frame, and the deadline header.
+//! protobuf bytes, the 5-byte frame, the deadline header, and a response
+//! message turned back into JSON for a flow step's captures and checks.
 //!
 //! The coordinator uses these to refuse a plan whose JSON does not fit the
 //! method's input type, naming the field, before any load goes out; the
@@ -10,7 +11,9 @@
 
 use std::time::Duration;
 
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor};
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions,
+};
 
 /// A `package.Service/Method` name, split.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +63,15 @@ pub enum GrpcError {
         /// the field).
         reason: String,
     },
+    /// A response's bytes are not a message of the method's output type
+    /// (cut short by the keep, compressed, or of another type).
+    #[error("the response is not a valid {message}: {reason}")]
+    Reply {
+        /// The output type's full name.
+        message: String,
+        /// What is wrong, as prost's decoder says.
+        reason: String,
+    },
 }
 
 /// Splits `package.Service/Method`; a leading `/` (the HTTP/2 path form) is
@@ -92,6 +104,16 @@ pub fn decode_descriptors(bytes: &[u8]) -> Result<DescriptorPool, GrpcError> {
 
 /// The input type of a unary method in `pool`.
 pub fn input_type(pool: &DescriptorPool, method: &str) -> Result<MessageDescriptor, GrpcError> {
+    Ok(unary_method(pool, method)?.input())
+}
+
+/// The output type of a unary method in `pool`: what its answers decode as.
+pub fn output_type(pool: &DescriptorPool, method: &str) -> Result<MessageDescriptor, GrpcError> {
+    Ok(unary_method(pool, method)?.output())
+}
+
+/// A unary method of `pool`, or why `method` names none.
+fn unary_method(pool: &DescriptorPool, method: &str) -> Result<MethodDescriptor, GrpcError> {
     let name = method_name(method)?;
     let service = pool.get_service_by_name(name.service).ok_or_else(|| {
         let known: Vec<String> = pool.services().map(|s| s.full_name().to_string()).collect();
@@ -111,7 +133,7 @@ pub fn input_type(pool: &DescriptorPool, method: &str) -> Result<MessageDescript
     if found.is_client_streaming() || found.is_server_streaming() {
         return Err(GrpcError::Streaming(method.to_string()));
     }
-    Ok(found.input())
+    Ok(found)
 }
 
 fn list(mut names: Vec<String>) -> String {
@@ -137,6 +159,58 @@ pub fn encode_json(message: &MessageDescriptor, json: &str) -> Result<Vec<u8>, G
         DynamicMessage::deserialize(message.clone(), &mut de).map_err(|e| fail(e.to_string()))?;
     de.end().map_err(|e| fail(e.to_string()))?;
     Ok(dynamic.encode_to_vec())
+}
+
+/// How a response reads as JSON: every field present, defaults included
+/// (so `json.count == 0` holds rather than finding nothing), under its name
+/// in the .proto, and 64-bit integers as numbers (so `json.id == 7`
+/// compares as it reads), unlike the proto3 mapping's strings.
+const REPLY_JSON: SerializeOptions = SerializeOptions::new()
+    .skip_default_fields(false)
+    .use_proto_field_name(true)
+    .stringify_64_bit_integers(false);
+
+/// Decodes a response message (protobuf bytes, unframed) of type `message`
+/// and writes it as JSON into `out`, of which at most `limit` bytes are
+/// written: a longer text is cut there, as an HTTP body past the keep is,
+/// and the writing stops rather than building the rest.
+pub fn decode_json(
+    message: &MessageDescriptor,
+    bytes: &[u8],
+    limit: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), GrpcError> {
+    let dynamic = DynamicMessage::decode(message.clone(), bytes).map_err(|e| GrpcError::Reply {
+        message: message.full_name().to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut writer = Bounded { out, limit };
+    let mut ser = serde_json::Serializer::new(&mut writer);
+    // The only error is the bound's, which leaves the text cut at it.
+    let _ = dynamic.serialize_with_options(&mut ser, &REPLY_JSON);
+    Ok(())
+}
+
+/// A writer that takes at most `limit` bytes in all, then refuses.
+struct Bounded<'a> {
+    out: &'a mut Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Bounded<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.limit.saturating_sub(self.out.len());
+        if room == 0 && !buf.is_empty() {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let n = buf.len().min(room);
+        self.out.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The gRPC length-prefixed frame of one uncompressed message: a zero flag
@@ -254,6 +328,32 @@ mod tests {
             .to_string();
         assert!(e.contains("t.Req"), "{e}");
         assert!(encode_json(&input, r#"{} {}"#).is_err());
+    }
+
+    #[test]
+    fn a_response_reads_as_json_with_every_field() {
+        let pool = pool();
+        let output = output_type(&pool, "t.S/M").unwrap();
+        let mut out = Vec::new();
+        decode_json(
+            &output,
+            &[0x0a, 3, b'a', b'n', b'n', 0x10, 7],
+            1000,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, br#"{"name":"ann","id":7}"#);
+        out.clear();
+        decode_json(&output, &[], 1000, &mut out).unwrap();
+        assert_eq!(out, br#"{"name":"","id":0}"#, "defaults are present");
+        out.clear();
+        decode_json(&output, &[0x0a, 3, b'a', b'n', b'n'], 6, &mut out).unwrap();
+        assert_eq!(out, br#"{"name"#, "cut at the bound");
+        let e = decode_json(&output, &[0x0a, 9, b'a'], 1000, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.Req"), "{e}");
+        assert!(output_type(&pool, "t.S/Stream").is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! gRPC unary calls: what turns a scenario's JSON request into a gRPC
-//! request on the HTTP/2 transport, and its answer into an outcome.
+//! request on the HTTP/2 transport, its answer into an outcome, and (for a
+//! flow's step) its response message back into JSON.
 //!
 //! A call is an HTTP/2 POST to `/package.Service/Method` with
 //! `content-type: application/grpc`, `te: trailers`, the deadline as
@@ -44,6 +45,30 @@ impl Encoder {
             &self.input,
             json,
         )?)))
+    }
+}
+
+/// A method's response type, to read a kept response message as JSON:
+/// what a flow step's captures and checks look at.
+#[derive(Debug, Clone)]
+pub(crate) struct Decoder {
+    output: MessageDescriptor,
+}
+
+impl Decoder {
+    /// The decoder of `method`'s output type in `pool`.
+    pub(crate) fn new(pool: &DescriptorPool, method: &str) -> Result<Self, GrpcError> {
+        Ok(Self {
+            output: grpc::output_type(pool, method)?,
+        })
+    }
+
+    /// The JSON text of one response message (unframed), at most `limit`
+    /// bytes of it.
+    pub(crate) fn json(&self, message: &[u8], limit: usize) -> Result<Bytes, GrpcError> {
+        let mut out = Vec::with_capacity(message.len().saturating_mul(2).min(limit));
+        grpc::decode_json(&self.output, message, limit, &mut out)?;
+        Ok(Bytes::from(out))
     }
 }
 

@@ -10,10 +10,12 @@ pub(crate) mod jar;
 
 use std::time::Duration;
 
+use loadfleet_proto::bounds::MAX_ANSWER_KEPT_BYTES;
 use loadfleet_proto::flow::{Answer, Capture, Check, FlowError};
 use loadfleet_proto::v1;
-use loadfleet_proto::vocab::{ErrorKind, FlowFailure};
+use loadfleet_proto::vocab::{ErrorKind, FlowFailure, GrpcStatus};
 
+use crate::client::grpc::Decoder;
 use crate::client::{Kept, Outcome};
 
 /// Why a flow's steps cannot be used. The coordinator checks plans the
@@ -196,6 +198,25 @@ pub(crate) fn judge(
         vars[*i] = value;
     }
     Judged { checks, failure }
+}
+
+/// Turns a gRPC step's kept answer into what its captures and checks
+/// read: the response message as JSON (see [`Decoder`]), at most
+/// [`MAX_ANSWER_KEPT_BYTES`] of it. A call that ended in another status
+/// has no message to read, and one that cannot be decoded (cut by the
+/// keep, compressed) reads as an empty body, so its `json.` expressions
+/// find nothing rather than something made up. An answer that never
+/// reached gRPC (an HTTP status other than 200) stays as it came.
+pub(crate) fn read_grpc(kept: &mut Kept, outcome: Outcome, decoder: &Decoder) {
+    if kept.status != 200 {
+        return;
+    }
+    kept.body = match outcome {
+        Outcome::Grpc(GrpcStatus::Ok) => decoder
+            .json(&kept.body, MAX_ANSWER_KEPT_BYTES)
+            .unwrap_or_default(),
+        _ => bytes::Bytes::new(),
+    };
 }
 
 /// The HTTP status an outcome carries, for an answer that was not kept.

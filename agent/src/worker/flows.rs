@@ -25,7 +25,7 @@ use super::driver::{Arrival, Driver, Sleep, Submitted, Waited};
 use super::shared::Shared;
 use crate::flow::hook::FlowHook;
 use crate::flow::jar::Jar;
-use crate::flow::judge;
+use crate::flow::{judge, read_grpc};
 use crate::recorder::{FlowEnd, Outcome, StepDone};
 
 /// Starts a flow per arrival.
@@ -126,10 +126,13 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
         } else {
             0
         };
-        let (exchanged, kept) = shared
+        let (exchanged, mut kept) = shared
             .client
             .send_keeping(request, sent_at, None, &out, keep)
             .await;
+        if let (Some(kept), Some(decoder)) = (&mut kept, shared.mix.grpc_decoder(k)) {
+            read_grpc(kept, exchanged.outcome, decoder);
+        }
         let done = exchanged.answered.unwrap_or_else(Instant::now);
         (c.outcome, c.end) = (exchanged.outcome, done);
         if let Outcome::Unsent(reason) = exchanged.outcome {

@@ -29,6 +29,7 @@ mod features_tls;
 mod fleet;
 mod fleet_actor;
 mod flows;
+mod flows_verdicts;
 mod frictions;
 mod fuzz_props;
 mod grpc;

@@ -1,5 +1,6 @@
 //! Pass/fail rules checked against a report (`p99<500ms`, `unsent==0`,
-//! `failures<1%`, `incomplete==0`, `ok_rps>=900`, `grpc.unavailable<1%`).
+//! `failures<1%`, `incomplete==0`, `ok_rps>=900`, `grpc.unavailable<1%`,
+//! and for flows `purchase.flow.failed<1%`, `checks>99%`).
 //!
 //! A threshold names a figure of the registry ([`crate::figures`]) and is
 //! checked against any [`Source`] of figures, so a run's totals, the
@@ -81,7 +82,7 @@ impl FromStr for Threshold {
                 })?),
                 None => {
                     return Err(format!(
-                        "{s:?}: unknown metric {name:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures, incomplete, rps, ok_rps or grpc.STATUS (e.g. grpc.unavailable)"
+                        "{s:?}: unknown metric {name:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures (failed), incomplete, rps, ok_rps, checks or grpc.STATUS (e.g. grpc.unavailable)"
                     ))
                 }
             },
@@ -106,7 +107,7 @@ impl FromStr for Threshold {
             .ok_or_else(|| format!("{s:?}: {value:?} is not a number >= 0 (e.g. 500ms, 1%, 0)"))?;
         if percent && figure.share_of().is_none() {
             return Err(format!(
-                "{s:?}: a percentage only applies to unsent, errors, failures, incomplete and grpc.STATUS"
+                "{s:?}: a percentage only applies to unsent, errors, failures, incomplete, checks and grpc.STATUS"
             ));
         }
         if figure.unit() != Unit::Ms && unit.is_some() {
@@ -354,6 +355,33 @@ mod tests {
             (t.scenario(), t.figure()),
             (Some("checkout"), &Figure::Grpc(GrpcStatus::Ok))
         );
+        // Flows, steps and checks.
+        for (text, scope, figure) in [
+            (
+                "purchase.flow.p95<15s",
+                Some("purchase.flow"),
+                Figure::Latency(Quantile::P95),
+            ),
+            (
+                "purchase.flow.failed<1%",
+                Some("purchase.flow"),
+                Figure::Failures,
+            ),
+            (
+                "purchase.pay.p95<500ms",
+                Some("purchase.pay"),
+                Figure::Latency(Quantile::P95),
+            ),
+            ("checks>99%", None, Figure::ChecksPassed),
+            (
+                "purchase.checks>99%",
+                Some("purchase"),
+                Figure::ChecksPassed,
+            ),
+        ] {
+            let t: Threshold = text.parse().unwrap();
+            assert_eq!((t.scenario(), t.figure()), (scope, &figure), "{text}");
+        }
         // A scenario that happens to be named grpc keeps its plain metrics.
         let t: Threshold = "grpc.p99<1s".parse().unwrap();
         assert_eq!(
@@ -372,6 +400,7 @@ mod tests {
             ("unsent<5ms", "time units"),
             ("grpc.unavailible<1%", "not a gRPC status"),
             ("grpc.ok>5ms", "time units"),
+            ("checks>5ms", "time units"),
         ] {
             let e = text.parse::<Threshold>().unwrap_err();
             assert!(e.contains(needle), "{text}: {e}");

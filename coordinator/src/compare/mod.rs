@@ -14,6 +14,7 @@
 //! the same thing: a different duration, a scenario's offered rate, or
 //! different scenarios altogether.
 
+mod flows;
 pub(crate) mod load;
 mod render;
 mod table;

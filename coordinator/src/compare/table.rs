@@ -9,12 +9,14 @@ use std::path::PathBuf;
 use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::load::{Compared, Input};
-use crate::figures::{median, Figure, Phase, Quantile, SseFigure, Unit, HEADLINE};
+use crate::figures::{
+    median, Figure, FlowFigure, Phase, Quantile, SseFigure, StepFigure, Unit, HEADLINE,
+};
 use crate::report_model::Totals;
 use crate::report_model::{Headline, Repeats};
 
 /// What a row reads from a report.
-enum Read {
+pub(super) enum Read {
     /// A figure of the totals, and of each repeat run's.
     Totals(Figure),
     /// A figure's share of what it is a share of. Its median and range
@@ -27,13 +29,17 @@ enum Read {
     /// `share` its share, from the report's scenarios (the representative
     /// run's, when repeated: runs keep no per-request figures).
     Request(String, String, Figure, bool),
+    /// A figure of the flows of the flow scenario of this name.
+    Flow(String, FlowFigure),
+    /// A figure of a step (scenario name, step name) of a flow scenario.
+    Step(String, String, StepFigure),
 }
 
 /// A row to be: its title, unit and what it reads.
-struct Line {
-    name: String,
-    unit: Unit,
-    read: Read,
+pub(super) struct Line {
+    pub(super) name: String,
+    pub(super) unit: Unit,
+    pub(super) read: Read,
 }
 
 impl Line {
@@ -140,6 +146,7 @@ fn lines(inputs: &[Input]) -> Vec<Line> {
         }));
     }
     f.extend(request_lines(inputs));
+    f.extend(super::flows::lines(inputs));
     f
 }
 
@@ -213,6 +220,23 @@ fn read(report: &Compared, read: &Read) -> Reading {
                         figure.of_request(q)
                     }
                 }),
+            range: None,
+        },
+        Read::Flow(name, figure) => Reading {
+            value: report
+                .scenarios
+                .iter()
+                .find(|s| s.name == *name)
+                .and_then(|s| figure.of(s)),
+            range: None,
+        },
+        Read::Step(scenario, step, figure) => Reading {
+            value: report
+                .scenarios
+                .iter()
+                .find(|s| s.name == *scenario)
+                .and_then(|s| s.steps.iter().find(|st| st.request.name == *step))
+                .and_then(|st| figure.of(st)),
             range: None,
         },
         Read::Sse(name, figure) => Reading {

@@ -435,3 +435,61 @@ fn requests_of_a_mix_get_rows_of_their_own() {
     assert!(at("default.items completed") < at("default.cart completed"));
     assert!(at("default.cart completed") < at("default.search completed"));
 }
+
+/// A flow scenario gets rows for its flows and for each step, read from
+/// `scenarios[].flows` and `scenarios[].steps[]`.
+#[test]
+fn flows_and_their_steps_get_rows_of_their_own() {
+    let p = |p95: f64| {
+        json!({"p50": p95 / 2.0, "p90": p95, "p95": p95, "p99": p95, "p999": p95,
+               "max": p95, "mean": p95, "count": 10})
+    };
+    let flow = |failed: u64, p95: f64, pay_p95: f64| {
+        let mut r = report(10.0, 20.0, 100, json!({"200": 100}));
+        let s = &mut r["scenarios"][0];
+        s["flows"] = json!({
+            "intended": 100, "started": 100,
+            "unsent": {"total": 0, "concurrency_limit": 0, "late": 0},
+            "completed": 100 - failed, "failed": failed, "failed_by_reason": {"check": failed},
+            "in_flight_at_end": 0, "throughput_fps": 30.0,
+            "latency_ms": p(p95), "active_ms": p(p95 / 2.0),
+        });
+        s["completed"] = json!(100);
+        s["steps"] = json!([{
+            "name": "pay", "completed": 100, "completed_in_window": 100,
+            "completed_ok_in_window": 100, "failures": 0, "throughput_rps": 30.0,
+            "throughput_ok_rps": 30.0, "status": {"200": 100}, "errors": {},
+            "latency_ms": p(pay_p95), "reached": 100, "sent": 100, "unsent": {},
+            "not_reached": {}, "service_time_ms": null, "start_lag_ms": null,
+            "checks": [{"check": "json.status == \"paid\"", "passed": 100 - failed,
+                        "failed": failed}],
+        }]);
+        r
+    };
+    let t = Table::build(&[
+        input("a", flow(25, 800.0, 40.0)),
+        input("b", flow(5, 400.0, 20.0)),
+    ]);
+    let row = |name: &str| {
+        let r = t.row(name).unwrap_or_else(|| panic!("no row {name:?}"));
+        (r.value(0), r.value(1), r.ratios[0].value)
+    };
+    assert_eq!(
+        row("default flows failed %"),
+        (Some(25.0), Some(5.0), Some(0.2))
+    );
+    assert_eq!(
+        row("default flows started"),
+        (Some(100.0), Some(100.0), Some(1.0))
+    );
+    assert_eq!(row("default flows completed").1, Some(95.0));
+    assert_eq!(row("default flow latency_ms p95").2, Some(0.5));
+    assert_eq!(row("default flow active_ms p95").0, Some(400.0));
+    assert_eq!(row("default checks passed %").0, Some(75.0));
+    assert_eq!(
+        row("default.pay latency_ms p95"),
+        (Some(40.0), Some(20.0), Some(0.5))
+    );
+    assert_eq!(row("default.pay reached").0, Some(100.0));
+    assert_eq!(row("default.pay failures").0, Some(0.0));
+}

@@ -55,6 +55,8 @@ impl Figure {
             Figure::Status(code) => counted(t.status.get(code)),
             Figure::ErrorKind(kind) => counted(t.errors.get(kind)),
             Figure::Grpc(s) => counted(t.grpc.as_ref()?.status.get(s.as_str())),
+            // Counted by step: read through a [`super::flows::Scope`].
+            Figure::ChecksPassed | Figure::Checks => None,
         }
     }
 }
@@ -98,7 +100,16 @@ impl Figure {
                 | Figure::ServiceTime(_)
                 | Figure::Phase(..)
                 | Figure::ConnectionsOpened
+                | Figure::ChecksPassed
+                | Figure::Checks
         )
+    }
+
+    /// Whether this figure is counted over flow steps (checks) rather than
+    /// kept in a set of totals: a threshold on it reads a report's steps,
+    /// never the medians of repeat runs' totals.
+    pub fn is_from_steps(&self) -> bool {
+        matches!(self, Figure::ChecksPassed | Figure::Checks)
     }
 }
 

@@ -125,6 +125,10 @@ pub enum Figure {
     ErrorKind(String),
     /// gRPC calls answered with this status; absent when none was.
     Grpc(GrpcStatus),
+    /// Checks of flow steps that held; absent where no step has a check.
+    ChecksPassed,
+    /// Checks of flow steps judged, held or not.
+    Checks,
 }
 
 /// The headline figures: `--repeat` keeps their median, min and max, and
@@ -158,7 +162,7 @@ pub(crate) const HEADLINE: [Figure; 24] = [
 
 /// The names a threshold expression gives figures (besides
 /// `grpc.STATUS`), aliases included.
-pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 15] = [
+pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 17] = [
     ("p50", Figure::Latency(Quantile::P50)),
     ("p90", Figure::Latency(Quantile::P90)),
     ("p95", Figure::Latency(Quantile::P95)),
@@ -169,6 +173,9 @@ pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 15] = [
     ("unsent", Figure::Unsent),
     ("errors", Figure::Errors),
     ("failures", Figure::Failures),
+    // The word for flows: a flow scope's failures are its failed flows.
+    ("failed", Figure::Failures),
+    ("checks", Figure::ChecksPassed),
     ("incomplete", Figure::InFlightAtEnd),
     ("rps", Figure::Throughput),
     ("throughput", Figure::Throughput),
@@ -208,6 +215,9 @@ impl Figure {
             Figure::Status(code) => format!("status.{code}"),
             Figure::ErrorKind(kind) => format!("errors.{kind}"),
             Figure::Grpc(s) => format!("grpc.status.{}", s.as_str()),
+            // Not in totals: each step's `checks[]` add up to them.
+            Figure::ChecksPassed => "checks_passed".into(),
+            Figure::Checks => "checks".into(),
         }
     }
 
@@ -223,6 +233,7 @@ impl Figure {
             Figure::Status(code) => format!("status {code}"),
             Figure::ErrorKind(kind) => format!("error {kind}"),
             Figure::Grpc(s) => format!("grpc {}", s.as_str()),
+            Figure::ChecksPassed => "checks passed".into(),
             _ => self.key(),
         }
     }
@@ -249,12 +260,14 @@ impl Figure {
 
     /// What a percentage of this figure is of: unsent of intended,
     /// incomplete of sent, errors, failures and gRPC statuses of
-    /// completed. `None` for figures no percentage applies to.
+    /// completed (for a flow scenario, of the flows that ended), checks
+    /// passed of checks judged. `None` for figures no percentage applies to.
     pub fn share_of(&self) -> Option<Figure> {
         match self {
             Figure::Unsent => Some(Figure::Intended),
             Figure::InFlightAtEnd => Some(Figure::Sent),
             Figure::Errors | Figure::Failures | Figure::Grpc(_) => Some(Figure::Completed),
+            Figure::ChecksPassed => Some(Figure::Checks),
             _ => None,
         }
     }
@@ -340,5 +353,8 @@ pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 mod compute;
+mod flows;
+pub(crate) use flows::{FlowFigure, StepFigure};
+pub(crate) use flows::{Scope, FLOW_SCOPE};
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use toml::Spanned;
 use super::check::Check;
 use super::raw::RawRequest;
 use super::validated::{RequestPlan, Scenario};
-use crate::figures::Figure;
+use crate::figures::{Figure, FLOW_SCOPE};
 use crate::thresholds::request_scopes;
 
 /// Gives each of `requests` (parsed from `raw`, at `at` =
@@ -69,10 +69,19 @@ pub(super) fn assign(
     }
 }
 
+/// What a threshold's scope `S.R` names within scenario `S`.
+enum Part {
+    Request,
+    Step,
+}
+
 /// What is wrong with the scope `name` of a threshold (`checkout.p99`,
-/// or `shop.items.p99` for request `items` of scenario `shop`) about
-/// `figure`; `None` when the plan has it. A scenario of that very name
-/// comes first.
+/// `shop.items.p99` for request `items` of scenario `shop`,
+/// `purchase.flow.p95` for the flows of flow scenario `purchase`,
+/// `purchase.login.p95` for its step `login`) about `figure`; `None` when
+/// the plan has it. A scenario of that very name comes first, then the
+/// flows, then requests and steps, as the report resolves them
+/// ([`crate::figures::Scope::find`]).
 pub(super) fn threshold_scope(
     scenarios: &[Scenario],
     name: &str,
@@ -81,20 +90,59 @@ pub(super) fn threshold_scope(
     if scenarios.iter().any(|s| s.name == name) {
         return None;
     }
-    let request = request_scopes(name).any(|(scenario, request)| {
-        scenarios
-            .iter()
-            .any(|s| s.name == scenario && s.requests.iter().any(|r| r.name == request))
+    let flows_of = name
+        .strip_suffix(FLOW_SCOPE)
+        .and_then(|n| n.strip_suffix('.'))
+        .and_then(|n| scenarios.iter().find(|s| s.name == n));
+    if let Some(s) = flows_of {
+        return (!s.is_flow()).then(|| {
+            format!(
+                "names the flows of scenario {:?}, which has no [[scenario.step]]; name the scenario itself ({:?})",
+                s.name, s.name
+            )
+        });
+    }
+    let part = request_scopes(name).find_map(|(scenario, request)| {
+        let s = scenarios.iter().find(|s| s.name == scenario)?;
+        if s.requests.iter().any(|r| r.name == request) {
+            Some(Part::Request)
+        } else {
+            s.step_names().any(|n| n == request).then_some(Part::Step)
+        }
     });
-    match request {
-        true if figure.is_per_request() => None,
-        true => Some(format!(
+    match part {
+        Some(Part::Request) if figure.is_per_request() => None,
+        Some(Part::Request) => Some(format!(
             "names a request, which has completions, failures, throughput and latency, not {}; check it on the scenario",
             figure.label()
         )),
-        false => Some(format!(
-            "names {name:?}, which is neither a scenario of the plan nor SCENARIO.REQUEST of one (a request named without spaces)"
+        Some(Part::Step) if figure.is_per_request() || figure.is_from_steps() => None,
+        Some(Part::Step) => Some(format!(
+            "names a step, which has completions, failures, throughput, latency and checks, not {}; check it on the flows (SCENARIO.{FLOW_SCOPE})",
+            figure.label()
         )),
+        None => Some(unknown_scope(scenarios, name)),
+    }
+}
+
+/// Why `name` names nothing: for `S.X` of a flow scenario `S`, the names
+/// its scope may take; else what a scope may be.
+fn unknown_scope(scenarios: &[Scenario], name: &str) -> String {
+    let flow = request_scopes(name)
+        .find_map(|(scenario, _)| scenarios.iter().find(|s| s.name == scenario && s.is_flow()));
+    match flow {
+        Some(s) => format!(
+            "names {name:?}, but scenario {:?} has no step of that name; name its flows ({:?}) or one of its steps: {}",
+            s.name,
+            format!("{}.{FLOW_SCOPE}", s.name),
+            s.step_names()
+                .map(|step| format!("{:?}", format!("{}.{step}", s.name)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => format!(
+            "names {name:?}, which is neither a scenario of the plan nor SCENARIO.REQUEST of one (a request named without spaces), SCENARIO.{FLOW_SCOPE} or SCENARIO.STEP of a flow"
+        ),
     }
 }
 

@@ -254,3 +254,42 @@ fn unknown_step_keys_and_wrong_types_are_named_with_their_lines() {
         assert!(e.contains(needle), "expected {needle:?} in\n{e}");
     }
 }
+
+/// Thresholds may name a flow scenario's flows (`f.flow`), a step
+/// (`f.pay`) and checks; a scope the plan lacks is refused at `plan
+/// check`, naming the flow's steps.
+#[test]
+fn thresholds_may_name_the_flows_a_step_and_checks() {
+    let steps = "[[scenario.step]]\nname = \"login\"\nmethod = \"POST\"\npath = \"/login\"\ncheck = [\"status == 200\"]\n\n[[scenario.step]]\nname = \"pay\"\npath = \"/pay\"\n";
+    let mix = "\n[[scenario]]\nname = \"shop\"\nrate = 5\nduration = \"1s\"\n[[scenario.request]]\nname = \"items\"\npath = \"/items\"\n";
+    let with = |th: &str| format!("thresholds = [\"{th}\"]\n{}{mix}", flow(steps));
+    for th in [
+        "f.flow.p95<15s",
+        "f.flow.failed<1%",
+        "f.failed<1%",
+        "f.pay.p95<500ms",
+        "f.login.failures<1%",
+        "checks>99%",
+        "f.checks>99%",
+        "f.flow.checks>99%",
+        "f.login.checks>99%",
+        "shop.checks>99%",
+    ] {
+        if let Err(e) = parse(&with(th), "test.toml", Path::new(".")) {
+            panic!("{th}: {e:?}");
+        }
+    }
+    for (th, needle) in [
+        (
+            "f.payment.p95<1s",
+            "no step of that name; name its flows (\"f.flow\") or one of its steps: \"f.login\", \"f.pay\"",
+        ),
+        ("f.pay.unsent==0", "names a step"),
+        ("shop.flow.p95<1s", "no [[scenario.step]]"),
+        ("shop.items.checks>99%", "names a request"),
+        ("nope.flow.p95<1s", "neither a scenario"),
+    ] {
+        let e = refusal(&with(th));
+        assert!(e.contains(needle), "{th}: {e}");
+    }
+}

@@ -10,13 +10,12 @@ use super::parts::{per_second, request_of, unsent_of};
 use super::plan_info::{Placement, PlanInfo, ScenarioInfo};
 use super::{sse, verdicts};
 use crate::aggregate::IntervalAgg;
-use crate::figures::Source;
+use crate::figures::Scope;
 use crate::fleet::RunResult;
 use crate::report_model::{
     AgentReport, Checked, CurvePoint, Grpc, IntervalReport, Lag, LateAgentReport, Phases,
     ProtocolInfo, Report, RequestReport, RunInfo, Scenario, Totals, Warmup, Window, SCHEMA,
 };
-use crate::thresholds::request_scopes;
 use crate::units;
 use loadfleet_proto::figures::{Figures, RequestFigures};
 
@@ -152,24 +151,6 @@ fn requests_of(names: &[String], merged: &[RequestFigures], window_s: f64) -> Ve
         .collect()
 }
 
-/// What a threshold scoped to `name` reads: the scenario of that name,
-/// else request `R` of scenario `S` for `S.R` (as the plan validator
-/// resolves it, `plan::names::threshold_scope`).
-fn scope<'a>(scenarios: &'a [Scenario], name: &str) -> Option<&'a dyn Source> {
-    if let Some(s) = scenarios.iter().find(|s| s.name == name) {
-        return Some(&s.totals);
-    }
-    request_scopes(name).find_map(|(scenario, request)| {
-        let q = scenarios
-            .iter()
-            .find(|s| s.name == scenario)?
-            .requests
-            .iter()
-            .find(|q| q.name == request)?;
-        Some(q as &dyn Source)
-    })
-}
-
 /// Builds the report and decides the verdicts.
 pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     // A run cut short only measured until it stopped: its windows end there,
@@ -269,20 +250,14 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     let thresholds = ctx
         .thresholds
         .iter()
-        .map(|th| {
-            let t: Option<&dyn Source> = match th.scenario() {
-                Some(name) => scope(&scenarios, name),
-                None => Some(&totals),
-            };
-            match t {
-                Some(t) => th.check(t),
-                None => Checked {
-                    threshold: th.to_string(),
-                    actual: None,
-                    unit: th.unit().to_string(),
-                    passed: false,
-                },
-            }
+        .map(|th| match Scope::find(&totals, &scenarios, th.scenario()) {
+            Some(t) => th.check(&t),
+            None => Checked {
+                threshold: th.to_string(),
+                actual: None,
+                unit: th.unit().to_string(),
+                passed: false,
+            },
         })
         .collect();
 

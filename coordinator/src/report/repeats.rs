@@ -154,14 +154,18 @@ pub(crate) fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report
         let shown = &reports[representative].thresholds;
         thresholds
             .iter()
-            .map(|th| match th.scenario() {
-                // Per-scenario figures are only kept for the representative run.
-                Some(_) => shown
-                    .iter()
-                    .find(|c| c.threshold == th.to_string())
-                    .cloned()
-                    .unwrap_or_else(|| th.check(&medians)),
-                None => th.check(&medians),
+            .map(|th| {
+                // Per-scenario figures, and checks (counted by step), are
+                // only kept for the representative run.
+                if th.scenario().is_some() || th.figure().is_from_steps() {
+                    shown
+                        .iter()
+                        .find(|c| c.threshold == th.to_string())
+                        .cloned()
+                        .unwrap_or_else(|| th.check(&medians))
+                } else {
+                    th.check(&medians)
+                }
             })
             .map(|mut c| {
                 c.threshold = format!("{} (median of {count} runs)", c.threshold);

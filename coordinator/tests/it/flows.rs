@@ -14,7 +14,7 @@ use serde_json::Value;
 /// The purchase flow of docs/plans.md against the shop at `addr`, at
 /// `rate` flows per second for `secs` seconds; `payment_check` is the last
 /// step's check.
-fn purchase(addr: &str, rate: u32, secs: u32, payment_check: &str) -> String {
+pub(crate) fn purchase(addr: &str, rate: u32, secs: u32, payment_check: &str) -> String {
     format!(
         r#"
 [target]

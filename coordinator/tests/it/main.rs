@@ -31,6 +31,7 @@ mod fleet_actor;
 mod flows;
 mod flows_grpc;
 mod flows_hostile;
+mod flows_verdicts;
 mod frictions;
 mod fuzz_props;
 mod grpc;

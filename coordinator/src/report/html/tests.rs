@@ -476,6 +476,12 @@ fn a_flow_scenario_gets_its_flows_and_funnel() {
     }
     assert!(!html.contains("<cart>"), "{html}");
     let checks = &html[html.find("class=\"checks\"").expect("checks table")..];
-    assert_eq!(checks.matches("body.id != &quot;&lt;x&gt;&quot;").count(), 3);
-    assert!(checks.contains("<td>96</td><td class=\"fail\">3</td>"), "{checks}");
+    assert_eq!(
+        checks.matches("body.id != &quot;&lt;x&gt;&quot;").count(),
+        3
+    );
+    assert!(
+        checks.contains("<td>96</td><td class=\"fail\">3</td>"),
+        "{checks}"
+    );
 }

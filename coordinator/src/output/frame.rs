@@ -387,7 +387,7 @@ mod tests {
         let mut one = snapshot(0, 0, 10);
         one.flow = Some(v1::FlowFigures {
             failed: [("check".to_string(), 2), ("timeout".to_string(), 1)].into(),
-            active: Vec::new().into(),
+            active: Vec::new(),
         });
         let mut h = new_histogram();
         h.record(700).unwrap();

@@ -30,6 +30,7 @@ mod fleet;
 mod fleet_actor;
 mod flows;
 mod flows_hostile;
+mod flows_outputs;
 mod frictions;
 mod fuzz_props;
 mod grpc;

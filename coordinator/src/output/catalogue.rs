@@ -12,9 +12,9 @@
 //! docs/outputs.md's table is [`markdown`], checked by a test.
 
 use hdrhistogram::Histogram;
-use loadfleet_proto::vocab::UnsentReason;
+use loadfleet_proto::vocab::{FlowFailure, UnsentReason};
 
-use super::frame::{Counts, Frame};
+use super::frame::{Counts, FlowFrame, Frame};
 use crate::units;
 
 /// How a series accumulates.
@@ -75,7 +75,9 @@ impl Metric {
 }
 
 const REQUEST: Unit = Unit::Count("{request}");
+const FLOW: Unit = Unit::Count("{flow}");
 const SCENARIO: &[&str] = &["scenario"];
+const STEP: &[&str] = &["scenario", "step"];
 const AGENT: &[&str] = &["agent"];
 
 pub(crate) static INTENDED: Metric = Metric {
@@ -174,6 +176,71 @@ pub(crate) static LATENCY_EXACT: Metric = Metric {
     influx: "count_total, p50_ms_total, …, max_ms_total",
     help: "Latency percentiles of the run so far, from the exact merge",
 };
+pub(crate) static FLOWS_STARTED: Metric = Metric {
+    name: "loadfleet.flows.started",
+    kind: Kind::Counter,
+    unit: FLOW,
+    labels: SCENARIO,
+    influx: "flows_started",
+    help: "Flows whose first step was sent (a flow scenario's only)",
+};
+pub(crate) static FLOWS_COMPLETED: Metric = Metric {
+    name: "loadfleet.flows.completed",
+    kind: Kind::Counter,
+    unit: FLOW,
+    labels: SCENARIO,
+    influx: "flows_completed",
+    help: "Flows that ended with every step passed",
+};
+pub(crate) static FLOWS_FAILED: Metric = Metric {
+    name: "loadfleet.flows.failed",
+    kind: Kind::Counter,
+    unit: FLOW,
+    labels: &["scenario", "reason"],
+    influx: "flows_failed_",
+    help: "Flows that ended failed, by reason (every reason, zeros included)",
+};
+pub(crate) static FLOW_LATENCY: Metric = Metric {
+    name: "loadfleet.flow.latency",
+    kind: Kind::Histogram,
+    unit: Unit::Seconds,
+    labels: SCENARIO,
+    influx: "",
+    help: "Flow latency, from a flow's intended start to its last step's end, failed flows included, since the start",
+};
+pub(crate) static STEP_SENT: Metric = Metric {
+    name: "loadfleet.step.requests.sent",
+    kind: Kind::Counter,
+    unit: REQUEST,
+    labels: STEP,
+    influx: "sent",
+    help: "Requests of one step of a flow written to the wire",
+};
+pub(crate) static STEP_COMPLETED: Metric = Metric {
+    name: "loadfleet.step.requests.completed",
+    kind: Kind::Counter,
+    unit: REQUEST,
+    labels: STEP,
+    influx: "completed",
+    help: "Requests of one step of a flow that got a response or an error",
+};
+pub(crate) static STEP_FAILURES: Metric = Metric {
+    name: "loadfleet.step.failures",
+    kind: Kind::Counter,
+    unit: REQUEST,
+    labels: STEP,
+    influx: "failures",
+    help:
+        "Requests of one step of a flow that did not succeed, as `loadfleet.failures` counts them",
+};
+pub(crate) static STEP_LATENCY: Metric = Metric {
+    name: "loadfleet.step.latency",
+    kind: Kind::Histogram,
+    unit: Unit::Seconds,
+    labels: STEP,
+    influx: "count, p50_ms, …, max_ms",
+    help: "Latency of one step of a flow from its ready instant, every outcome, since the start",
+};
 pub(crate) static IN_FLIGHT: Metric = Metric {
     name: "loadfleet.in_flight",
     kind: Kind::Gauge,
@@ -253,6 +320,14 @@ pub(crate) static ALL: &[&Metric] = &[
     &LATENCY,
     &SERVICE_TIME,
     &LATENCY_EXACT,
+    &FLOWS_STARTED,
+    &FLOWS_COMPLETED,
+    &FLOWS_FAILED,
+    &FLOW_LATENCY,
+    &STEP_SENT,
+    &STEP_COMPLETED,
+    &STEP_FAILURES,
+    &STEP_LATENCY,
     &IN_FLIGHT,
     &AGENTS_ALIVE,
     &ELAPSED,
@@ -375,6 +450,35 @@ pub(crate) fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
     out
 }
 
+/// A flow scenario's flows and steps, labelled with `scenario` (and
+/// `step`).
+pub(crate) fn flows<'f>(scenario: &str, f: &'f FlowFrame) -> Vec<Point<'f>> {
+    let sc = || vec![scenario.to_string()];
+    let n = |v: u64| Value::Number(v as f64);
+    let mut out = vec![
+        point(&FLOWS_STARTED, sc(), n(f.started)),
+        point(&FLOWS_COMPLETED, sc(), n(f.completed)),
+    ];
+    // Every reason, zeros included, as for unsent arrivals.
+    for r in FlowFailure::ALL {
+        let v = f.failed.get(r.as_str()).copied().unwrap_or(0);
+        out.push(point(
+            &FLOWS_FAILED,
+            vec![scenario.into(), r.to_string()],
+            n(v),
+        ));
+    }
+    out.push(point(&FLOW_LATENCY, sc(), Value::Histogram(&f.latency)));
+    for q in &f.steps {
+        let l = || vec![scenario.to_string(), q.name.clone()];
+        out.push(point(&STEP_SENT, l(), n(q.sent)));
+        out.push(point(&STEP_COMPLETED, l(), n(q.completed)));
+        out.push(point(&STEP_FAILURES, l(), n(q.failures)));
+        out.push(point(&STEP_LATENCY, l(), Value::Histogram(&q.latency)));
+    }
+    out
+}
+
 /// Every sample of a frame, in catalogue order within each scenario; the
 /// per-agent ones only when asked. A frame of verdicts carries only those.
 pub(crate) fn points(frame: &Frame, per_agent: bool) -> Vec<Point<'_>> {
@@ -403,6 +507,9 @@ pub(crate) fn points(frame: &Frame, per_agent: bool) -> Vec<Point<'_>> {
                 let v = Value::Micros(s.latency.value_at_quantile(q));
                 out.push(point(&LATENCY_EXACT, vec![s.name.clone(), label.into()], v));
             }
+        }
+        if let Some(f) = &s.flow {
+            out.extend(flows(&s.name, f));
         }
     }
     let n = |v: u64| Value::Number(v as f64);

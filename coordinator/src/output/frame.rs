@@ -1,6 +1,7 @@
 //! What every output pushes for one settled step of the run: the fleet's
 //! merged figures per scenario, cumulative since the run's start, plus the
-//! latency of the seconds the step covers.
+//! latency of the seconds the step covers, and a flow scenario's flows and
+//! steps.
 //!
 //! A frame is made on the fleet actor from the merged state before the
 //! live files fold those seconds away, then shared read-only by every
@@ -13,7 +14,7 @@ use hdrhistogram::Histogram;
 use loadfleet_proto::histogram::new_histogram;
 
 use crate::aggregate::Aggregate;
-use loadfleet_proto::figures::Figures;
+use loadfleet_proto::figures::{Figures, FlowFigures, RequestFigures};
 
 /// One scenario's figures in a frame.
 #[derive(Debug, Clone)]
@@ -29,6 +30,64 @@ pub(crate) struct ScenarioFrame {
     pub service_time: Histogram<u64>,
     /// Latency of the frame's seconds alone (µs), for per-second points.
     pub step_latency: Histogram<u64>,
+    /// A flow scenario's flows and steps; `None` for other scenarios.
+    pub flow: Option<FlowFrame>,
+}
+
+/// A flow scenario's flows since the run's start. Its scenario's own
+/// counts count flows too (sent = started); these name what only flows
+/// have, so a dashboard of flows need not know that.
+#[derive(Debug, Clone)]
+pub(crate) struct FlowFrame {
+    pub started: u64,
+    /// Flows that ended with every step passed.
+    pub completed: u64,
+    /// Flows that ended failed, by reason.
+    pub failed: BTreeMap<String, u64>,
+    /// From each flow's intended start to its last step's end (µs).
+    pub latency: Histogram<u64>,
+    /// In the plan's order.
+    pub steps: Vec<StepFrame>,
+}
+
+/// One step of a flow since the run's start.
+#[derive(Debug, Clone)]
+pub(crate) struct StepFrame {
+    pub name: String,
+    pub sent: u64,
+    pub completed: u64,
+    pub failures: u64,
+    /// From the step's ready instant, every outcome (µs).
+    pub latency: Histogram<u64>,
+}
+
+impl FlowFrame {
+    /// From a flow scenario's merged figures `m` (which count flows), its
+    /// flow figures `f` and its steps' figures, named by `names` (the
+    /// plan's order).
+    fn of(m: &Figures, f: &FlowFigures, steps: &[RequestFigures], names: &[String]) -> Self {
+        let failed = f.failed.total();
+        FlowFrame {
+            started: m.sent,
+            completed: m.completed.saturating_sub(failed),
+            failed: f.failed.by_word(),
+            latency: m.latency.all(),
+            steps: names
+                .iter()
+                .enumerate()
+                .map(|(k, name)| {
+                    let q = steps.get(k).cloned().unwrap_or_default();
+                    StepFrame {
+                        name: name.clone(),
+                        sent: q.sent,
+                        completed: q.completed,
+                        failures: q.failures(),
+                        latency: q.latency,
+                    }
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The counts the outputs carry, named as the scrape endpoint names them.
@@ -153,7 +212,8 @@ impl Framer {
     /// The frame for the seconds settled since the last call, or `None`
     /// when no new second settled and the run is not over. `below` is the
     /// fleet's settled bound (`u64::MAX` at the end); `started_ms` the
-    /// common start on the wall clock.
+    /// common start on the wall clock; `steps` each scenario's steps'
+    /// names (empty for a scenario that is not a flow).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn frame(
         &mut self,
@@ -162,6 +222,7 @@ impl Framer {
         below: u64,
         agg: &Aggregate,
         names: &[String],
+        steps: &[Vec<String>],
         agents: Vec<AgentFrame>,
         agents_alive: u64,
         now_ms: i64,
@@ -219,6 +280,14 @@ impl Framer {
                     latency: m.latency.all(),
                     service_time: m.service_time.clone(),
                     step_latency,
+                    flow: agg.flows.get(i).and_then(Option::as_ref).map(|f| {
+                        FlowFrame::of(
+                            m,
+                            f,
+                            agg.requests.get(i).map_or(&[], Vec::as_slice),
+                            steps.get(i).map_or(&[], Vec::as_slice),
+                        )
+                    }),
                 }
             })
             .collect();
@@ -284,17 +353,17 @@ mod tests {
             agg.add(0, &Snapshot::try_from(&snapshot(i, 0, 3)).unwrap());
             agg.add(0, &Snapshot::try_from(&snapshot(i, 1, 2)).unwrap());
         }
-        assert!(f.frame(0, 0, 0, &agg, &names, vec![], 1, 0).is_none());
-        let one = f.frame(0, 0, 2, &agg, &names, vec![], 1, 0).unwrap();
+        assert!(f.frame(0, 0, 0, &agg, &names, &[], vec![], 1, 0).is_none());
+        let one = f.frame(0, 0, 2, &agg, &names, &[], vec![], 1, 0).unwrap();
         assert_eq!(one.seconds, 0..2);
         assert_eq!(one.time_ms, 2000);
         assert_eq!(one.scenarios[0].totals.intended, 16);
         assert_eq!(one.scenarios[0].step_latency.len(), 6);
-        assert!(f.frame(0, 0, 2, &agg, &names, vec![], 1, 0).is_none());
+        assert!(f.frame(0, 0, 2, &agg, &names, &[], vec![], 1, 0).is_none());
         assert!(!f.due(0, 2) && f.due(0, 3) && f.due(0, u64::MAX) && f.due(1, 0));
         agg.add(0, &Snapshot::try_from(&snapshot(4, 0, 5)).unwrap());
         let end = f
-            .frame(0, 0, u64::MAX, &agg, &names, vec![], 1, 10)
+            .frame(0, 0, u64::MAX, &agg, &names, &[], vec![], 1, 10)
             .unwrap();
         assert_eq!(end.seconds, 2..5);
         assert!(end.last && end.time_ms == 2001);
@@ -302,8 +371,64 @@ mod tests {
         assert_eq!(end.scenarios[0].step.sent, 5);
         assert_eq!(end.scenarios[1].step.intended, 0);
         // A new run starts afresh.
-        let next = f.frame(1, 100_000, 1, &agg, &names, vec![], 1, 0).unwrap();
+        let next = f
+            .frame(1, 100_000, 1, &agg, &names, &[], vec![], 1, 0)
+            .unwrap();
         assert_eq!(next.seconds, 0..1);
         assert_eq!(next.scenarios[0].step.sent, 17);
+    }
+
+    /// A flow scenario's frame carries its flows (completed = ended less
+    /// failed) and every step of the plan, in order, with its counts and
+    /// latency; a step no snapshot named yet is there at zero.
+    #[test]
+    fn a_flow_scenario_carries_its_flows_and_steps() {
+        let mut agg = Aggregate::new(1, 1);
+        let mut one = snapshot(0, 0, 10);
+        one.flow = Some(v1::FlowFigures {
+            failed: [("check".to_string(), 2), ("timeout".to_string(), 1)].into(),
+            active: Vec::new(),
+        });
+        let mut h = new_histogram();
+        h.record(700).unwrap();
+        one.requests = vec![v1::RequestFigures {
+            request: 0,
+            completed: 12,
+            sent: 12,
+            reached: 12,
+            status: [(200, 10), (500, 2)].into(),
+            latency: encode(&h).unwrap(),
+            ..Default::default()
+        }];
+        agg.add(0, &Snapshot::try_from(&one).unwrap());
+        let names = vec!["shop".to_string()];
+        let steps = vec![vec!["login".to_string(), "cart".to_string()]];
+        let frame = Framer::default()
+            .frame(0, 0, u64::MAX, &agg, &names, &steps, vec![], 1, 5)
+            .unwrap();
+        let flow = frame.scenarios[0].flow.as_ref().expect("a flow scenario");
+        assert_eq!((flow.started, flow.completed), (10, 7));
+        assert_eq!(flow.failed.get("check"), Some(&2));
+        assert_eq!(flow.latency.len(), 10);
+        let got: Vec<_> = flow
+            .steps
+            .iter()
+            .map(|q| {
+                (
+                    q.name.as_str(),
+                    q.sent,
+                    q.completed,
+                    q.failures,
+                    q.latency.len(),
+                )
+            })
+            .collect();
+        assert_eq!(got, [("login", 12, 12, 2, 1), ("cart", 0, 0, 0, 0)]);
+        // A scenario that is not a flow has none.
+        let plain = Aggregate::new(1, 1);
+        let frame = Framer::default()
+            .frame(0, 0, u64::MAX, &plain, &names, &[], vec![], 1, 5)
+            .unwrap();
+        assert!(frame.scenarios[0].flow.is_none());
     }
 }

@@ -9,6 +9,10 @@
 //! ([`catalogue::counts`], [`Metric::influx`]). Percentiles
 //! ([`catalogue::QUANTILES`]) come from the exact merged histogram of the
 //! step's seconds (`p50_ms`, …) and of the run so far (`p50_ms_total`, …).
+//!
+//! A flow scenario's point adds its flows (`flows_started_total`, …) and
+//! each of its steps gets a `loadfleet_step` point (tags `scenario` and
+//! `step`): the run's totals so far only, every field ending in `_total`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,7 +22,7 @@ use hdrhistogram::Histogram;
 
 use super::catalogue::{self, Metric, Unit, Value};
 use super::delivery::{Encoded, Encoder};
-use super::frame::{Counts, Frame};
+use super::frame::{Counts, FlowFrame, Frame};
 use crate::units;
 
 pub(crate) struct Influx {
@@ -90,6 +94,9 @@ impl Influx {
             counts(&mut fields, &s.name, &s.totals, "_total");
             percentiles(&mut fields, &s.step_latency, "");
             percentiles(&mut fields, &s.latency, "_total");
+            if let Some(f) = &s.flow {
+                flows(&mut fields, &s.name, f);
+            }
             let _ = writeln!(
                 out,
                 "loadfleet{base},scenario={} {} {}",
@@ -97,6 +104,9 @@ impl Influx {
                 fields.join(","),
                 frame.time_ms
             );
+            if let Some(f) = &s.flow {
+                steps(&mut out, &base, &s.name, f, frame.time_ms);
+            }
         }
         let _ = writeln!(
             out,
@@ -145,6 +155,46 @@ fn counts(fields: &mut Vec<String>, scenario: &str, c: &Counts, suffix: &str) {
             (Value::Histogram(h), _) => format!("{}i", h.len()),
         };
         fields.push(format!("{}{suffix}={value}", key(&name)));
+    }
+}
+
+/// A flow scenario's flows as its point's fields (totals so far). Its
+/// flow latency is the scenario's own (`p50_ms`, …): its figures count
+/// flows.
+fn flows(fields: &mut Vec<String>, scenario: &str, f: &FlowFrame) {
+    for p in catalogue::flows(scenario, f) {
+        // Steps have points of their own.
+        if p.metric.labels.contains(&"step") {
+            continue;
+        }
+        if let Value::Number(v) = p.value {
+            let name = field(p.metric, p.labels.get(1).map(String::as_str));
+            fields.push(format!("{}_total={v}i", key(&name)));
+        }
+    }
+}
+
+/// One `loadfleet_step` point per step of a flow, its counts and latency
+/// so far.
+fn steps(out: &mut String, base: &str, scenario: &str, f: &FlowFrame, time_ms: i64) {
+    for q in &f.steps {
+        let mut fields = vec![
+            format!("{}_total={}i", catalogue::STEP_SENT.influx, q.sent),
+            format!(
+                "{}_total={}i",
+                catalogue::STEP_COMPLETED.influx,
+                q.completed
+            ),
+            format!("{}_total={}i", catalogue::STEP_FAILURES.influx, q.failures),
+        ];
+        percentiles(&mut fields, &q.latency, "_total");
+        let _ = writeln!(
+            out,
+            "loadfleet_step{base},scenario={},step={} {} {time_ms}",
+            tag(scenario),
+            tag(&q.name),
+            fields.join(",")
+        );
     }
 }
 
@@ -198,6 +248,7 @@ mod tests {
                 latency: h.clone(),
                 service_time: h.clone(),
                 step_latency: h,
+                flow: None,
             }],
             in_flight: 3,
             agents_alive: 2,
@@ -225,6 +276,67 @@ mod tests {
         assert!(first.ends_with(" 1700000000000"));
         assert!(
             text.contains("loadfleet_fleet,run_id=r\\ 1 in_flight=3i,agents_alive=2i,elapsed_seconds=1i,last=true")
+        );
+    }
+
+    /// A flow scenario's point carries its flows so far, and each step gets
+    /// a `loadfleet_step` point tagged with its name.
+    #[test]
+    fn a_flow_scenario_adds_flows_and_step_points() {
+        use crate::output::frame::{FlowFrame, StepFrame};
+        let mut h = new_histogram();
+        h.record(4000).unwrap();
+        let frame = Frame {
+            run: 0,
+            seconds: 0..1,
+            time_ms: 7,
+            started_ms: 0,
+            scenarios: vec![ScenarioFrame {
+                name: "shop".into(),
+                totals: Counts::default(),
+                step: Counts::default(),
+                latency: h.clone(),
+                service_time: h.clone(),
+                step_latency: h.clone(),
+                flow: Some(FlowFrame {
+                    started: 5,
+                    completed: 3,
+                    failed: [("status".to_string(), 1)].into(),
+                    latency: h.clone(),
+                    steps: vec![StepFrame {
+                        name: "POST /login".into(),
+                        sent: 5,
+                        completed: 4,
+                        failures: 1,
+                        latency: h,
+                    }],
+                }),
+            }],
+            in_flight: 0,
+            agents_alive: 1,
+            agents: vec![],
+            last: false,
+            verdicts: vec![],
+        };
+        let influx = Influx {
+            tags: BTreeMap::new(),
+            per_agent: false,
+            repeats: false,
+        };
+        let text = influx.lines(&frame);
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.contains(
+                "flows_started_total=5i,flows_completed_total=3i,flows_failed_check_total=0i"
+            ),
+            "{first}"
+        );
+        assert!(first.contains("flows_failed_status_total=1i"), "{first}");
+        let step = text.lines().nth(1).unwrap();
+        assert_eq!(
+            step,
+            "loadfleet_step,scenario=shop,step=POST\\ /login sent_total=5i,completed_total=4i,failures_total=1i,\
+             count_total=1i,p50_ms_total=4.001,p90_ms_total=4.001,p99_ms_total=4.001,p999_ms_total=4.001,max_ms_total=4.001 7"
         );
     }
 }

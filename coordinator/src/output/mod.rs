@@ -41,6 +41,9 @@ pub(crate) struct RunLabels {
     /// The plan file's stem, or `flags` for a run made from flags alone.
     pub plan: String,
     pub scenarios: Vec<String>,
+    /// Each scenario's steps' names (empty for one that is not a flow),
+    /// the outputs' `step` label.
+    pub steps: Vec<Vec<String>>,
     pub repeats: usize,
 }
 
@@ -71,6 +74,11 @@ impl RunLabels {
             run_id,
             plan,
             scenarios: info.scenarios.iter().map(|s| s.name.clone()).collect(),
+            steps: info
+                .scenarios
+                .iter()
+                .map(|s| s.steps.iter().map(|q| q.name.clone()).collect())
+                .collect(),
             repeats,
         }
     }
@@ -89,6 +97,7 @@ pub(crate) struct Tee {
     queues: Vec<delivery::Queue>,
     framer: frame::Framer,
     scenarios: Vec<String>,
+    steps: Vec<Vec<String>>,
     per_agent: bool,
 }
 
@@ -155,6 +164,7 @@ pub(crate) fn start(
         queues,
         framer: frame::Framer::default(),
         scenarios: labels.scenarios.clone(),
+        steps: labels.steps.clone(),
         per_agent: specs.iter().any(|s| s.per_agent),
     };
     Ok((Some(Box::new(tee)), Outputs { workers }))
@@ -199,6 +209,7 @@ impl Sink for Tee {
             s.below,
             s.aggregate,
             &self.scenarios,
+            &self.steps,
             agents,
             alive,
             millis(SystemTime::now()),

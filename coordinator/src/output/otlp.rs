@@ -392,6 +392,7 @@ mod tests {
                 latency: h.clone(),
                 service_time: h.clone(),
                 step_latency: h,
+                flow: None,
             }],
             in_flight: 0,
             agents_alive: 1,

@@ -189,6 +189,7 @@ mod tests {
                 latency: latency.clone(),
                 service_time: latency.clone(),
                 step_latency: latency,
+                flow: None,
             }],
             in_flight: 3,
             agents_alive: 1,
@@ -242,6 +243,51 @@ mod tests {
         assert!(
             !text.contains("loadfleet_verdict"),
             "no family without samples"
+        );
+    }
+
+    /// A flow scenario's flows and steps reach the page: every failure
+    /// reason (zeros included) and one series per step, labelled `step`.
+    #[test]
+    fn renders_a_flow_scenarios_flows_and_steps() {
+        use crate::output::frame::{FlowFrame, StepFrame};
+        let mut h = new_histogram();
+        h.record(1_000).unwrap();
+        let mut f = frame(Counts::default(), h.clone());
+        f.scenarios[0].flow = Some(FlowFrame {
+            started: 9,
+            completed: 6,
+            failed: [("check".to_string(), 2)].into(),
+            latency: h.clone(),
+            steps: ["login", "pay \"now\""]
+                .iter()
+                .map(|n| StepFrame {
+                    name: n.to_string(),
+                    sent: 8,
+                    completed: 7,
+                    failures: 1,
+                    latency: h.clone(),
+                })
+                .collect(),
+        });
+        let text = render(&catalogue::points(&f, false), &BTreeMap::new());
+        for line in [
+            r#"loadfleet_flows_started_total{scenario="buy"} 9"#,
+            r#"loadfleet_flows_completed_total{scenario="buy"} 6"#,
+            r#"loadfleet_flows_failed_total{scenario="buy",reason="check"} 2"#,
+            r#"loadfleet_flows_failed_total{scenario="buy",reason="timeout"} 0"#,
+            r#"loadfleet_flow_latency_seconds_count{scenario="buy"} 1"#,
+            r#"loadfleet_step_requests_sent_total{scenario="buy",step="login"} 8"#,
+            r#"loadfleet_step_requests_completed_total{scenario="buy",step="pay \"now\""} 7"#,
+            r#"loadfleet_step_failures_total{scenario="buy",step="login"} 1"#,
+            r#"loadfleet_step_latency_seconds_bucket{scenario="buy",step="login",le="0.001"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert_eq!(
+            text.matches("# TYPE loadfleet_step_requests_sent_total")
+                .count(),
+            1
         );
     }
 }

@@ -32,6 +32,7 @@ mod flows;
 mod flows_grpc;
 mod flows_hostile;
 mod flows_verdicts;
+mod flows_outputs;
 mod frictions;
 mod fuzz_props;
 mod grpc;

@@ -16,6 +16,7 @@
 
 mod chart;
 mod figures;
+mod flows;
 mod page;
 mod tables;
 #[cfg(test)]

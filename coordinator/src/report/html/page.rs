@@ -6,6 +6,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::chart::charts;
 use super::figures::{headline, subscriptions};
+use super::flows::flows;
 use super::tables::{agents, outcomes, repeats, requests, scenarios};
 use crate::report::format::{protocol_line, secs, threshold_actual, utc};
 use crate::report_model::Report;
@@ -75,6 +76,7 @@ fn page(r: &Report, json: &str) -> Markup {
                 (repeats(r))
                 (scenarios(r))
                 (requests(r))
+                (flows(r))
                 (subscriptions(r))
                 (charts(r))
                 (outcomes(&r.totals))

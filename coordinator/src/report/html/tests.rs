@@ -393,3 +393,95 @@ fn a_mix_gets_a_requests_table() {
     assert!(html.contains("&lt;b&gt;cart&lt;/b&gt;"), "{html}");
     assert!(!html.contains("<b>cart"), "{html}");
 }
+
+/// A flow scenario gets the "Flows" table (its flows and their latency)
+/// and its funnel, a row for every step with its figures, and each check
+/// with its counts, all escaped; a run without flows gets none.
+#[test]
+fn a_flow_scenario_gets_its_flows_and_funnel() {
+    use crate::report_model::{CheckReport, FlowReport, RequestReport, StepReport};
+    let step = |name: &str, reached: u64, completed: u64, failures: u64| StepReport {
+        request: RequestReport {
+            name: name.into(),
+            completed,
+            completed_in_window: completed,
+            completed_ok_in_window: completed - failures,
+            failures,
+            throughput_rps: 1.0,
+            throughput_ok_rps: 1.0,
+            status: [("200".to_string(), completed)].into(),
+            errors: BTreeMap::new(),
+            grpc_status: BTreeMap::new(),
+            latency_ms: Some(pct(2.0, completed)),
+        },
+        reached,
+        sent: reached - 1,
+        unsent: [("late".to_string(), 1)].into(),
+        not_reached: [("failed_before".to_string(), 100 - reached)].into(),
+        checks: vec![CheckReport {
+            check: "status == 200 && body.id != \"<x>\"".into(),
+            passed: completed - failures,
+            failed: failures,
+        }],
+        service_time_ms: Some(pct(1.0, completed)),
+        start_lag_ms: Some(pct(0.25, completed)),
+    };
+    let mut r = report(3, 100);
+    assert!(!render(&r).unwrap().contains("<h2>Flows</h2>"));
+    r.scenarios[0].flows = Some(FlowReport {
+        intended: 110,
+        started: 100,
+        unsent: r.scenarios[0].totals.unsent.clone(),
+        completed: 77,
+        failed: 21,
+        failed_by_reason: [("check".to_string(), 13), ("status".to_string(), 8)].into(),
+        in_flight_at_end: 2,
+        throughput_fps: 25.5,
+        latency_ms: Some(pct(40.0, 98)),
+        active_ms: Some(pct(31.0, 98)),
+    });
+    r.scenarios[0].steps = vec![
+        step("POST /login", 100, 99, 3),
+        step("POST <cart>", 96, 95, 7),
+        step("POST /orders", 88, 87, 11),
+    ];
+    let html = render(&r).unwrap();
+    assert!(html.contains("<h2>Flows</h2>"), "{html}");
+    assert!(html.contains("Funnel of default"), "{html}");
+    // The flows row: counts, reasons, throughput, p99.9 and active p99.
+    let flows = &html[html.find("class=\"flows\"").expect("flows table")..];
+    let flows = &flows[..flows.find("</table>").expect("end of flows")];
+    for needle in [
+        "<td>77</td><td class=\"fail\">21</td>",
+        "check: 13 status: 8",
+        "<td>2</td><td>25.5</td><td>40.0ms</td><td>120.0ms</td><td>160.0ms</td><td>200.0ms</td>",
+        "<td>31.0ms</td><td>93.0ms</td><td>124.0ms</td>",
+    ] {
+        assert!(flows.contains(needle), "{needle} missing: {flows}");
+    }
+    let funnel = &html[html.find("class=\"funnel\"").expect("funnel table")..];
+    let funnel = &funnel[..funnel.find("</table>").expect("end of funnel")];
+    assert_eq!(funnel.matches("<tr>").count(), 1 + 3, "{funnel}");
+    for (name, reached, completed, failures) in [
+        ("POST /login", 100, 99, 3),
+        ("POST &lt;cart&gt;", 96, 95, 7),
+        ("POST /orders", 88, 87, 11),
+    ] {
+        let row = format!(
+            "<td class=\"l\">{name}</td><td>{reached}</td><td>{}</td><td class=\"unsent\">1</td><td>{}</td><td>{completed}</td><td>{failures}</td>",
+            reached - 1,
+            100 - reached
+        );
+        assert!(funnel.contains(&row), "{row} missing: {funnel}");
+    }
+    assert!(!html.contains("<cart>"), "{html}");
+    let checks = &html[html.find("class=\"checks\"").expect("checks table")..];
+    assert_eq!(
+        checks.matches("body.id != &quot;&lt;x&gt;&quot;").count(),
+        3
+    );
+    assert!(
+        checks.contains("<td>96</td><td class=\"fail\">3</td>"),
+        "{checks}"
+    );
+}

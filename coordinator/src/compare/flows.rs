@@ -3,8 +3,8 @@
 //! held) and each of its steps (reached, failures, latency p95), read as
 //! thresholds on `S.flow` and `S.STEP` read them.
 
+use super::line::{Line, Read};
 use super::load::Input;
-use super::table::{Line, Read};
 use crate::figures::{FlowFigure, StepFigure};
 
 /// Rows for the flow scenarios any report has (`purchase flows failed %`),

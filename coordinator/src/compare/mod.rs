@@ -15,6 +15,7 @@
 //! different scenarios altogether.
 
 mod flows;
+mod line;
 pub(crate) mod load;
 mod render;
 mod table;

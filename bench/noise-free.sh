@@ -14,6 +14,13 @@
 #   - context switches per request (ru_nvcsw + ru_nivcsw from wait4);
 #   - CPU seconds per 100,000 requests at FAST req/s (indicative);
 #   - the agent's send-lag p99 at LOW and FAST req/s (from its report);
+#   - what a flow costs the agent, against the testbed's shop: user-space
+#     instructions per flow and per step next to a request's (POST /login
+#     alone; login -> cart with a capture and a check; the same without
+#     them; and without cookies), marginal between LOW and HIGH arrivals/s,
+#     and peak RSS per arrival in flight, a flow's and a request's, between
+#     MEM_LOW and MEM_HIGH arrivals/s into a shop that holds every answer
+#     MEM_DELAY (MEM_HIGH x MEM_DELAY in flight);
 #   - the coordinator's work per merged agent snapshot against
 #     bench/scale.sh's swarm: instructions at SWARM_CALLGRIND agents (under
 #     callgrind it misses its own deadlines from a few tens of agents), CPU
@@ -31,17 +38,22 @@
 # Targets: nginx `location / { return 200 "ok\n"; }` (bench/targets.py;
 # HTTP/1.1, and h2c by prior knowledge), configured in a temp folder,
 # started and stopped by PID; the built-in testbed for gRPC (no gRPC
-# generator that paces is packaged in Debian, so the agent alone). Target
+# generator that paces is packaged in Debian, so the agent alone), and its
+# shop (--shop) for flows, the agent alone too. Target
 # on TARGET_CPU, generator on GEN_CPU.
 #
-# Usage: bench/noise-free.sh            (~10 minutes on 2 vCPUs)
+# Usage: bench/noise-free.sh            (~20 minutes on 2 vCPUs)
 #   env: LOW=200 HIGH=1000 FAST=20000     rates (req/s)
 #        SECONDS_RUN=5 CG_SECONDS=5        run length, untraced and under callgrind
 #        RUNS=2                            runs of every figure
 #        CONNECTIONS=64                    HTTP/1.1 connections (every tool)
 #        H2_CONNECTIONS=1 H2_STREAMS=100   h2c connections; oha -p / h2load -m
-#        PARTS="http1 h2c grpc coordinator"
-#        FIGURES="instructions syscalls perf rusage"
+#        PARTS="http1 h2c grpc flow coordinator"
+#        MEM_LOW=50 MEM_HIGH=5000           the flow part's memory runs: arrivals/s,
+#        MEM_SECONDS=2 MEM_DELAY=2s         for how long, into what delay
+#        FLOW_MAX_IN_FLIGHT=15000 FLOW_DRAIN=10s
+#        FIGURES="instructions syscalls perf rusage"   (the flow part: instructions,
+#                                          and rusage for its memory)
 #        TOOLS="agent oha h2load"
 #        SWARM_SIZES="100 1000"            coordinator, timed untraced
 #        SWARM_CALLGRIND="4 12"            coordinator, counted (callgrind keeps
@@ -82,7 +94,10 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-source "$ROOT/bench/ensure-oha.sh"
+# Only runs that count oha build it (PARTS=flow TOOLS=agent needs none).
+if [[ " ${TOOLS:-oha} " == *" oha "* ]]; then
+    source "$ROOT/bench/ensure-oha.sh"
+fi
 
 if [[ -z ${BIN_DIR:-} ]]; then
     cargo build --release --bins -p loadfleet-coordinator -p loadfleet-agent \

@@ -41,7 +41,18 @@ SWARM_SIZES = [int(n) for n in os.environ.get("SWARM_SIZES", "100 1000").split()
 # Sizes counted under callgrind: only small ones keep pace (part_coordinator).
 SWARM_CALLGRIND = [int(n) for n in os.environ.get("SWARM_CALLGRIND", "4 12").split()]
 SWARM_SECONDS = [int(s) for s in os.environ.get("SWARM_SECONDS", "2 6").split()]
-PARTS = os.environ.get("PARTS", "http1 h2c grpc coordinator").split()
+PARTS = os.environ.get("PARTS", "http1 h2c grpc flow coordinator").split()
+# The flow part's memory runs: arrivals a second for MEM_SECONDS into a shop
+# that holds every answer MEM_DELAY, so MEM_HIGH x MEM_DELAY are in flight.
+MEM_LOW = int(os.environ.get("MEM_LOW", "50"))
+MEM_HIGH = int(os.environ.get("MEM_HIGH", "5000"))
+MEM_SECONDS = int(os.environ.get("MEM_SECONDS", "2"))
+MEM_DELAY = os.environ.get("MEM_DELAY", "2s")
+# Room for every arrival in flight, each on its own connection (the
+# connections follow, --max-connections defaulting to --max-in-flight), and
+# a drain past a held flow's two delayed steps.
+FLOW_MAX_IN_FLIGHT = int(os.environ.get("FLOW_MAX_IN_FLIGHT", "15000"))
+FLOW_DRAIN = os.environ.get("FLOW_DRAIN", "10s")
 FIGURES = os.environ.get("FIGURES", "instructions syscalls perf rusage").split()
 TOOLS = os.environ.get("TOOLS", "agent oha h2load").split()
 GRPC_METHOD = "loadfleet.testbed.v1.Testbed/Work"
@@ -120,25 +131,31 @@ def run_cmd(cmd, d, seconds, env=None, stdout="stdout.txt"):
 
 # --- the tools: each runs at `rate` for `seconds` under `mode`, in folder d ---
 
-def agent(proto, target, rate, seconds, mode, d):
+def fleet(args, seconds, mode, d):
+    """A local fleet run with one agent, counted under `mode`; returns its
+    report. `args` say what to send: flags, or a plan file."""
     wrapper = d / "agent"
     wrapper.write_text("#!/bin/sh\nexec " + shlex.join([*prefix(mode, d), str(BIN / "loadfleet-agent")])
                        + ' "$@"\n')
     wrapper.chmod(0o755)
+    # Traced, the agent runs many times slower: arrivals it is late for
+    # still leave, so a run offers every request its rate asks for.
+    slow = ["--max-lag", "30s"] if mode in ("callgrind", "strace") else []
+    cmd = ["taskset", "-c", GEN_CPU, str(BIN / "loadfleet-coordinator"), "run", *args,
+           "--local-agents", "1", "--out", str(d / "report"), *slow]
+    run_cmd(cmd, d, seconds, env={"LOADFLEET_AGENT_BIN": str(wrapper)})
+    return json.loads((d / "report" / "report.json").read_text())
+
+
+def agent(proto, target, rate, seconds, mode, d):
     args = {
         "http1": ["--url", target, "--connections", str(CONNECTIONS)],
         "h2c": ["--url", target, "--http2", "--connections", str(H2_CONNECTIONS)],
         "grpc": ["--url", target, "--reflection", "--grpc-method", GRPC_METHOD,
                  "--grpc-message", '{"payload": "x"}'],
     }[proto]
-    # Traced, the agent runs many times slower: arrivals it is late for
-    # still leave, so a run offers every request its rate asks for.
-    slow = ["--max-lag", "30s"] if mode in ("callgrind", "strace") else []
-    cmd = ["taskset", "-c", GEN_CPU, str(BIN / "loadfleet-coordinator"), "run", *args,
-           "--rate", str(rate), "--duration", f"{seconds}s", "--local-agents", "1",
-           "--max-in-flight", "10000", "--drain", "3s", "--out", str(d / "report"), *slow]
-    run_cmd(cmd, d, seconds, env={"LOADFLEET_AGENT_BIN": str(wrapper)})
-    r = json.loads((d / "report" / "report.json").read_text())
+    r = fleet([*args, "--rate", str(rate), "--duration", f"{seconds}s",
+               "--max-in-flight", "10000", "--drain", "3s"], seconds, mode, d)
     t, a = r["totals"], r["agents"][0]
     return {"completed": t["completed"], "unsent": t["unsent"]["total"],
             "lag_p99_ms": (a.get("lag_ms") or {}).get("p99")}
@@ -171,11 +188,70 @@ def h2load(proto, target, rate, seconds, mode, d):
 RUNNERS = {"agent": agent, "oha": oha, "h2load": h2load}
 
 
-def measure(results, key, runner, proto, target, rate, mode, runs_dir):
+# --- the flow part: what each arrival is, against the testbed's shop -------
+
+# Two steps, login then cart: the cart needs the session cookie login set.
+# `full` captures login's token and checks the cart's status; `bare` does
+# neither; `jarless` turns the cookie jar off too, so its cart is answered
+# 401 and the flow fails: its answer and its accounting differ a little
+# from a 201's, which the tables name.
+LOGIN = '\n[[scenario.{kind}]]\nname = "login"\nmethod = "POST"\npath = "/login"\n'
+CART = '\n[[scenario.step]]\nname = "cart_add"\nmethod = "POST"\npath = "/cart"\n'
+SHAPES = {
+    "request": LOGIN.format(kind="request"),
+    "full": LOGIN.format(kind="step") + 'capture = { token = "json.token" }\n'
+            + CART + 'check = ["status == 201"]\n',
+    "bare": LOGIN.format(kind="step") + CART,
+    "jarless": "cookies = false\n" + LOGIN.format(kind="step") + CART,
+}
+
+
+def shop(shape, url, rate, seconds, mode, d):
+    """One run of a shape at `rate` arrivals (requests or flows) a second.
+    In flight is the agent's peak over the run (intervals' max_in_flight:
+    arrivals, so flows for a flow); steps are the requests a run's flows
+    completed."""
+    plan = d / "plan.toml"
+    plan.write_text(f'[target]\nurl = "{url}"\n\n[[scenario]]\nname = "{shape}"\n'
+                    f'rate = {rate}\nduration = "{seconds}s"\n' + SHAPES[shape])
+    r = fleet([str(plan), "--max-in-flight", str(FLOW_MAX_IN_FLIGHT), "--drain", FLOW_DRAIN],
+              seconds, mode, d)
+    t, s = r["totals"], r["scenarios"][0]
+    steps = s.get("steps") or []
+    return {"completed": t["completed"], "failures": t["failures"],
+            "steps": sum(x["completed"] for x in steps) if steps else t["completed"],
+            "unsent": t["unsent"]["total"] + sum(sum(x["unsent"].values()) for x in steps),
+            "in_flight": max((i["max_in_flight"] for i in r["intervals"]), default=0)}
+
+
+def part_flow(results, runs_dir):
+    """Instructions per arrival of each shape between LOW and HIGH a
+    second against the shop, and peak RSS per arrival in flight between
+    MEM_LOW and MEM_HIGH a second into a shop that holds every answer
+    MEM_DELAY: the request alone, and the full flow."""
+    for figure, args, shapes, rates, secs in (
+            ("instructions", [], list(SHAPES), (LOW, HIGH), CG_SECONDS),
+            ("rusage", ["--delay", MEM_DELAY], ["request", "full"], (MEM_LOW, MEM_HIGH),
+             MEM_SECONDS)):
+        if figure not in FIGURES:
+            continue
+        mode = MODES[figure]
+        p, url = targets.start_testbed("--shop", *args)
+        try:
+            for run in range(RUNS):
+                for shape in shapes:
+                    for rate in rates:
+                        measure(results, ("agent", mode, rate, run), shop, shape,
+                                url.rstrip("/"), rate, mode, runs_dir, seconds=secs)
+        finally:
+            targets.stop(p)
+
+
+def measure(results, key, runner, proto, target, rate, mode, runs_dir, seconds=None):
     """One run, stored under key; a failed run is logged and left out (a
     dash in the tables), never the end of the benchmark."""
     tool, _, _, run = key
-    seconds = CG_SECONDS if mode == "callgrind" else SECONDS_RUN
+    seconds = seconds or (CG_SECONDS if mode == "callgrind" else SECONDS_RUN)
     d = runs_dir / f"{proto}-{tool}-{mode}-{rate}-{run + 1}"
     d.mkdir(parents=True)
     t0 = time.time()
@@ -307,7 +383,7 @@ def main():
         log("bench: perf cannot count raw_syscalls:sys_enter here (needs linux-perf, tracefs and "
             "root); the untraced syscall figure is left out")
         FIGURES.remove("perf")
-    results, coordinator = {}, {}
+    results, coordinator, flows = {}, {}, {}
     started = []
     lines = header()
     try:
@@ -329,6 +405,9 @@ def main():
             log("gRPC against the testbed")
             part_protocol("grpc", url.rstrip("/"), ["agent"], results, runs_dir)
             targets.stop(p)
+        if "flow" in PARTS and "agent" in tools:
+            log("flows against the testbed's shop")
+            part_flow(flows, runs_dir)
         if "coordinator" in PARTS:
             log("the coordinator against the swarm")
             coordinator = part_coordinator(runs_dir)
@@ -336,6 +415,7 @@ def main():
         for p in started:
             targets.stop(p)
     lines += tables.render(results, coordinator, LOW, HIGH, FAST, SWARM_SECONDS)
+    lines += tables.flow_tables(flows, LOW, HIGH, MEM_LOW, MEM_HIGH, MEM_DELAY, MEM_SECONDS)
     text = "\n".join(lines) + "\n"
     out = targets.ROOT / "bench" / "out" / "noise-free.md"
     out.parent.mkdir(parents=True, exist_ok=True)

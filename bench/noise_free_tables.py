@@ -4,7 +4,8 @@ and tool, each run in its own column so that the spread shows.
 `results` maps (protocol, tool, mode, rate, run) to a run's outcome:
 completed requests, offered requests, the count read for its mode
 (instructions, calls by syscall, or rusage) and, for the agent, its
-send-lag p99 and unsent count from the report.
+send-lag p99 and unsent count from the report. The flow part's runs come
+apart, to flow_tables.
 """
 
 import statistics
@@ -309,4 +310,88 @@ def render(results, coordinator, low, high, fast, lengths):
             "above it moves with the machine's load and speed.", scale=100_000)
         out += f.lag_table()
     out += coordinator_table(coordinator, lengths)
+    return out
+
+
+# The flow part's shapes (bench/noise_free.py SHAPES), as the tables name them.
+SHAPE_NAMES = {
+    "request": "a request: `POST /login`",
+    "full": "a flow: login (capture token) → cart_add (check status == 201), cookies",
+    "bare": "the flow without capture and check, cookies",
+    "jarless": "the flow without capture, check or cookies (cart answered 401)",
+}
+
+
+def flow_tables(fr, low, high, mem_low, mem_high, delay, secs):
+    """`fr` maps (shape, "agent", mode, rate, run) to a run of bench/
+    noise_free.py's flow part: instructions per arrival and per step, what
+    each of a flow's parts adds, and peak RSS per arrival in flight."""
+    runs = sorted({k[4] for k in fr})
+    if not runs:
+        return []
+    out = []
+
+    def marginal(shape, i, unit):
+        lo = fr.get((shape, "agent", "callgrind", low, i))
+        hi = fr.get((shape, "agent", "callgrind", high, i))
+        if not lo or not hi or hi[unit] <= lo[unit]:
+            return None
+        return (hi["count"] - lo["count"]) / (hi[unit] - lo[unit])
+
+    shapes = [s for s in SHAPE_NAMES if any(k[0] == s and k[2] == "callgrind" for k in fr)]
+    if shapes:
+        head = " / ".join(f"run {i + 1}" for i in runs)
+        out += [f"### A flow's instructions (callgrind, marginal {low:,} → {high:,} arrivals/s)",
+                "", "The agent's process, user space, against `loadfleet-testbed --shop`. An "
+                "arrival is a request or a flow of two steps; a step is one request. Failed: "
+                "flows ended by a failed step, and unsent arrivals and steps, at the higher "
+                "rate.", "",
+                f"| each arrival is | per arrival ({head}) | per step ({head}) | failed, unsent |",
+                "|---|---:|---:|---:|"]
+        for shape in shapes:
+            per = " / ".join(fmt(marginal(shape, i, "completed"), 0) for i in runs)
+            step = " / ".join(fmt(marginal(shape, i, "steps"), 0) for i in runs)
+            hi = [fr.get((shape, "agent", "callgrind", high, i)) for i in runs]
+            bad = " / ".join("–" if not x else f"{x['failures']:,}, {x['unsent']:,}" for x in hi)
+            out.append(f"| {SHAPE_NAMES[shape]} | {per} | {step} | {bad} |")
+
+        def diff(a, b, times=1):
+            vals = []
+            for i in runs:
+                x, y = marginal(a, i, "completed"), marginal(b, i, "completed")
+                vals.append(None if x is None or y is None else x - times * y)
+            return " / ".join(fmt(v, 0) for v in vals)
+
+        out += ["", f"| what it adds, per flow | instructions ({head}) |", "|---|---:|",
+                "| the flow itself: the jarless flow − two requests | "
+                + diff("jarless", "request", 2) + " |",
+                "| the cookie jar: the bare flow − the jarless one | "
+                + diff("bare", "jarless") + " |",
+                "| one capture and one check: the full flow − the bare one | "
+                + diff("full", "bare") + " |", ""]
+
+    mem = [s for s in SHAPE_NAMES if any(k[0] == s and k[2] == "rusage" for k in fr)]
+    if mem:
+        out += [f"### Memory per arrival in flight ({mem_low:,} → {mem_high:,} arrivals/s "
+                f"for {secs} s, every answer held {delay})", "",
+                "The agent's peak RSS (ru_maxrss, wait4) at the higher rate less at the lower, "
+                "over the difference in arrivals in flight at once (the report's largest "
+                "`max_in_flight`): each arrival on its own connection. Unsent: arrivals and "
+                "steps never sent at the higher rate.", "",
+                "| each arrival is | run | in flight | peak RSS MiB | bytes per arrival in "
+                "flight | unsent |", "|---|---:|---:|---:|---:|---:|"]
+        for shape in mem:
+            for i in runs:
+                lo = fr.get((shape, "agent", "rusage", mem_low, i))
+                hi = fr.get((shape, "agent", "rusage", mem_high, i))
+                if not lo or not hi:
+                    out.append(f"| {SHAPE_NAMES[shape]} | {i + 1} | – | – | – | – |")
+                    continue
+                a, b = lo["count"]["max_rss_kib"], hi["count"]["max_rss_kib"]
+                n = hi["in_flight"] - lo["in_flight"]
+                out.append(f"| {SHAPE_NAMES[shape]} | {i + 1} | {lo['in_flight']:,} → "
+                           f"{hi['in_flight']:,} | {a / 1024:.1f} → {b / 1024:.1f} | "
+                           f"{fmt((b - a) * 1024 / n if n > 0 else None, 0)} | "
+                           f"{hi['unsent']:,} |")
+        out.append("")
     return out

@@ -17,15 +17,22 @@ use crate::units;
 const MAX_PARTS: usize = 6;
 
 /// Names each scenario's load in `report` from the `plan` it ran; the
-/// report's scenarios are the plan's, in the plan's order.
+/// report's scenarios are the plan's, in the plan's order. A flow
+/// scenario's arrivals are flows, and its rates say so.
 pub(crate) fn name_loads(report: &mut Report, plan: &Plan) {
     for (s, planned) in report.scenarios.iter_mut().zip(&plan.scenarios) {
-        s.load = describe(&planned.model);
+        let per = if planned.is_flow() {
+            "flows/s"
+        } else {
+            "req/s"
+        };
+        s.load = describe(&planned.model, per);
     }
 }
 
-/// The shape of `model` for a scenario line, without the model's name.
-pub(crate) fn describe(model: &Model) -> String {
+/// The shape of `model` for a scenario line, without the model's name;
+/// `per` names an open model's rate (`req/s`, `flows/s`).
+pub(crate) fn describe(model: &Model, per: &'static str) -> String {
     match model {
         Model::Open(schedule) => {
             let parts = parts(schedule.stages());
@@ -38,13 +45,13 @@ pub(crate) fn describe(model: &Model) -> String {
             let held = matches!(parts[..], [Part::Hold { .. }]);
             let mean = if !held && seconds > 0.0 {
                 format!(
-                    ", {} req/s on average",
+                    ", {} {per} on average",
                     level(schedule.expected_count() / seconds)
                 )
             } else {
                 String::new()
             };
-            format!("{} ({process}{mean})", render(&parts, Unit::Rate))
+            format!("{} ({process}{mean})", render(&parts, Unit::Rate(per)))
         }
         Model::Closed(population) => {
             let think = if population.think.is_zero() {
@@ -63,14 +70,15 @@ pub(crate) fn describe(model: &Model) -> String {
 /// What the levels count.
 #[derive(Clone, Copy)]
 enum Unit {
-    Rate,
+    /// Arrivals per second, named (`req/s`, `flows/s`).
+    Rate(&'static str),
     Clients,
 }
 
 impl Unit {
     fn of(self, v: f64) -> String {
         match self {
-            Unit::Rate => format!("{} req/s", level(v)),
+            Unit::Rate(per) => format!("{} {per}", level(v)),
             Unit::Clients if v == 1.0 => "1 client".into(),
             Unit::Clients => format!("{} clients", level(v)),
         }
@@ -78,7 +86,7 @@ impl Unit {
 
     fn name(self) -> &'static str {
         match self {
-            Unit::Rate => "req/s",
+            Unit::Rate(per) => per,
             Unit::Clients => "clients",
         }
     }
@@ -260,9 +268,10 @@ mod tests {
     }
 
     fn open(stages: Vec<Stage>, process: Process) -> String {
-        describe(&Model::Open(
-            ArrivalSchedule::new(stages, process).expect("a valid schedule"),
-        ))
+        describe(
+            &Model::Open(ArrivalSchedule::new(stages, process).expect("a valid schedule")),
+            "req/s",
+        )
     }
 
     #[test]
@@ -329,7 +338,8 @@ mod tests {
 
     #[test]
     fn a_population_says_its_clients_and_think_time() {
-        let closed = |stages, think| describe(&Model::Closed(Population { stages, think }));
+        let closed =
+            |stages, think| describe(&Model::Closed(Population { stages, think }), "req/s");
         assert_eq!(
             closed(vec![stage(10, 50.0, 50.0)], Duration::from_millis(100)),
             "50 clients, think 100ms"

@@ -6,9 +6,11 @@
 //! it. Every request has a timeout; the child is killed through its own
 //! handle.
 
+mod common;
+
+use common::{Testbed, PATIENCE};
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,39 +21,7 @@ use hyper::{Request, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_loadfleet-testbed");
-/// Upper bound for anything that should happen "soon"; generous because
-/// the machine may be busy building.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// A running testbed; killed when dropped.
-struct Testbed {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
 impl Testbed {
-    fn start(args: &[&str]) -> Testbed {
-        let mut child = Command::new(BIN)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning loadfleet-testbed");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .expect("reading the readiness line");
-        let addr = line
-            .trim_end()
-            .strip_prefix("listening on ")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected readiness line {line:?}"));
-        Testbed { child, addr }
-    }
-
     /// A keep-alive connection, over HTTP/1.1 or (`h2`) h2c.
     async fn connect(&self, h2: bool) -> Client {
         let tcp = tokio::net::TcpStream::connect(self.addr)
@@ -85,13 +55,6 @@ impl Testbed {
             .filter_map(|line| line.split_once(' '))
             .map(|(name, n)| (name.to_owned(), n.parse().expect("a count")))
             .collect()
-    }
-}
-
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -5,41 +5,15 @@
 //! with what the clients read. Every read has a timeout; the child is
 //! killed through its own handle.
 
+mod common;
+
+use common::{Testbed, PATIENCE};
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-const BIN: &str = env!("CARGO_BIN_EXE_loadfleet-testbed");
-const PATIENCE: Duration = Duration::from_secs(20);
-
-struct Testbed {
-    child: Child,
-    addr: SocketAddr,
-}
+use std::net::TcpStream;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 impl Testbed {
-    fn start(args: &[&str]) -> Testbed {
-        let mut child = Command::new(BIN)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning loadfleet-testbed");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .expect("reading the readiness line");
-        let addr = line
-            .trim_end()
-            .strip_prefix("listening on ")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected readiness line {line:?}"));
-        Testbed { child, addr }
-    }
-
     fn connect(&self) -> TcpStream {
         let s = TcpStream::connect_timeout(&self.addr, PATIENCE).expect("connecting");
         s.set_read_timeout(Some(PATIENCE)).expect("read timeout");
@@ -98,13 +72,6 @@ impl Testbed {
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(head.contains("content-type: text/event-stream"), "{head}");
         reader
-    }
-}
-
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -114,11 +114,10 @@ pub(super) async fn run_flow(shared: &Shared, hook: &FlowHook, seq: u64, intende
                 break;
             }
         };
+        let uri = request.uri().clone();
         if spec.cookies {
-            let uri = request.uri().clone();
             jar.attach(&uri, request.headers_mut());
         }
-        let uri = request.uri().clone();
         let sent_at = Instant::now();
         let out = || shared.recorder.borrow_mut().step_sent(interval, k);
         let keep = if spec.keeps_answer(k) {

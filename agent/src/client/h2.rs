@@ -318,6 +318,12 @@ impl Http2Client {
             }
             _ => {}
         }
+        // A connection being opened brings streams of its own (servers
+        // allow 100 or more): beyond the spread, an arrival waits for it
+        // rather than open one connection per arrival while it handshakes.
+        if !spreading && inner.opening.get() > 0 {
+            return None;
+        }
         if !under_limit {
             let idle = conns
                 .iter()
@@ -370,13 +376,18 @@ impl Http2Client {
     fn could_grant(&self, origin: &str) -> bool {
         let inner = &self.inner;
         let conns = inner.conns.borrow();
-        conns.iter().any(|c| c.origin == origin && c.has_room())
-            || conns
-                .iter()
-                .filter(|c| c.usable.get() || c.busy.get() > 0)
-                .count()
-                + inner.opening.get()
-                < inner.max_conns
+        if conns.iter().any(|c| c.origin == origin && c.has_room()) {
+            return true;
+        }
+        let open = conns
+            .iter()
+            .filter(|c| c.usable.get() || c.busy.get() > 0)
+            .count()
+            + inner.opening.get();
+        if open >= inner.spread && inner.opening.get() > 0 {
+            return false;
+        }
+        open < inner.max_conns
             || conns
                 .iter()
                 .any(|c| c.origin != origin && c.busy.get() == 0)
@@ -645,6 +656,37 @@ mod tests {
                 assert!(done - start >= delay * 3);
                 assert_eq!(c.take_connections(), vec![(HttpProtocol::H2c, 1)]);
                 assert!(c.take_saturated(Instant::now()) >= delay * 2 - Duration::from_millis(20));
+            })
+            .await;
+    }
+
+    /// Arrivals that come while the spread's connections handshake wait
+    /// for their streams instead of opening a connection each: 30 at once
+    /// with room for 20 connections open only the spread's 2.
+    #[tokio::test]
+    async fn arrivals_during_the_handshake_wait_for_its_streams() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let (port, peak) = h2_server(100, Duration::from_millis(50), None).await;
+                let roots = rustls::RootCertStore::empty();
+                let tls = crate::client::tls::target_config(&roots, None, &[b"h2"]).unwrap();
+                let c = Transport::new(ClientConfig {
+                    timeout: Duration::from_secs(5),
+                    connections: 2,
+                    max_connections: 20,
+                    source: None,
+                    more_sources: Vec::new(),
+                    tls,
+                    protocol: HttpProtocol::H2,
+                });
+                let results = futures::future::join_all(
+                    (0..30).map(|_| c.send(get(port), Instant::now(), None, &|| ())),
+                )
+                .await;
+                assert!(results.iter().all(|r| r.outcome == Outcome::Status(200)));
+                assert!(peak.load(Ordering::SeqCst) >= 15, "the streams overlapped");
+                assert_eq!(c.take_connections(), vec![(HttpProtocol::H2c, 2)]);
             })
             .await;
     }

@@ -198,6 +198,23 @@ pub fn request_scopes(scope: &str) -> impl Iterator<Item = (&str, &str)> {
 }
 
 impl Threshold {
+    /// The same rule, whatever its spelling (`p99.9<1s`, `p999 < 1000ms`).
+    pub fn same_rule(&self, other: &Threshold) -> bool {
+        (
+            &self.scenario,
+            &self.figure,
+            self.op,
+            self.value,
+            self.percent,
+        ) == (
+            &other.scenario,
+            &other.figure,
+            other.op,
+            other.value,
+            other.percent,
+        )
+    }
+
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {
         self.scenario.as_deref()
@@ -250,6 +267,24 @@ impl Threshold {
             unit: self.unit().to_string(),
             passed,
         }
+    }
+}
+
+/// Whether two lists of rules (`search`'s SLOs) say the same, however
+/// spelt: `p99.9<1s` is `p999<1000ms`. Rules that do not parse are
+/// compared as written.
+pub fn same_rules(a: &[String], b: &[String]) -> bool {
+    let parse = |rules: &[String]| -> Option<Vec<Threshold>> {
+        rules.iter().map(|r| r.parse().ok()).collect()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => {
+            let within = |x: &[Threshold], y: &[Threshold]| {
+                x.iter().all(|t| y.iter().any(|u| t.same_rule(u)))
+            };
+            within(&x, &y) && within(&y, &x)
+        }
+        _ => a == b,
     }
 }
 
@@ -435,6 +470,24 @@ mod tests {
             (dotted.actual, dotted.passed, dotted.unit),
             (plain.actual, plain.passed, plain.unit)
         );
+    }
+
+    /// `search` compares SLOs as rules: spelt apart, the same rule is the
+    /// same SLO.
+    #[test]
+    fn the_same_rule_spelt_apart_is_the_same_slo() {
+        let rules = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_rules(
+            &rules(&["p99.9<1s", "failures<1%"]),
+            &rules(&["failures < 1%", "p999<1000ms"])
+        ));
+        assert!(!same_rules(&rules(&["p99.9<1s"]), &rules(&["p99<1s"])));
+        assert!(!same_rules(&rules(&["p99.9<1s"]), &rules(&["p99.9<=1s"])));
+        assert!(!same_rules(
+            &rules(&["p99<1s"]),
+            &rules(&["p99<1s", "unsent==0"])
+        ));
+        assert!(same_rules(&rules(&["nonsense"]), &rules(&["nonsense"])));
     }
 
     /// A misspelt metric is answered with the closest name.

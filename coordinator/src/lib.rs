@@ -25,6 +25,7 @@ mod report_model;
 mod run;
 mod search;
 mod sse;
+mod suggest;
 pub mod thresholds;
 mod units;
 

@@ -14,6 +14,7 @@ use loadfleet_proto::vocab::GrpcStatus;
 
 use crate::figures::{Figure, Source, Unit, THRESHOLD_NAMES};
 use crate::report_model::Checked;
+use crate::suggest::{closest, did_you_mean};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Op {
@@ -52,10 +53,10 @@ impl FromStr for Threshold {
         // if any, is what stands before it.
         let (scenario, name) = match grpc_metric(name) {
             Some((sc, metric)) => (sc.map(str::to_string), metric),
-            None => match name.rsplit_once('.') {
-                Some((sc, metric)) if !sc.is_empty() => (Some(sc.to_string()), metric),
-                _ => (None, name),
-            },
+            None => {
+                let (sc, metric) = Figure::split_scope(name);
+                (sc.map(str::to_string), metric)
+            }
         };
         let (op, value) = [
             ("<=", Op::Le),
@@ -81,9 +82,10 @@ impl FromStr for Threshold {
                     )
                 })?),
                 None => {
+                    let (name, hint) = misspelt_metric(scenario.as_deref(), name);
                     return Err(format!(
-                        "{s:?}: unknown metric {name:?}; use p50, p90, p95, p99, p999, max, mean, unsent, errors, failures (failed), incomplete, rps, ok_rps, checks or grpc.STATUS (e.g. grpc.unavailable)"
-                    ))
+                        "{s:?}: unknown metric {name:?}; use p50, p90, p95, p99, p99.9 (p999), max, mean, unsent, errors, failures (failed), incomplete, rps, ok_rps, checks or grpc.STATUS (e.g. grpc.unavailable){hint}"
+                    ));
                 }
             },
         };
@@ -122,6 +124,21 @@ impl FromStr for Threshold {
             percent,
         })
     }
+}
+
+/// An unknown metric as the user most likely meant it, and the closest
+/// name to it. A misspelt name with a dot (`p9.9`) was split at that dot
+/// into a scope and a metric (`9`): it is judged whole when it is close to
+/// a dotted name.
+fn misspelt_metric(scope: Option<&str>, metric: &str) -> (String, String) {
+    let names = || THRESHOLD_NAMES.iter().map(|(n, _)| *n);
+    if let Some(last) = scope.and_then(|s| s.rsplit('.').next()) {
+        let whole = format!("{last}.{metric}");
+        if let Some(meant) = closest(&whole, names().filter(|n| n.contains('.'))) {
+            return (whole, format!("; did you mean `{meant}`?"));
+        }
+    }
+    (metric.to_string(), did_you_mean(metric, names()))
 }
 
 /// The status a threshold names in lower case (`unavailable`), or in the
@@ -181,6 +198,23 @@ pub fn request_scopes(scope: &str) -> impl Iterator<Item = (&str, &str)> {
 }
 
 impl Threshold {
+    /// The same rule, whatever its spelling (`p99.9<1s`, `p999 < 1000ms`).
+    pub fn same_rule(&self, other: &Threshold) -> bool {
+        (
+            &self.scenario,
+            &self.figure,
+            self.op,
+            self.value,
+            self.percent,
+        ) == (
+            &other.scenario,
+            &other.figure,
+            other.op,
+            other.value,
+            other.percent,
+        )
+    }
+
     /// The scenario this threshold is about, if not the totals.
     pub fn scenario(&self) -> Option<&str> {
         self.scenario.as_deref()
@@ -233,6 +267,24 @@ impl Threshold {
             unit: self.unit().to_string(),
             passed,
         }
+    }
+}
+
+/// Whether two lists of rules (`search`'s SLOs) say the same, however
+/// spelt: `p99.9<1s` is `p999<1000ms`. Rules that do not parse are
+/// compared as written.
+pub fn same_rules(a: &[String], b: &[String]) -> bool {
+    let parse = |rules: &[String]| -> Option<Vec<Threshold>> {
+        rules.iter().map(|r| r.parse().ok()).collect()
+    };
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => {
+            let within = |x: &[Threshold], y: &[Threshold]| {
+                x.iter().all(|t| y.iter().any(|u| t.same_rule(u)))
+            };
+            within(&x, &y) && within(&y, &x)
+        }
+        _ => a == b,
     }
 }
 
@@ -388,6 +440,72 @@ mod tests {
             (t.scenario(), t.figure()),
             (Some("grpc"), &Figure::Latency(Quantile::P99))
         );
+    }
+
+    /// The text report and the page label the column `p99.9`; its key is
+    /// `p999`. Either names it, over the run, a scenario or a request, and
+    /// a scope's own dots stay the scope's.
+    #[test]
+    fn p99_9_is_named_as_the_report_labels_it() {
+        let p999 = Figure::Latency(Quantile::P999);
+        for (text, scope) in [
+            ("p99.9<1s", None),
+            ("p999<1s", None),
+            ("p99.9 < 1s", None),
+            ("checkout.p99.9<1s", Some("checkout")),
+            ("checkout.p999<1s", Some("checkout")),
+            ("shop.items.p99.9<300ms", Some("shop.items")),
+            ("purchase.flow.p99.9<15s", Some("purchase.flow")),
+        ] {
+            let t: Threshold = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!((t.scenario(), t.figure()), (scope, &p999), "{text}");
+        }
+        // Checked against the same figure as `p999`.
+        let (dotted, plain) = (
+            figures(&"p99.9<2ms".parse().unwrap()),
+            figures(&"p999<2ms".parse().unwrap()),
+        );
+        assert_eq!(dotted.threshold, "p99.9<2ms");
+        assert_eq!(
+            (dotted.actual, dotted.passed, dotted.unit),
+            (plain.actual, plain.passed, plain.unit)
+        );
+    }
+
+    /// `search` compares SLOs as rules: spelt apart, the same rule is the
+    /// same SLO.
+    #[test]
+    fn the_same_rule_spelt_apart_is_the_same_slo() {
+        let rules = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(same_rules(
+            &rules(&["p99.9<1s", "failures<1%"]),
+            &rules(&["failures < 1%", "p999<1000ms"])
+        ));
+        assert!(!same_rules(&rules(&["p99.9<1s"]), &rules(&["p99<1s"])));
+        assert!(!same_rules(&rules(&["p99.9<1s"]), &rules(&["p99.9<=1s"])));
+        assert!(!same_rules(
+            &rules(&["p99<1s"]),
+            &rules(&["p99<1s", "unsent==0"])
+        ));
+        assert!(same_rules(&rules(&["nonsense"]), &rules(&["nonsense"])));
+    }
+
+    /// A misspelt metric is answered with the closest name.
+    #[test]
+    fn a_misspelt_metric_is_offered_the_closest_name() {
+        for (text, meant) in [
+            ("failurs<1%", "failures"),
+            ("checkout.ok_rsp>1", "ok_rps"),
+            ("checkout.p9.9<1s", "p99.9"),
+        ] {
+            let e = text.parse::<Threshold>().unwrap_err();
+            assert!(
+                e.contains(&format!("did you mean `{meant}`?")),
+                "{text}: {e}"
+            );
+        }
+        let e = "zzz<1".parse::<Threshold>().unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
     }
 
     #[test]

@@ -34,6 +34,15 @@ pub enum UrlError {
         /// The URL as given.
         url: String,
     },
+    /// A port no connection can be made to: past 65535 (a TCP port is 16
+    /// bits), or 0 (no listener has it).
+    #[error("{url:?} has port {port}, out of range; a port is 1 to 65535")]
+    Port {
+        /// The URL as given.
+        url: String,
+        /// The port as written.
+        port: String,
+    },
 }
 
 /// Checks that `url` is an absolute http(s) URL with a host, and returns it
@@ -63,7 +72,30 @@ pub fn check_url(url: &str) -> Result<Uri, UrlError> {
             url: url.to_string(),
         });
     }
+    if let Some(port) = written_port(&uri).filter(|p| !matches!(p.parse::<u16>(), Ok(1..))) {
+        return Err(UrlError::Port {
+            url: url.to_string(),
+            port: port.to_string(),
+        });
+    }
     Ok(uri)
+}
+
+/// The port as written in the authority, when one is (`h:` has none).
+/// The parser keeps any run of digits there, `99999` included, and only
+/// its `port_u16` drops one that does not fit: that would then be dialled
+/// as the scheme's default port, a target nobody named.
+fn written_port(uri: &Uri) -> Option<&str> {
+    let authority = uri.authority()?.as_str();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    // An IPv6 literal's colons are inside its brackets.
+    let after_host = host_port
+        .rsplit_once(']')
+        .map_or(host_port, |(_, rest)| rest);
+    after_host
+        .rsplit_once(':')
+        .map(|(_, port)| port)
+        .filter(|p| !p.is_empty())
 }
 
 #[cfg(test)]
@@ -96,6 +128,38 @@ mod tests {
             Err(UrlError::Invalid { .. })
         ));
     }
+
+    /// A port past 65535, or 0, is refused with the range; every port in
+    /// it, and none at all, is accepted, IPv6 literals and user info too.
+    #[test]
+    fn ports_are_1_to_65535() {
+        for url in [
+            "http://127.0.0.1:99999/",
+            "http://h:65536",
+            "http://h:0/",
+            "https://user:pw@h:70000/x",
+            "http://[::1]:99999/",
+        ] {
+            let e = check_url(url).unwrap_err();
+            assert!(matches!(e, UrlError::Port { .. }), "{url}: {e:?}");
+            assert!(e.to_string().contains("1 to 65535"), "{url}: {e}");
+        }
+        assert!(check_url("http://127.0.0.1:99999/")
+            .unwrap_err()
+            .to_string()
+            .contains("port 99999"));
+        for url in [
+            "http://h:1/",
+            "http://h:65535",
+            "http://h/",
+            "http://h:/",
+            "https://user:pw@h:8443/x",
+            "http://[::1]:8080/",
+            "http://[::1]/",
+        ] {
+            assert!(check_url(url).is_ok(), "{url}");
+        }
+    }
 }
 
 /// The properties `fuzz/fuzz_targets/url_allow.rs` checks for `check_url`,
@@ -123,7 +187,7 @@ mod props {
             (
                 "(http|https)",
                 "[a-z][a-z0-9-]{0,12}",
-                "(:[0-9]{1,4})?",
+                "(:[1-9][0-9]{0,3})?",
                 "(/[a-z0-9?=&]{0,12})?"
             )
                 .prop_map(|(s, host, port, path)| (
@@ -150,6 +214,11 @@ mod props {
                             "{url:?}"
                         );
                         prop_assert!(uri.host().is_some_and(|h| !h.is_empty()), "{url:?}");
+                        // A port written is the port dialled.
+                        prop_assert!(
+                            written_port(&uri).is_none() || uri.port_u16().is_some_and(|p| p > 0),
+                            "{url:?}"
+                        );
                         if let Some(host) = host {
                             prop_assert_eq!(uri.host(), Some(host.as_str()), "{:?}", url);
                         }

@@ -161,13 +161,17 @@ pub(crate) const HEADLINE: [Figure; 24] = [
 ];
 
 /// The names a threshold expression gives figures (besides
-/// `grpc.STATUS`), aliases included.
-pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 17] = [
+/// `grpc.STATUS`), aliases included. `p99.9` is how the text report and
+/// the page label the column whose key is `p999`, so a reader may name it
+/// either way; the threshold language splits a scope from a metric with
+/// that dot in mind ([`Figure::split_scope`]).
+pub(crate) const THRESHOLD_NAMES: [(&str, Figure); 18] = [
     ("p50", Figure::Latency(Quantile::P50)),
     ("p90", Figure::Latency(Quantile::P90)),
     ("p95", Figure::Latency(Quantile::P95)),
     ("p99", Figure::Latency(Quantile::P99)),
     ("p999", Figure::Latency(Quantile::P999)),
+    ("p99.9", Figure::Latency(Quantile::P999)),
     ("max", Figure::Latency(Quantile::Max)),
     ("mean", Figure::Latency(Quantile::Mean)),
     ("unsent", Figure::Unsent),
@@ -191,6 +195,30 @@ impl Figure {
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, f)| f.clone())
+    }
+
+    /// Splits `[SCOPE.]METRIC` (`checkout.p99`, `shop.items.p99.9`) into
+    /// the scope, if any, and the metric. The metric is what follows the
+    /// last dot, unless the text ends in a threshold name that holds a dot
+    /// itself (`p99.9`): read at the last dot, `p99.9` would be metric `9`
+    /// of a scope `p99`.
+    pub fn split_scope(name: &str) -> (Option<&str>, &str) {
+        for (dotted, _) in THRESHOLD_NAMES.iter().filter(|(n, _)| n.contains('.')) {
+            if name == *dotted {
+                return (None, name);
+            }
+            let scope = name
+                .strip_suffix(dotted)
+                .and_then(|s| s.strip_suffix('.'))
+                .filter(|s| !s.is_empty());
+            if let Some(scope) = scope {
+                return (Some(scope), &name[scope.len() + 1..]);
+            }
+        }
+        match name.rsplit_once('.') {
+            Some((scope, metric)) if !scope.is_empty() => (Some(scope), metric),
+            _ => (None, name),
+        }
     }
 
     /// The key path in `totals` (and in `repeats.median`), e.g.

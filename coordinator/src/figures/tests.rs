@@ -140,10 +140,10 @@ fn thresholds_and_compare_agree_on_every_figure_both_show() {
             }
         }
     }
-    // p50..max, unsent, incomplete, rps and ok_rps with their aliases, 2
-    // gRPC statuses; unsent, errors, failures (and its alias failed) and 2
-    // gRPC shares.
-    assert_eq!(agreed, 20);
+    // p50..max (p999 also as p99.9), unsent, incomplete, rps and ok_rps
+    // with their aliases, 2 gRPC statuses; unsent, errors, failures (and
+    // its alias failed) and 2 gRPC shares.
+    assert_eq!(agreed, 21);
 }
 
 /// `--repeat` and `compare` quote the same median, and thresholds are

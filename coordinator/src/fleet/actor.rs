@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::clock;
+use super::refusals::Refusals;
 use super::registry::{Agent, Registry};
 use super::validate::{Check, Checks, Rejection};
 use super::{FleetEvent, Loss, Outputs, RunResult, RunSpec};
@@ -58,6 +59,8 @@ pub(super) struct Fleet {
     /// Zero of the fleet's clock, against which agents' clocks are set.
     pub(super) epoch: Instant,
     pub(super) agents: Registry,
+    /// Would-be agents the service turned away.
+    pub(super) refusals: Refusals,
     pub(super) aggregate: Aggregate,
     pub(super) corrupt_snapshots: u64,
     /// Bounds on agents' snapshots and what each agent had refused.
@@ -87,6 +90,7 @@ impl Fleet {
             phase: Phase::Gathering,
             epoch: Instant::now(),
             agents: Registry::default(),
+            refusals: Refusals::default(),
             corrupt_snapshots: 0,
             checks: Checks::new(&spec),
             expected: spec.expect_agents,
@@ -184,6 +188,11 @@ impl Fleet {
             FleetEvent::Gone { agent, loss } => {
                 if let Some(loss) = self.agents.gone(agent as usize, loss) {
                     self.declare_lost(vec![(agent as usize, loss)]);
+                }
+            }
+            FleetEvent::Refused { peer, why } => {
+                if let Some(line) = self.refusals.note(peer, &why) {
+                    self.out.console.notice(&line);
                 }
             }
         }

@@ -6,7 +6,8 @@
 //!
 //! The actor's state and loop are in `actor`; `registry` holds the agents,
 //! `clock` the offset math, `phases` the run's course, `loss` what happens
-//! to a lost agent's share, and `progress` the timer's work.
+//! to a lost agent's share, `progress` the timer's work, and `refusals`
+//! the would-be agents the service turned away.
 
 mod actor;
 mod clock;
@@ -14,6 +15,7 @@ mod intended;
 mod loss;
 mod phases;
 mod progress;
+mod refusals;
 mod registry;
 mod service;
 mod validate;

@@ -120,10 +120,17 @@ impl Fleet {
             PumpEnd::Deadline => {
                 let joined = self.agents.alive();
                 let min = self.spec.min_agents;
+                // The refusals come first when there were any: the agents
+                // that were refused are most likely the ones missing.
+                let refused = self
+                    .refusals
+                    .summary()
+                    .map_or_else(String::new, |r| format!("; the coordinator {r}"));
                 if joined == 0 || joined < min {
                     return Err(Halt::Failed(format!(
-                        "only {joined} of {expect} agent(s) joined within {:?}; start more agents, lower --expect-agents{}",
+                        "only {joined} of {expect} agent(s) joined within {:?}{refused}; {}start more agents, lower --expect-agents{}",
                         self.spec.agent_timeout,
+                        if refused.is_empty() { "" } else { "fix the refused agents, " },
                         if min < expect {
                             format!(" or --min-agents ({min})")
                         } else {
@@ -132,7 +139,7 @@ impl Fleet {
                     )));
                 }
                 self.out.console.notice(&format!(
-                    "only {joined} of {expect} agent(s) joined within {:?}; starting with them (--min-agents {min}): each takes a larger share",
+                    "only {joined} of {expect} agent(s) joined within {:?}{refused}; starting with them (--min-agents {min}): each takes a larger share",
                     self.spec.agent_timeout
                 ));
                 // From here on the fleet is the agents that came: a repeat

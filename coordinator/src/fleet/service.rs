@@ -69,6 +69,14 @@ pub enum FleetEvent {
     },
     /// The agent's stream ended (cleanly or not).
     Gone { agent: u32, loss: Loss },
+    /// A would-be agent was turned away before joining (a wrong token, a
+    /// protocol it does not speak): the fleet tells the console and, when
+    /// agents then fail to join, says why.
+    Refused {
+        peer: Option<SocketAddr>,
+        /// What the agent was told.
+        why: String,
+    },
 }
 
 pub struct ControlService {
@@ -79,6 +87,23 @@ pub struct ControlService {
 impl ControlService {
     pub fn new(token: String, events: mpsc::Sender<FleetEvent>) -> Self {
         Self { token, events }
+    }
+
+    /// Tells the fleet an agent from `peer` was refused with `status`
+    /// (logged instead when the fleet is gone), and returns the status
+    /// for the agent.
+    async fn refuse(&self, peer: Option<SocketAddr>, status: Status) -> Status {
+        let why = status.message().to_string();
+        if self
+            .events
+            .send(FleetEvent::Refused { peer, why })
+            .await
+            .is_err()
+        {
+            let from = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+            tracing::warn!("refused an agent from {from}: {}", status.message());
+        }
+        status
     }
 }
 
@@ -128,11 +153,8 @@ impl Control for ControlService {
         request: Request<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
         let peer = request.remote_addr();
-        // For log lines: the address, not Debug's `Some(…)`.
-        let from = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
         if let Err(refused) = check_metadata(request.metadata(), &self.token) {
-            tracing::warn!("refused an agent from {from}: {}", refused.message());
-            return Err(refused);
+            return Err(self.refuse(peer, refused).await);
         }
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(Duration::from_secs(10), inbound.message())
@@ -149,22 +171,16 @@ impl Control for ControlService {
         // Before anything of the hello is stored or logged whole: a hostile
         // agent could claim a megabyte of id or 2^32 CPUs.
         if let Err(e) = loadfleet_proto::bounds::check_hello(&hello) {
-            let id: String = hello.agent_id.chars().take(64).collect();
-            tracing::warn!("refused agent {id:?} from {from}: its hello breaks the protocol: {e}");
-            return Err(Status::invalid_argument(format!(
-                "hello refused, protocol violation: {e}"
-            )));
+            let status =
+                Status::invalid_argument(format!("hello refused, protocol violation: {e}"));
+            return Err(self.refuse(peer, status).await);
         }
         if hello.protocol_version != PROTOCOL_VERSION {
-            tracing::warn!(
-                "refused agent {} from {from}: protocol version {}",
-                hello.agent_id,
-                hello.protocol_version
-            );
-            return Err(Status::failed_precondition(format!(
+            let status = Status::failed_precondition(format!(
                 "agent speaks protocol version {} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both",
                 hello.protocol_version
-            )));
+            ));
+            return Err(self.refuse(peer, status).await);
         }
         let (tx, rx) = mpsc::channel(1024);
         let (reply, joined) = oneshot::channel();

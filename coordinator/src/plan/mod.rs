@@ -45,7 +45,7 @@ pub(crate) use overlay::Overlay;
 pub(crate) use overlay_outputs::OutputArgs;
 pub(crate) use overlay_search::SearchFlags;
 pub(crate) use search::{SearchPlan, Vary};
-pub(crate) use validated::{GrpcSource, TESTBED_URL};
+pub(crate) use validated::{join_url, GrpcSource, TESTBED_URL};
 
 pub use preview::{preview, PREVIEW_AGENTS, PREVIEW_ROWS};
 pub use validated::{Model, OnAgentLoss, Plan, Shares};

@@ -24,7 +24,10 @@ pub(super) fn is_closed(c: &mut Check<'_>, i: usize, s: &RawScenario) -> bool {
             c.err(
                 at("model"),
                 Some(sp),
-                format!("{other:?} is not a model; use \"open\" or \"closed\""),
+                format!(
+                    "{other:?} is not a model; use \"open\" or \"closed\"{}",
+                    crate::suggest::did_you_mean(other, ["open", "closed"])
+                ),
             );
             false
         }

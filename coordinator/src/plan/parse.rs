@@ -139,8 +139,11 @@ fn field_of_toml_error(message: &str) -> String {
 fn fix_for_toml_error(message: &str) -> String {
     let message = plan_words(message.trim());
     let message = message.as_str();
-    if message.starts_with("unknown field") {
-        format!("{message}; check the spelling against the plan reference in docs/plans.md")
+    if message.starts_with("unknown field") || message.starts_with("unknown variant") {
+        format!(
+            "{message}{}; check the spelling against the plan reference in docs/plans.md",
+            closest_expected(message)
+        )
     } else if message.starts_with("invalid type") {
         let fix = if message.ends_with("expected a table") {
             "write a table, e.g. { key = value }"
@@ -160,6 +163,27 @@ fn fix_for_toml_error(message: &str) -> String {
     } else {
         message.to_string()
     }
+}
+
+/// `; did you mean `timeout`?` for serde's "unknown field `timout`,
+/// expected one of `url`, `timeout`, …" (or "unknown variant"): the
+/// closest of the words it lists, when one is close.
+fn closest_expected(message: &str) -> String {
+    let quoted = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let Some((given, expected)) = message.split_once(", expected") else {
+        return String::new();
+    };
+    let Some(word) = quoted(given).into_iter().next() else {
+        return String::new();
+    };
+    let valid = quoted(expected);
+    crate::suggest::did_you_mean(&word, valid.iter().map(String::as_str))
 }
 
 /// Serde's names for what was expected, as a plan's reader knows them: a
@@ -202,6 +226,42 @@ mod tests {
         assert_eq!(parsed.raw.scenario.len(), 2);
         assert!(parsed.raw.scenario[0].get_ref().rate.is_none());
         assert!(parsed.raw.scenario[0].get_ref().duration.is_some());
+    }
+
+    /// A misspelt key or value is offered the closest valid one, from the
+    /// list serde gives; a word close to none of them gets no guess.
+    #[test]
+    fn a_misspelt_key_or_value_is_offered_the_closest() {
+        let messages = |text: &str| -> Vec<String> {
+            match parse(text) {
+                Ok(p) => p.errors,
+                Err(e) => e,
+            }
+            .into_iter()
+            .map(|e| e.message)
+            .collect()
+        };
+        let m = messages(
+            "[target]\nurl = \"testbed\"\ntimout = \"1s\"\nmax_inflight = 3\nzzzzzz = 1\n[[scenario]]\nrat = 3\nduration = \"5s\"\n",
+        );
+        assert_eq!(m.len(), 4, "{m:?}");
+        for (at, meant) in [(0, "timeout"), (1, "max_in_flight"), (3, "rate")] {
+            assert!(
+                m[at].contains(&format!("did you mean `{meant}`?")),
+                "{meant}: {}",
+                m[at]
+            );
+            assert!(m[at].contains("docs/plans.md"), "{}", m[at]);
+        }
+        assert!(!m[2].contains("did you mean"), "{}", m[2]);
+        assert_eq!(
+            closest_expected("unknown variant `poison`, expected `uniform` or `poisson`"),
+            "; did you mean `poisson`?"
+        );
+        assert_eq!(
+            closest_expected("unknown field `x`, there are no fields"),
+            ""
+        );
     }
 
     #[test]

@@ -65,8 +65,12 @@ pub(super) fn protocol(c: &mut Check<'_>, v: &Option<Spanned<String>>, url: &str
                 "target.protocol",
                 Some(v.span()),
                 format!(
-                    "{:?} is not a protocol; use \"http1\" (HTTP/1.1), \"h2\" (HTTP/2, over TLS by ALPN on https://) or \"h2c\" (HTTP/2 in cleartext with prior knowledge)",
-                    v.get_ref()
+                    "{:?} is not a protocol; use \"http1\" (HTTP/1.1), \"h2\" (HTTP/2, over TLS by ALPN on https://) or \"h2c\" (HTTP/2 in cleartext with prior knowledge){}",
+                    v.get_ref(),
+                    crate::suggest::did_you_mean(
+                        v.get_ref(),
+                        HttpProtocol::ALL.iter().map(|p| p.as_str())
+                    )
                 ),
             );
             HttpProtocol::Http1

@@ -17,8 +17,8 @@ use toml::Spanned;
 use super::check::{Check, PlanError, PlanErrors};
 use super::raw::{RawAgents, RawPlan, RawRequest, RawScenario, RawTarget};
 use super::validated::{
-    join_url, GrpcSource, Model, Plan, RequestPlan, RunSettings, Scenario, Shares, Target,
-    TESTBED_URL,
+    join_url, GrpcSource, Model, OnAgentLoss, Plan, RequestPlan, RunSettings, Scenario, Shares,
+    Target, TESTBED_URL,
 };
 use super::{grpc, model, requests, shape, steps, timing, tls};
 use crate::thresholds::Threshold;
@@ -84,7 +84,13 @@ pub(super) fn validate(raw: &RawPlan, input: Input<'_>) -> Result<Plan, PlanErro
                     c.err(
                         "run.on_agent_loss",
                         Some(v.span()),
-                        format!("{e}; continue keeps the others to their shares, redistribute hands the lost share to them, abort stops the run"),
+                        format!(
+                            "{e}; continue keeps the others to their shares, redistribute hands the lost share to them, abort stops the run{}",
+                            crate::suggest::did_you_mean(
+                                v.get_ref(),
+                                OnAgentLoss::ALL.map(OnAgentLoss::as_str)
+                            )
+                        ),
                     );
                     None
                 }

@@ -7,11 +7,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use loadfleet_proto::schedule::Process;
+use loadfleet_proto::target::check_url;
 use loadfleet_proto::vocab::HttpProtocol;
 
 use crate::report_model::TlsInfo;
 
-use crate::plan::{Model, Plan};
+use crate::plan::{join_url, Model, Plan};
 use crate::thresholds::Threshold;
 
 /// Everything the report needs from the plan and the run's setup, made
@@ -22,6 +23,11 @@ pub(crate) struct PlanInfo {
     /// The URL the agents were sent to (the built-in testbed's real
     /// address, not its placeholder).
     pub target: String,
+    /// `HOST:PORT` of every address the plan's requests go to (the target
+    /// URL's, and any absolute URL's), in the plan's order, each once;
+    /// an address a placeholder writes is not known here and not listed.
+    /// What a verdict names when nothing answered there.
+    pub addresses: Vec<String>,
     pub scenarios: Vec<ScenarioInfo>,
     /// Until the last scenario ends.
     pub duration: Duration,
@@ -109,8 +115,17 @@ impl PlanInfo {
                     .collect(),
             })
             .collect();
+        let mut addresses: Vec<String> = Vec::new();
+        for r in plan.scenarios.iter().flat_map(|s| s.all_requests()) {
+            if let Some(a) = address(&join_url(target, &r.path)) {
+                if !addresses.contains(&a) {
+                    addresses.push(a);
+                }
+            }
+        }
         Self {
             target: target.to_string(),
+            addresses,
             scenarios,
             duration: plan.duration(),
             drain: plan.run.drain,
@@ -130,6 +145,22 @@ impl PlanInfo {
             failure_limits: Default::default(),
         }
     }
+}
+
+/// `HOST:PORT` a URL connects to (the scheme's port when none is
+/// written), or `None` when its host is not literal (a placeholder) or it
+/// is no URL.
+fn address(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    if authority.contains("{{") {
+        return None;
+    }
+    let uri = check_url(&format!("{scheme}://{authority}/")).ok()?;
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    Some(format!("{}:{port}", uri.host()?))
 }
 
 /// What the report needs to know of each planned scenario.
@@ -174,6 +205,27 @@ impl Default for FailureLimits {
         Self {
             warn: 0.05,
             error: 0.5,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address;
+
+    #[test]
+    fn addresses_are_host_and_port() {
+        for (url, expected) in [
+            ("http://127.0.0.1:1/", Some("127.0.0.1:1")),
+            ("http://h/x?y", Some("h:80")),
+            ("https://h", Some("h:443")),
+            ("https://user@h:8443/x", Some("h:8443")),
+            ("http://[::1]:8080/", Some("[::1]:8080")),
+            ("http://{{host}}:80/", None),
+            ("http://h:{{port}}/", None),
+            ("testbed", None),
+        ] {
+            assert_eq!(address(url).as_deref(), expected, "{url}");
         }
     }
 }

@@ -1,16 +1,19 @@
 //! `--repeat N`: one report over several runs of the same plan.
 //!
 //! One run can be lucky or unlucky, so the combined report keeps every
-//! run's totals, the median, min and max of each headline figure, shows the
-//! run whose p99 is the median as the representative one, and checks
-//! thresholds against the medians. `compare` reads the min..max spread to
+//! run's totals and the median, min and max of each headline figure; the
+//! text report and the page lead with the medians and each run, then show
+//! the run whose p99 is the median (the representative one) in full; and
+//! thresholds are checked against the medians. `compare` reads the min..max spread to
 //! tell real differences from run-to-run noise.
 
 use serde_json::{Map, Value};
 
 use super::verdicts;
 use crate::figures::{median, Figure, Quantile, Source, Unit as FigureUnit, HEADLINE};
-use crate::report_model::{Checked, Headline, Repeats, Report, Totals, Verdict};
+use crate::report_model::{
+    Checked, Headline, HeadlinePercentiles, Percentiles, Repeats, Report, Totals, Verdict,
+};
 use crate::thresholds::Threshold;
 
 impl Headline {
@@ -23,6 +26,25 @@ impl Headline {
     /// The figure at a key path ([`Figure::key`]).
     pub fn get(&self, path: &str) -> Option<f64> {
         get(&serde_json::to_value(self).ok()?, path)
+    }
+}
+
+impl HeadlinePercentiles {
+    /// As a percentile set for the rows that show one; `None` when no run
+    /// had a latency (nothing completed). A figure missing alone shows as
+    /// a dash.
+    pub(crate) fn as_percentiles(&self) -> Option<Percentiles> {
+        let v = |x: Option<f64>| x.unwrap_or(f64::NAN);
+        Some(Percentiles {
+            p50: self.p50?,
+            p90: v(self.p90),
+            p95: v(self.p95),
+            p99: v(self.p99),
+            p999: v(self.p999),
+            max: v(self.max),
+            mean: v(self.mean),
+            count: 0,
+        })
     }
 }
 

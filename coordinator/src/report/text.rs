@@ -1,6 +1,6 @@
 //! The human summary printed at the end of `run`: verdicts first, then
-//! intended / sent / unsent, outcomes, percentiles, agents, repeats and
-//! thresholds. Its exact shape is pinned by a snapshot test
+//! (with `--repeat`) the medians and each run, then intended / sent /
+//! unsent, outcomes, percentiles, agents and thresholds. Its exact shape is pinned by a snapshot test
 //! (tests/text_report.rs), so a change to it is a deliberate one.
 
 use std::io::Write;
@@ -9,8 +9,8 @@ use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
 use super::repeats::{Unit, COLUMNS};
-use crate::report_model::Repeats;
 use crate::report_model::{Grpc, Percentiles, Report, Scenario};
+use crate::report_model::{HeadlinePercentiles, Repeats};
 
 fn percentile_row(
     out: &mut impl Write,
@@ -104,6 +104,19 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
                     v.message
                 )
             )
+        )?;
+    }
+    // With --repeat the medians lead, then each run; the figures after
+    // them are one run's, and say so.
+    if let Some(rep) = &r.repeats {
+        write_medians(out, rep)?;
+        write_repeats(out, rep)?;
+        writeln!(out)?;
+        writeln!(
+            out,
+            "  run {} of {} in full (the one with the median p99):",
+            rep.representative + 1,
+            rep.count
         )?;
     }
     let t = &r.totals;
@@ -273,9 +286,6 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             a.id, a.outcome
         )?;
     }
-    if let Some(rep) = &r.repeats {
-        write_repeats(out, rep)?;
-    }
     if !r.thresholds.is_empty() {
         writeln!(out)?;
         writeln!(out, "  thresholds:")?;
@@ -429,15 +439,40 @@ fn write_sse(
     Ok(())
 }
 
+/// The medians of the headline figures over the runs, labelled as such:
+/// what a repeated run leads with.
+fn write_medians(out: &mut impl Write, rep: &Repeats) -> std::io::Result<()> {
+    let m = &rep.median;
+    let n = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.0}"));
+    let rate = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
+    writeln!(out)?;
+    writeln!(out, "  medians of {} runs:", rep.count)?;
+    writeln!(
+        out,
+        "  intended {}   sent {}   unsent {}",
+        n(m.intended),
+        n(m.sent),
+        n(m.unsent.as_ref().and_then(|u| u.total))
+    )?;
+    writeln!(
+        out,
+        "  completed {}   in window {}   in flight at end {}   failures {}   throughput {} req/s ({} req/s ok)",
+        n(m.completed),
+        n(m.completed_in_window),
+        n(m.in_flight_at_end),
+        n(m.failures),
+        rate(m.throughput_rps),
+        rate(m.throughput_ok_rps)
+    )?;
+    let quantiles = |h: &Option<_>| h.as_ref().and_then(HeadlinePercentiles::as_percentiles);
+    percentile_row(out, "latency", &quantiles(&m.latency_ms))?;
+    percentile_row(out, "service time", &quantiles(&m.service_time_ms))
+}
+
 /// The runs side by side, then their median, min and max.
 fn write_repeats(out: &mut impl Write, rep: &Repeats) -> std::io::Result<()> {
     writeln!(out)?;
-    writeln!(
-        out,
-        "  {} runs (figures above are run {}, the one with the median p99):",
-        rep.count,
-        rep.representative + 1
-    )?;
+    writeln!(out, "  each of the {} runs:", rep.count)?;
     let mut head = format!("  {:<8}", "");
     for (name, _, _) in COLUMNS {
         head.push_str(&format!(" {name:>10}"));

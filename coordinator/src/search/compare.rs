@@ -1,11 +1,13 @@
 //! `compare A/search.json B/search.json`: the ratio of two capacities
-//! found within the same SLO ("B sustains 1.80× A's rate").
+//! found within the same SLO ("B sustains 1.80× A's rate"); SLOs are the
+//! same when their rules are, however spelt (`p99.9` or `p999`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::record::{SearchRecord, SCHEMA};
 use crate::error::Error;
+use crate::thresholds::same_rules;
 
 /// The file a `compare` argument names when it is a search: a
 /// `search.json`, or a folder with one and no `report.json`.
@@ -104,7 +106,7 @@ fn compare(
                     "resolution": s.settings.resolution,
                     "ratio": ratio(base, s).map(|r| r.0),
                     "ratio_is_bound": ratio(base, s).map(|r| r.1),
-                    "same_slo": s.slo == base.slo,
+                    "same_slo": same_rules(&s.slo, &base.slo),
                 })
             })
             .collect();
@@ -129,7 +131,7 @@ fn compare(
         )?;
     }
     for (l, s) in &searches[1..] {
-        if s.slo != base.slo {
+        if !same_rules(&s.slo, &base.slo) {
             writeln!(
                 out,
                 "  note: {l}'s SLO ({}) is not {base_label}'s ({}): the rates answer different questions",
@@ -144,7 +146,7 @@ fn compare(
                 } else {
                     ""
                 };
-                let within = if s.slo == base.slo {
+                let within = if same_rules(&s.slo, &base.slo) {
                     "within the same SLO"
                 } else {
                     "within its own SLO"

@@ -76,6 +76,39 @@ fn wrong_token_is_refused_on_both_sides_and_nothing_is_sent() {
     assert_eq!(target.connections(), 0, "no load may be sent");
 }
 
+/// Issue 52: when the agents the run waits for were refused, the
+/// coordinator says so, as it happens and in its last word: how many, from
+/// where and why, not only "0 of 1 agent(s) joined". It still exits 3.
+#[test]
+fn refused_agents_are_named_when_the_fleet_waits_in_vain() {
+    let target = Silent::new();
+    let out = temp_dir("token-named");
+    let mut c = remote_coordinator(&target.url(), 1, "right-token", &out, &[]);
+    let url = control_url(&mut c);
+    let (status, output) = start_agent(&url, "wrong-token", &[]).wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(4), "the agent was refused: {output}");
+    // Told on the console when it happened, before the wait ran out.
+    let line = c.wait_for_line("refused an agent from 127.0.0.1:", Duration::from_secs(10));
+    assert!(line.contains("wrong or missing token"), "{line}");
+    let (status, output) = c.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(3), "{output}");
+    assert_eq!(target.connections(), 0, "no load may be sent");
+    let named = "only 0 of 1 agent(s) joined within 4s; the coordinator refused 1 agent connection(s): 1 from 127.0.0.1 (wrong or missing token; start the agent with the coordinator's --token); fix the refused agents";
+    // The summary's verdict line, and the report's verdict.
+    let last = output
+        .lines()
+        .find(|l| l.contains("[ERROR] NO_EXPERIMENT: the run could not be carried out"))
+        .unwrap_or_else(|| panic!("no verdict in the summary: {output}"));
+    assert!(last.contains(named), "{last}");
+    let r = read_report(&out);
+    let v = verdict(&r, "NO_EXPERIMENT").unwrap_or_else(|| panic!("no NO_EXPERIMENT: {r}"));
+    assert_eq!(v["level"], "error", "{v}");
+    assert!(
+        v["message"].as_str().unwrap_or_default().contains(named),
+        "{v}"
+    );
+}
+
 #[test]
 fn wrong_protocol_version_is_refused() {
     let target = Silent::new();

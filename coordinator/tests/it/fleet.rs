@@ -227,6 +227,82 @@ fn closed_port_is_no_experiment() {
     );
 }
 
+/// Issue 52: every request refused reads as what it most likely means:
+/// nothing listens at the target's address, named, in the NO_EXPERIMENT
+/// verdict and the text report.
+#[test]
+fn a_refused_target_is_said_to_have_nothing_listening() {
+    let port = closed_port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let (status, output, r, _) = run_report(
+        "closed-named",
+        &[
+            "run",
+            "--local-agents",
+            "1",
+            "--rate",
+            "50",
+            "--duration",
+            "1s",
+            "--url",
+            &url,
+        ],
+    );
+    let t = &r["totals"];
+    assert_eq!(u(&t["sent"]), 50, "{output}");
+    assert_eq!(u(&t["errors"]["refused"]), 50, "{output}");
+    let v = verdict(&r, "NO_EXPERIMENT").unwrap_or_else(|| panic!("{output}"));
+    let said = format!(
+        "every request failed in transport (50 refused), most likely because nothing listens at 127.0.0.1:{port} (check the URL's host and port, and that the target is up)"
+    );
+    assert!(
+        v["message"].as_str().unwrap_or_default().starts_with(&said),
+        "{v}"
+    );
+    assert!(output.contains(&said), "{output}");
+    assert_eq!(status.code(), Some(3), "{output}");
+}
+
+/// Issue 52: a target that takes connections and never answers reads as
+/// one that does not answer within the timeout, named.
+#[test]
+fn a_silent_target_is_said_not_to_answer_within_the_timeout() {
+    let target = Silent::new();
+    let url = target.url();
+    let at = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let (status, output, r, _) = run_report(
+        "silent-named",
+        &[
+            "run",
+            "--local-agents",
+            "1",
+            "--rate",
+            "20",
+            "--duration",
+            "1s",
+            "--timeout",
+            "300ms",
+            "--url",
+            &url,
+        ],
+    );
+    let t = &r["totals"];
+    assert_eq!(u(&t["sent"]), 20, "{output}");
+    assert_eq!(u(&t["errors"]["timeout"]), 20, "{output}");
+    let v = verdict(&r, "NO_EXPERIMENT").unwrap_or_else(|| panic!("{output}"));
+    let said = format!(
+        "every request failed in transport (20 timeout), most likely because {at} does not answer within the timeout"
+    );
+    assert!(
+        v["message"].as_str().unwrap_or_default().starts_with(&said),
+        "{v}"
+    );
+    assert_eq!(status.code(), Some(3), "{output}");
+}
+
 /// An arrival further behind schedule than --max-lag is counted unsent with
 /// reason `late` instead of being sent late.
 #[test]

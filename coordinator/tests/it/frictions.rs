@@ -4,7 +4,7 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -578,4 +578,90 @@ fn a_local_binary_variable_naming_no_file_is_refused_by_name() {
         output.contains("agent local-0 finished"),
         "{status:?}: {output}"
     );
+}
+
+/// Issue 52: a URL whose port is past 65535 (or 0) is bad input, refused
+/// before anything starts (exit 2), naming the flag or the plan key and
+/// the range, like any other malformed URL.
+#[test]
+fn a_port_out_of_range_is_refused_as_bad_input() {
+    let dir = temp_dir("port-range");
+    for url in ["http://127.0.0.1:99999/", "http://127.0.0.1:0/"] {
+        let started = Instant::now();
+        let mut cmd = coordinator();
+        cmd.args(["run", "--url", url, "--rate", "50", "--duration", "2s"])
+            .arg("--out")
+            .arg(dir.join("out"));
+        let (status, output) = run(cmd, "coordinator", Duration::from_secs(60));
+        assert_eq!(status.code(), Some(2), "{output}");
+        let port = url.trim_end_matches('/').rsplit(':').next().unwrap_or("");
+        assert!(
+            output.contains(&format!(
+                "--url: \"{url}\" has port {port}, out of range; a port is 1 to 65535"
+            )),
+            "{output}"
+        );
+        assert!(!output.contains("testbed listening"), "{output}");
+        assert!(!output.contains("waiting for"), "{output}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{output}");
+    }
+    // In a plan, its key and line.
+    let plan = write(
+        &dir,
+        "plan.toml",
+        "[target]\nurl = \"http://127.0.0.1:99999/\"\n[[scenario]]\nrate = 50\nduration = \"2s\"\n",
+    );
+    let mut cmd = coordinator();
+    cmd.args(["plan", "check"]).arg(&plan);
+    let (status, output) = run(cmd, "coordinator", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(2), "{output}");
+    assert!(
+        output.contains("line 2: target.url: \"http://127.0.0.1:99999/\" has port 99999, out of range; a port is 1 to 65535"),
+        "{output}"
+    );
+}
+
+/// Issue 52: a misspelt flag, subcommand or flag value is answered with
+/// the closest valid one (clap's suggestions), on every binary, exit 2.
+#[test]
+fn misspelt_flags_and_subcommands_get_a_suggestion() {
+    let testbed = || Command::new(bin("loadfleet-testbed"));
+    let cases: Vec<(Command, &[&str], &str)> = vec![
+        (
+            coordinator(),
+            &["run", "--rat", "5"],
+            "a similar argument exists: '--rate'",
+        ),
+        (
+            coordinator(),
+            &["serch"],
+            "a similar subcommand exists: 'search'",
+        ),
+        (
+            coordinator(),
+            &["plan", "chek", "x.toml"],
+            "a similar subcommand exists: 'check'",
+        ),
+        (
+            coordinator(),
+            &["run", "--process", "poison"],
+            "a similar value exists: 'poisson'",
+        ),
+        (
+            agent(),
+            &["--coordinatr", "http://127.0.0.1:1"],
+            "a similar argument exists: '--coordinator'",
+        ),
+        (
+            testbed(),
+            &["--delya", "1ms"],
+            "a similar argument exists: '--delay'",
+        ),
+    ];
+    for (mut cmd, args, tip) in cases {
+        cmd.args(args);
+        let (status, output) = run(cmd, "binary", Duration::from_secs(30));
+        assert_eq!(status.code(), Some(2), "{args:?}: {output}");
+        assert!(output.contains(tip), "{args:?}: {output}");
+    }
 }

@@ -192,3 +192,46 @@ fn plan_check_reports_every_problem() {
         assert!(!output.contains(": plan:"), "{output}");
     }
 }
+
+/// Issue 52: a misspelt plan key or value is named with the closest valid
+/// one, beside the list of valid ones, in the same one pass; a word close
+/// to none gets no guess.
+#[test]
+fn misspelt_plan_keys_and_values_get_a_suggestion() {
+    let dir = temp_dir("frictions-did-you-mean");
+    let plan = write_plan(
+        &dir,
+        "[target]\nurl = \"testbed\"\ntimout = \"1s\"\nprotocol = \"http11\"\n\n[run]\non_agent_loss = \"redistibute\"\n\n[[scenario]]\nrat = 100\nduration = \"5s\"\nmodle = \"open\"\nzzzzzz = 1\n",
+    );
+    let (code, output) = coordinator_with(&["plan", "check"], &plan, &[]);
+    assert_eq!(code, Some(2), "{output}");
+    for (line, field, meant) in [
+        (
+            3,
+            "target.timout: unknown field `timout`, expected one of",
+            "timeout",
+        ),
+        (4, "target.protocol: \"http11\" is not a protocol", "http1"),
+        (
+            7,
+            "run.on_agent_loss: \"redistibute\" is not one of",
+            "redistribute",
+        ),
+        (10, "scenario[0].rat: unknown field `rat`", "rate"),
+        (12, "scenario[0].modle: unknown field `modle`", "model"),
+    ] {
+        let found = output
+            .lines()
+            .find(|l| l.contains(&format!("line {line}: {field}")))
+            .unwrap_or_else(|| panic!("no line {line} {field}: {output}"));
+        assert!(
+            found.contains(&format!("did you mean `{meant}`?")),
+            "{found}"
+        );
+    }
+    let far = output
+        .lines()
+        .find(|l| l.contains("scenario[0].zzzzzz: unknown field"))
+        .unwrap_or_else(|| panic!("{output}"));
+    assert!(!far.contains("did you mean"), "{far}");
+}

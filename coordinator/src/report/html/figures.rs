@@ -37,7 +37,12 @@ pub(super) fn headline(r: &Report) -> Markup {
         ),
     ];
     html! {
-        h2 { "Headline" }
+        // With --repeat the medians came first: this is one run's.
+        @if let Some(rep) = &r.repeats {
+            h2 { "Run " (rep.representative + 1) " of " (rep.count) " in full (the one with the median p99)" }
+        } @else {
+            h2 { "Headline" }
+        }
         table class="headline" {
             tr {
                 th { "intended" } th { "sent" } th { "unsent" } th { "completed" }

@@ -72,8 +72,8 @@ fn page(r: &Report, json: &str) -> Markup {
             body {
                 (header(r))
                 (verdicts(r))
-                (headline(r))
                 (repeats(r))
+                (headline(r))
                 (scenarios(r))
                 (requests(r))
                 (flows(r))

@@ -1,5 +1,6 @@
-//! The tables after the headline: the repeated runs, the scenarios side by
-//! side, every outcome as a share of what was intended, and the agents.
+//! The tables around the headline: the repeated runs' medians and each
+//! run (before it), the scenarios side by side, every outcome as a share
+//! of what was intended, and the agents.
 
 use maud::{html, Markup};
 
@@ -9,17 +10,64 @@ use crate::report::format::{count, fin, ms, num, secs, share};
 use crate::report::repeats::{Unit, COLUMNS};
 use crate::report_model::{Lag, Percentiles, Report, Totals};
 
-/// With --repeat: every run's headline figures, then median, min and max.
+/// With --repeat: what the page leads with. The medians of the headline
+/// figures over the runs, labelled as such, then every run's figures with
+/// their median, min and max; the sections after it are one run's.
 pub(super) fn repeats(r: &Report) -> Markup {
     let Some(rep) = &r.repeats else {
         return html! {};
     };
+    let m = &rep.median;
+    let n = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |x| num(x, 0));
+    let counts = [
+        ("intended", n(m.intended)),
+        ("sent", n(m.sent)),
+        ("unsent", n(m.unsent.as_ref().and_then(|u| u.total))),
+        ("completed", n(m.completed)),
+        ("completed in window", n(m.completed_in_window)),
+        ("in flight at end", n(m.in_flight_at_end)),
+        ("failures", n(m.failures)),
+        (
+            "throughput",
+            m.throughput_rps
+                .map_or_else(|| "–".to_string(), |x| format!("{} req/s", num(x, 1))),
+        ),
+        (
+            "ok throughput",
+            m.throughput_ok_rps
+                .map_or_else(|| "–".to_string(), |x| format!("{} req/s", num(x, 1))),
+        ),
+    ];
+    let latencies = [
+        ("latency", &m.latency_ms),
+        ("service time", &m.service_time_ms),
+    ];
     html! {
-        h2 { "Repeats" }
-        p {
-            (rep.count) " runs; the figures above are run " (rep.representative + 1)
-            ", the one with the median p99."
+        h2 { "Medians of " (rep.count) " runs" }
+        table class="headline medians" {
+            tr { @for (name, _) in &counts { th { (name) } } }
+            tr { @for (_, value) in &counts { td { (value) } } }
         }
+        table class="medians" {
+            tr {
+                th class="l" {}
+                th { "p50" } th { "p90" } th { "p95" } th { "p99" } th { "p99.9" } th { "max" } th { "mean" }
+            }
+            @for (label, h) in latencies {
+                tr {
+                    th class="l" { (label) }
+                    @match h.as_ref().and_then(|h| h.as_percentiles()) {
+                        Some(p) => {
+                            @for v in [p.p50, p.p90, p.p95, p.p99, p.p999, p.max, p.mean] {
+                                td { (ms(v)) }
+                            }
+                        }
+                        None => { td colspan="7" class="none" { "nothing completed" } }
+                    }
+                }
+            }
+        }
+        h2 { "Each run" }
         table {
             tr {
                 th class="l" { "run" }

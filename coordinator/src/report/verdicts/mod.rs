@@ -14,6 +14,7 @@ use crate::report_model::{AgentReport, Report, Totals, Verdict};
 use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 
 mod offered;
+mod transport;
 use crate::fleet::RunResult;
 use crate::plan::OnAgentLoss;
 use crate::units;
@@ -25,7 +26,7 @@ pub(crate) fn all(
     agents: &[AgentReport],
     info: &PlanInfo,
 ) -> Vec<Verdict> {
-    let mut v = run_verdicts(result, t, agents);
+    let mut v = run_verdicts(result, t, agents, info);
     // Unsent because nothing started: the run's own verdict says why.
     if result.started {
         v.extend(completeness_verdicts(t, agents));
@@ -312,7 +313,12 @@ fn saturation_fix(
 }
 
 /// Whether the run happened as planned at all.
-fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<Verdict> {
+fn run_verdicts(
+    result: &RunResult,
+    t: &Totals,
+    agents: &[AgentReport],
+    info: &PlanInfo,
+) -> Vec<Verdict> {
     let mut v = Vec::new();
     let mut say = |level, code, message: String| {
         v.push(Verdict {
@@ -389,7 +395,12 @@ fn run_verdicts(result: &RunResult, t: &Totals, agents: &[AgentReport]) -> Vec<V
         } else if served == 0 {
             let how = if !t.errors.is_empty() && t.status.is_empty() && t.grpc.is_none() {
                 let kinds: Vec<String> = t.errors.iter().map(|(k, n)| format!("{n} {k}")).collect();
-                format!("every request failed in transport ({})", kinds.join(", "))
+                let cause = transport::likely_cause(&t.errors, &info.addresses)
+                    .map_or_else(String::new, |c| format!(", most likely because {c}"));
+                format!(
+                    "every request failed in transport ({}){cause}",
+                    kinds.join(", ")
+                )
             } else {
                 let codes: Vec<String> = t
                     .status

@@ -73,6 +73,7 @@ fn result(n: u64, latency_us: u64, lag_us: u64, cpu_seconds: f64, rtt_ms: u64) -
 fn context(floor: Option<Duration>) -> PlanInfo {
     PlanInfo {
         target: "http://t/".into(),
+        addresses: vec!["t:80".into()],
         scenarios: vec![ScenarioInfo {
             name: "s".into(),
             model: "open",

@@ -359,7 +359,8 @@ impl State {
             r
         };
         self.keep(&format!("{dir}/report.json"), &shown);
-        let steady = judge::not_steady(&cur.reports).is_none();
+        // A step that says nothing of the target is not judged on it.
+        let steady = early.is_some() || judge::not_steady(&cur.reports).is_none();
         let judged = early.unwrap_or_else(|| judge::step(&shown.thresholds, &cur.reports));
         let disagree = cur
             .results_passed

@@ -207,14 +207,22 @@ mod tests {
     fn report(verdict: SteadyVerdict) -> Report {
         let mut r: Report = serde_json::from_str(include_str!("../../tests/fixtures/report.json"))
             .expect("the fixture is a report");
-        let s = &mut r.scenarios[0];
-        s.steadiness = Some(steady::assess(&[], 1.0, 20));
-        if let Some(st) = s.steadiness.as_mut() {
-            st.verdict = verdict;
-            st.offered_rps = 413.0;
-            st.completed_rps = 400.2;
-            st.in_flight_end = 150;
-        }
+        r.scenarios[0].steadiness = Some(crate::report_model::Steadiness {
+            verdict,
+            from_s: 1.0,
+            to_s: 4.0,
+            seconds: 3,
+            offered_rps: 413.0,
+            sent_rps: 413.0,
+            completed_rps: 400.2,
+            unsent: 0,
+            behind: 38,
+            behind_seconds: 3,
+            in_flight_start: 20,
+            in_flight_end: 150,
+            p50: None,
+            p99: None,
+        });
         r
     }
 

@@ -25,22 +25,22 @@ use crate::units;
 
 /// Fewer seconds than this are not judged (`too_short`): a line through
 /// two points has no spread to test it against.
-pub(crate) const MIN_SECONDS: usize = 3;
+const MIN_SECONDS: usize = 3;
 /// Answers behind by at least this share of what was sent...
-pub(crate) const BEHIND_SHARE: f64 = 0.01;
+const BEHIND_SHARE: f64 = 0.01;
 /// ...and by at least this many requests (a slow rate's jitter).
-pub(crate) const BEHIND_MIN: i64 = 10;
+const BEHIND_MIN: i64 = 10;
 /// More sent than answered in at least this share of the seconds: a
 /// backlog that builds, not one stall at the window's end.
-pub(crate) const BEHIND_SECONDS_SHARE: f64 = 0.75;
+const BEHIND_SECONDS_SHARE: f64 = 0.75;
 /// A rising latency: its slope at least this many times its spread...
-pub(crate) const TREND_SPREADS: f64 = 3.0;
+const TREND_SPREADS: f64 = 3.0;
 /// ...and its rise over the seconds at least this share of its start.
-pub(crate) const RISE_SHARE: f64 = 0.25;
+const RISE_SHARE: f64 = 0.25;
 
 /// One second of one scenario, as the check reads it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Second {
+struct Second {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
@@ -54,7 +54,7 @@ pub(crate) struct Second {
 /// A least-squares line `y = intercept + slope·x`, with the standard
 /// error of its slope.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Fit {
+struct Fit {
     pub slope: f64,
     pub intercept: f64,
     /// sqrt(SSE / (n − 2) / Sxx): how far the slope could move by the
@@ -63,7 +63,7 @@ pub(crate) struct Fit {
 }
 
 impl Fit {
-    pub(crate) fn at(&self, x: f64) -> f64 {
+    fn at(&self, x: f64) -> f64 {
         self.intercept + self.slope * x
     }
 }
@@ -71,7 +71,7 @@ impl Fit {
 /// The least-squares line through `points`; `None` with fewer than 3
 /// points (no spread can be known) or when every x is the same. Sums are
 /// taken about the means, so large offsets do not eat the precision.
-pub(crate) fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
+fn least_squares(points: &[(f64, f64)]) -> Option<Fit> {
     let n = points.len();
     if n < 3 || points.iter().any(|(x, y)| !x.is_finite() || !y.is_finite()) {
         return None;
@@ -129,7 +129,7 @@ fn trend(seconds: &[Second], pick: fn(&Second) -> Option<f64>) -> Option<Trend> 
 
 /// Judges `seconds` (whole, consecutive, the first starting at `from_s`
 /// on the common clock), with `in_flight_before` in flight just before.
-pub(crate) fn assess(seconds: &[Second], from_s: f64, in_flight_before: u64) -> Steadiness {
+fn assess(seconds: &[Second], from_s: f64, in_flight_before: u64) -> Steadiness {
     let n = seconds.len();
     let sum = |f: fn(&Second) -> u64| seconds.iter().map(f).sum::<u64>();
     let (sent, completed) = (sum(|s| s.sent), sum(|s| s.completed));
@@ -174,7 +174,7 @@ pub(crate) fn assess(seconds: &[Second], from_s: f64, in_flight_before: u64) -> 
 /// it started, or its p99 latency if longer — since until then what is in
 /// flight is still filling up to its level, and the first seconds hold
 /// only the fastest answers. With the in-flight count just before them.
-pub(crate) fn seconds_of(
+fn seconds_of(
     intervals: &BTreeMap<u64, IntervalAgg>,
     scenario: u32,
     start_s: f64,

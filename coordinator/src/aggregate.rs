@@ -73,6 +73,22 @@ pub struct IntervalAgg {
     /// these figures of its latency are kept, so memory does not grow with
     /// run length.
     pub folded: Option<IntervalLatency>,
+    /// Each scenario's part of the second, by scenario index: the
+    /// steadiness check reads a scenario's own seconds, not the run's mix.
+    pub scenarios: BTreeMap<u32, ScenarioSecond>,
+}
+
+/// One scenario's part of a second, all agents together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScenarioSecond {
+    pub intended: u64,
+    pub sent: u64,
+    pub unsent: u64,
+    pub completed: u64,
+    /// In flight at the second's end, summed over the agents.
+    pub in_flight: u64,
+    /// Kept when the second is folded, as [`IntervalAgg::folded`] is.
+    pub folded: Option<IntervalLatency>,
 }
 
 /// The figures of one second's latency that outlive its histogram
@@ -92,6 +108,32 @@ impl IntervalAgg {
         }
         let q = |q: f64| {
             self.latency
+                .as_ref()
+                .filter(|h| !h.is_empty())
+                .map(|h| h.value_at_quantile(q))
+        };
+        IntervalLatency {
+            p50_us: q(0.5),
+            p99_us: q(0.99),
+        }
+    }
+
+    /// p50 and p99 of one scenario's completions in the second: merged
+    /// from its classes while they are held, what was kept once folded.
+    pub fn scenario_latency(&self, scenario: u32) -> IntervalLatency {
+        if let Some(kept) = self.scenarios.get(&scenario).and_then(|s| s.folded) {
+            return kept;
+        }
+        let mut merged: Option<Histogram<u64>> = None;
+        for (_, h) in self
+            .latency_by_class
+            .range((scenario, OutcomeClass::ALL[0])..)
+            .take_while(|((s, _), _)| *s == scenario)
+        {
+            Figure::add(merged.get_or_insert_with(new_histogram), h);
+        }
+        let q = |q: f64| {
+            merged
                 .as_ref()
                 .filter(|h| !h.is_empty())
                 .map(|h| h.value_at_quantile(q))
@@ -214,6 +256,9 @@ impl Aggregate {
         iv.intended += intended;
         iv.unsent += n;
         iv.unsent_by_reason.add(reason, n);
+        let part = iv.scenarios.entry(scenario as u32).or_default();
+        part.intended += intended;
+        part.unsent += n;
     }
 
     /// Adds one agent's decoded snapshot (checked by the fleet) to the
@@ -278,6 +323,12 @@ impl Aggregate {
         iv.errors += one.errors.total();
         iv.in_flight += s.gauges.in_flight;
         iv.max_in_flight += s.gauges.max_in_flight;
+        let part = iv.scenarios.entry(s.scenario).or_default();
+        part.intended += one.intended;
+        part.sent += one.sent;
+        part.unsent += one.unsent.total();
+        part.completed += one.completed;
+        part.in_flight += s.gauges.in_flight;
         if !one.lag.is_empty() {
             iv.max_lag_us = iv.max_lag_us.max(one.lag.max());
         }
@@ -323,6 +374,20 @@ impl Aggregate {
             let Some(iv) = self.intervals.get_mut(&index) else {
                 continue;
             };
+            if iv.folded.is_none() {
+                // Each scenario's p50/p99 are read from its classes before
+                // they are handed over.
+                let kept: Vec<(u32, IntervalLatency)> = iv
+                    .scenarios
+                    .keys()
+                    .map(|&k| (k, iv.scenario_latency(k)))
+                    .collect();
+                for (k, latency) in kept {
+                    if let Some(part) = iv.scenarios.get_mut(&k) {
+                        part.folded = Some(latency);
+                    }
+                }
+            }
             let latency_by_class = std::mem::take(&mut iv.latency_by_class);
             let first = if iv.folded.is_none() {
                 iv.folded = Some(iv.latency_summary());

@@ -166,6 +166,67 @@ pub struct Scenario {
     /// Flow scenarios only: each step, in the plan's order (the funnel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepReport>,
+    /// Open-model scenarios (not subscriptions): whether the target kept
+    /// up with the arrivals through the window, second by second (the
+    /// `NOT_STEADY` verdict). Absent for the other scenarios, in a run
+    /// cut short, and in reports written before the check existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steadiness: Option<Steadiness>,
+}
+
+/// `scenarios[].steadiness`: the figures the steadiness check read, over
+/// the whole seconds of the window past the scenario's first answers.
+/// Rules and thresholds in docs/report.md (verdicts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Steadiness {
+    pub verdict: SteadyVerdict,
+    /// The seconds read, from the common start: `[from_s, to_s)`.
+    pub from_s: f64,
+    pub to_s: f64,
+    pub seconds: u64,
+    /// Arrivals due, sent and answered (any outcome) per second over them.
+    pub offered_rps: f64,
+    pub sent_rps: f64,
+    pub completed_rps: f64,
+    /// Arrivals of those seconds never sent.
+    pub unsent: u64,
+    /// Sent minus answered over those seconds: how far the answers fell
+    /// behind (negative when they caught up).
+    pub behind: i64,
+    /// Seconds in which more went out than came back.
+    pub behind_seconds: u64,
+    /// In flight just before the first second read, and at the end of
+    /// the last.
+    pub in_flight_start: u64,
+    pub in_flight_end: u64,
+    /// The trend of the per-second latency percentiles; null with fewer
+    /// than 3 seconds that completed something.
+    pub p50: Option<Trend>,
+    pub p99: Option<Trend>,
+}
+
+/// `steady`, `not_steady`, or `too_short` (fewer than 3 seconds to read:
+/// nothing is said).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteadyVerdict {
+    Steady,
+    NotSteady,
+    TooShort,
+}
+
+/// A least-squares line through a latency percentile, second by second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Trend {
+    /// Change per second, and the standard error of that slope.
+    pub slope_ms_per_s: f64,
+    pub spread_ms_per_s: f64,
+    /// The line's value at the first second, and its rise to the last.
+    pub start_ms: f64,
+    pub rise_ms: f64,
+    /// The slope is positive, at least 3 times its spread, and the rise
+    /// at least a quarter of the start.
+    pub rising: bool,
 }
 
 /// A flow scenario's flows (`scenarios[].flows`):

@@ -462,6 +462,10 @@ vocabulary! {
         /// `[[output]]`) could not deliver some seconds: its dashboards have
         /// gaps there. The report's figures are whole.
         OutputLost => "OUTPUT_LOST",
+        /// The target fell behind the arrivals through a scenario's window:
+        /// answers short of what was sent, and latency rising. No steady
+        /// state, so no capacity can be read from the rate.
+        NotSteady => "NOT_STEADY",
     }
 }
 

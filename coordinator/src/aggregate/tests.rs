@@ -101,6 +101,57 @@ fn folding_keeps_memory_flat_and_figures_exact() {
     assert_eq!(a.totals.completed, 600 * 6 + 1);
 }
 
+/// Each scenario keeps its own part of a second: its counts, in-flight
+/// gauge and latency, read the same before and after the second folds.
+#[test]
+fn each_scenario_keeps_its_own_seconds() {
+    let mut a = Aggregate::new(2, 2);
+    let of = |scenario: u32, agent_in_flight: u64, values: &[u64]| {
+        let mut s = decoded(snapshot(3, values, 200));
+        s.scenario = scenario;
+        s.gauges.in_flight = agent_in_flight;
+        s
+    };
+    a.add(0, &of(0, 5, &[1000, 1000, 1000]));
+    a.add(1, &of(0, 7, &[3000]));
+    a.add(0, &of(1, 2, &[90_000, 91_000]));
+    let iv = &a.intervals[&3];
+    let first = iv.scenarios[&0];
+    assert_eq!(
+        (
+            first.intended,
+            first.sent,
+            first.unsent,
+            first.completed,
+            first.in_flight
+        ),
+        (6, 4, 2, 4, 12)
+    );
+    assert_eq!(iv.scenarios[&1].in_flight, 2);
+    assert_eq!(iv.in_flight, 14);
+    let mut whole = new_histogram();
+    for v in [1000, 1000, 1000, 3000] {
+        whole.record(v).unwrap();
+    }
+    let expected = IntervalLatency {
+        p50_us: Some(whole.value_at_quantile(0.5)),
+        p99_us: Some(whole.value_at_quantile(0.99)),
+    };
+    assert_eq!(iv.scenario_latency(0), expected);
+    let other = iv.scenario_latency(1);
+    assert!(other.p50_us.is_some_and(|p| p >= 89_000));
+    assert_eq!(iv.scenario_latency(7), IntervalLatency::default());
+    // Booked unsent arrivals count in their scenario's second too.
+    a.book_unsent(1, 1, 3, 4, UnsentReason::AgentLost);
+    assert_eq!(a.intervals[&3].scenarios[&1].unsent, 1 + 4);
+    assert_eq!(a.intervals[&3].scenarios[&1].intended, 3 + 4);
+    a.fold_settled(10);
+    let iv = &a.intervals[&3];
+    assert!(iv.latency_by_class.is_empty());
+    assert_eq!(iv.scenario_latency(0), expected);
+    assert_eq!(iv.scenario_latency(1), other);
+}
+
 proptest! {
     /// However snapshots are spread over agents and intervals, the totals
     /// equal the sum of the parts and the merged histogram equals one

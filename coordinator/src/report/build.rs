@@ -228,6 +228,7 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                         w.end_s - w.start_s,
                     )
                 },
+                steadiness: None,
             }
         })
         .collect();
@@ -243,9 +244,11 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
         totals.failures = scenarios.iter().map(|s| s.totals.failures).sum();
     }
 
+    verdicts::steady::judge(result, &mut scenarios, &ctx.scenarios);
+
     let agents = agent_reports(result, elapsed_s);
     let intervals = interval_reports(result);
-    let verdicts = verdicts::all(result, &totals, &agents, ctx);
+    let verdicts = verdicts::all(result, &totals, &scenarios, &agents, ctx);
 
     let thresholds = ctx
         .thresholds

@@ -105,11 +105,27 @@ fn set(root: &mut Map<String, Value>, path: &str, value: f64) {
 }
 
 /// A run's totals as JSON, with the transport errors' total
-/// ([`Figure::Errors`]), which the totals hold only by kind.
-fn run_value(t: &Totals) -> Value {
+/// ([`Figure::Errors`]), which the totals hold only by kind, and each
+/// scenario's steadiness verdict (null where none was judged), since only
+/// the representative run's scenarios are kept whole.
+fn run_value(r: &Report) -> Value {
+    let t = &r.totals;
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-    if let (Value::Object(map), Some(errors)) = (&mut v, Figure::Errors.of(t)) {
-        map.insert(Figure::Errors.key(), Value::from(errors as u64));
+    if let Value::Object(map) = &mut v {
+        if let Some(errors) = Figure::Errors.of(t) {
+            map.insert(Figure::Errors.key(), Value::from(errors as u64));
+        }
+        let steadiness = r
+            .scenarios
+            .iter()
+            .map(|s| {
+                s.steadiness
+                    .as_ref()
+                    .and_then(|st| serde_json::to_value(st.verdict).ok())
+                    .unwrap_or(Value::Null)
+            })
+            .collect();
+        map.insert("steadiness".into(), Value::Array(steadiness));
     }
     v
 }
@@ -138,7 +154,7 @@ impl Source for Medians<'_> {
 /// Combines the reports of several runs; the second value is the index of
 /// the representative run (whose interval log is written).
 pub(crate) fn combine(reports: Vec<Report>, thresholds: &[Threshold]) -> (Report, usize) {
-    let runs: Vec<Value> = reports.iter().map(|r| run_value(&r.totals)).collect();
+    let runs: Vec<Value> = reports.iter().map(run_value).collect();
     let (mut med, mut lo, mut hi) = (Map::new(), Map::new(), Map::new());
     for figure in &HEADLINE {
         let mut values: Vec<f64> = reports

@@ -1,6 +1,7 @@
 //! The human summary printed at the end of `run`: verdicts first, then
 //! (with `--repeat`) the medians and each run, then intended / sent /
-//! unsent, outcomes, percentiles, agents and thresholds. Its exact shape is pinned by a snapshot test
+//! unsent, outcomes, percentiles, arrivals against completions per second,
+//! agents and thresholds. Its exact shape is pinned by a snapshot test
 //! (tests/text_report.rs), so a change to it is a deliberate one.
 
 use std::io::Write;
@@ -9,7 +10,7 @@ use loadfleet_proto::vocab::{GrpcStatus, VerdictLevel};
 
 use super::format::{ms, protocol_line, threshold_actual};
 use super::repeats::{Unit, COLUMNS};
-use crate::report_model::{Grpc, Percentiles, Report, Scenario};
+use crate::report_model::{Grpc, IntervalReport, Percentiles, Report, Scenario};
 use crate::report_model::{HeadlinePercentiles, Repeats};
 
 fn percentile_row(
@@ -255,6 +256,7 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             super::text_flows::write(out, s, flows)?;
         }
     }
+    write_per_second(out, &r.intervals)?;
     writeln!(out)?;
     writeln!(out, "  agents:")?;
     for a in &r.agents {
@@ -467,6 +469,88 @@ fn write_medians(out: &mut impl Write, rep: &Repeats) -> std::io::Result<()> {
     let quantiles = |h: &Option<_>| h.as_ref().and_then(HeadlinePercentiles::as_percentiles);
     percentile_row(out, "latency", &quantiles(&m.latency_ms))?;
     percentile_row(out, "service time", &quantiles(&m.service_time_ms))
+}
+
+/// Columns of the per-second table; a longer run is shown in spans of
+/// whole seconds, so the table keeps to a terminal's width.
+const SECOND_COLUMNS: usize = 20;
+
+/// Arrivals against completions, second by second, with the gap and what
+/// was in flight: a target that falls behind shows as a gap that never
+/// closes and an in-flight count that climbs.
+fn write_per_second(out: &mut impl Write, intervals: &[IntervalReport]) -> std::io::Result<()> {
+    if intervals.is_empty() {
+        return Ok(());
+    }
+    let span = intervals.len().div_ceil(SECOND_COLUMNS);
+    let spans: Vec<&[IntervalReport]> = intervals.chunks(span).collect();
+    // Per second on average over a span; in flight at its end.
+    let per_s = |c: &[IntervalReport], f: fn(&IntervalReport) -> u64| {
+        c.iter().map(f).sum::<u64>() as f64 / c.len() as f64
+    };
+    let rows: [(&str, Vec<String>); 5] = [
+        (
+            "t (s)",
+            spans.iter().map(|c| format!("{:.0}", c[0].t)).collect(),
+        ),
+        (
+            "arrivals/s",
+            spans
+                .iter()
+                .map(|c| format!("{:.0}", per_s(c, |i| i.intended)))
+                .collect(),
+        ),
+        (
+            "completed/s",
+            spans
+                .iter()
+                .map(|c| format!("{:.0}", per_s(c, |i| i.completed)))
+                .collect(),
+        ),
+        (
+            "gap/s",
+            spans
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{:+.0}",
+                        per_s(c, |i| i.intended) - per_s(c, |i| i.completed)
+                    )
+                })
+                .collect(),
+        ),
+        (
+            "in flight",
+            spans
+                .iter()
+                .map(|c| c.last().map_or(0, |i| i.in_flight).to_string())
+                .collect(),
+        ),
+    ];
+    let width = rows
+        .iter()
+        .flat_map(|(_, cells)| cells.iter().map(String::len))
+        .max()
+        .unwrap_or(1)
+        + 1;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "  arrivals vs completions, per second{} (gap = arrivals − completions; in flight at the end):",
+        if span > 1 {
+            format!(", each column {span} s on average")
+        } else {
+            String::new()
+        }
+    )?;
+    for (label, cells) in rows {
+        let mut line = format!("  {label:<12}");
+        for c in cells {
+            line.push_str(&format!("{c:>width$}"));
+        }
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 /// The runs side by side, then their median, min and max.

@@ -323,8 +323,10 @@ impl State {
             self.current = Some(cur);
             return Some(scaled(&self.base, (self.base_rate, rate), self.vary));
         }
-        cur.results_passed
-            .push(report.thresholds.iter().all(|c| c.passed));
+        cur.results_passed.push(
+            report.thresholds.iter().all(|c| c.passed)
+                && judge::not_steady(std::slice::from_ref(&report)).is_none(),
+        );
         cur.reports.push(report);
         if early.is_none() && cur.reports.len() < cur.runs as usize {
             let rate = cur.rate;
@@ -357,7 +359,9 @@ impl State {
             r
         };
         self.keep(&format!("{dir}/report.json"), &shown);
-        let judged = early.unwrap_or_else(|| judge::slo(&shown.thresholds));
+        // A step that says nothing of the target is not judged on it.
+        let steady = early.is_some() || judge::not_steady(&cur.reports).is_none();
+        let judged = early.unwrap_or_else(|| judge::step(&shown.thresholds, &cur.reports));
         let disagree = cur
             .results_passed
             .iter()
@@ -375,6 +379,7 @@ impl State {
             purpose: cur.purpose,
             judged: word.into(),
             passed: judged == Judged::Pass,
+            steady,
             why: why.clone(),
             runs_passed: cur.results_passed.clone(),
             repeats_disagree: disagree,

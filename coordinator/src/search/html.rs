@@ -1,6 +1,7 @@
 //! `search.html`: the knee chart. Latency percentiles and throughput
 //! against the offered rate, the SLO's latency rules drawn as lines,
-//! failing steps marked, unsent and failures beside; then every step in a
+//! failing steps marked (and those the target fell behind in, apart),
+//! unsent and failures beside; then every step in a
 //! table with a link to its report. Drawn with the run report's chart code
 //! (`report::html`), so both pages read alike and nothing is fetched.
 
@@ -87,6 +88,15 @@ fn page(s: &SearchRecord) -> Markup {
     );
     failed_rate.width = 0.0;
     failed_rate.markers = true;
+    // A step the target fell behind in: its completed/s stayed below the
+    // offered rate while the queue grew, whatever its latency showed.
+    let mut behind = Series::line(
+        "not steady",
+        "#e09b00",
+        at(&|st: &Step| (!st.steady).then_some(st.figures.throughput_rps)),
+    );
+    behind.width = 0.0;
+    behind.markers = true;
     let throughput = vec![
         offered,
         Series::line(
@@ -110,6 +120,7 @@ fn page(s: &SearchRecord) -> Markup {
             at(&|st: &Step| Some(per_s(st.figures.failures))),
         ),
         failed_rate,
+        behind,
     ];
     let latency_title = format!("latency against {against} (ms)");
     let throughput_title = format!("throughput against {against} (req/s)");
@@ -167,7 +178,11 @@ fn page(s: &SearchRecord) -> Markup {
                                 td { (st.index) }
                                 td { (s.settings.varies.amount(st.offered)) }
                                 td { (format!("{:?}", st.purpose).to_lowercase()) }
-                                td { (st.judged) @if st.repeats_disagree { " (runs disagree)" } }
+                                td {
+                                    (st.judged)
+                                    @if !st.steady { " · NOT_STEADY" }
+                                    @if st.repeats_disagree { " (runs disagree)" }
+                                }
                                 td { (num(st.figures.throughput_rps, 1)) }
                                 td { (st.figures.latency_ms.as_ref().map_or("-".into(), |p| ms(p.p50))) }
                                 td { (st.figures.latency_ms.as_ref().map_or("-".into(), |p| ms(p.p99))) }

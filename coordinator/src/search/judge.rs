@@ -1,7 +1,9 @@
-//! A step's report read as the search needs it: did the SLO hold, or does
-//! the report say nothing about the target at all? The second question
-//! comes first. A step the fleet could not offer, or in which no
-//! experiment happened, is never a pass or a fail of the target.
+//! A step's report read as the search needs it: did the SLO hold and did
+//! the target keep up with the arrivals, or does the report say nothing
+//! about the target at all? The second question comes first. A step the
+//! fleet could not offer, or in which no experiment happened, is never a
+//! pass or a fail of the target; a step the target fell behind in
+//! (`NOT_STEADY`) is a failure whatever its SLO says.
 
 use loadfleet_proto::vocab::{AgentStatus, UnsentReason, VerdictCode, VerdictLevel};
 
@@ -9,7 +11,8 @@ use super::ladder::Judged;
 use crate::figures::Unit;
 use crate::fleet::RunResult;
 use crate::report::format::threshold_actual;
-use crate::report_model::{Checked, Report};
+use crate::report::verdicts::steady;
+use crate::report_model::{Checked, Report, SteadyVerdict};
 use crate::thresholds::Threshold;
 
 /// Unsent reasons that say the target was slow, not the fleet short: an
@@ -118,13 +121,53 @@ const SATURATED: &str = "GENERATOR_SATURATED";
 
 /// The SLO's rules as the report checked them: a pass when all held, else
 /// a failure naming each broken rule and its figure.
-pub(super) fn slo(checked: &[Checked]) -> Judged {
+fn slo(checked: &[Checked]) -> Judged {
     let broken: Vec<String> = checked.iter().filter(|c| !c.passed).map(broken).collect();
     if broken.is_empty() {
         Judged::Pass
     } else {
         Judged::Fail(broken.join(", "))
     }
+}
+
+/// A step passes only when its SLO held and the target kept up: a
+/// failure names the broken rules, then `NOT_STEADY` and its figures.
+pub(super) fn step(checked: &[Checked], reports: &[Report]) -> Judged {
+    match (slo(checked), not_steady(reports)) {
+        (judged, None) => judged,
+        (Judged::Fail(why), Some(behind)) => Judged::Fail(format!("{why}, {behind}")),
+        (_, Some(behind)) => Judged::Fail(behind),
+    }
+}
+
+/// `NOT_STEADY: completions 400/s of 413/s offered; …` when the target
+/// fell behind in more than half of the step's runs (the medians decide
+/// the SLO, and this alike), with the figures of the first such run.
+pub(super) fn not_steady(reports: &[Report]) -> Option<String> {
+    let behind: Vec<String> = reports.iter().filter_map(behind).collect();
+    (behind.len() * 2 > reports.len()).then(|| format!("NOT_STEADY: {}", behind[0]))
+}
+
+/// The figures of every scenario of `r` that was not steady, named when
+/// the run has several.
+fn behind(r: &Report) -> Option<String> {
+    let named = r.scenarios.len() > 1;
+    let parts: Vec<String> = r
+        .scenarios
+        .iter()
+        .filter_map(|s| {
+            let st = s.steadiness.as_ref()?;
+            (st.verdict == SteadyVerdict::NotSteady).then(|| {
+                let figures = steady::figures(st);
+                if named {
+                    format!("scenario {}: {figures}", s.name)
+                } else {
+                    figures
+                }
+            })
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// `p99 412.0ms (SLO p99<300ms)`.
@@ -158,6 +201,61 @@ mod tests {
         ];
         assert_eq!(slo(&c), Judged::Fail("p99 412.0ms (SLO p99<300ms)".into()));
         assert_eq!(slo(&c[1..]), Judged::Pass);
+    }
+
+    /// A real run's report, its scenario judged `verdict`.
+    fn report(verdict: SteadyVerdict) -> Report {
+        let mut r: Report = serde_json::from_str(include_str!("../../tests/fixtures/report.json"))
+            .expect("the fixture is a report");
+        r.scenarios[0].steadiness = Some(crate::report_model::Steadiness {
+            verdict,
+            from_s: 1.0,
+            to_s: 4.0,
+            seconds: 3,
+            offered_rps: 413.0,
+            sent_rps: 413.0,
+            completed_rps: 400.2,
+            unsent: 0,
+            behind: 38,
+            behind_seconds: 3,
+            in_flight_start: 20,
+            in_flight_end: 150,
+            p50: None,
+            p99: None,
+        });
+        r
+    }
+
+    /// A step passes only when the SLO held and the target kept up in
+    /// more than half of its runs; the failure names the broken rules,
+    /// then NOT_STEADY and its figures.
+    #[test]
+    fn an_unsteady_step_fails_whatever_its_slo() {
+        let (steady, behind) = (
+            report(SteadyVerdict::Steady),
+            report(SteadyVerdict::NotSteady),
+        );
+        let held = [checked("p99<300ms", 120.0, "ms", true)];
+        let broke = [checked("p99<300ms", 412.0, "ms", false)];
+        let figures =
+            "NOT_STEADY: completions 400/s of 413/s offered; in flight grew from 20 to 150";
+        assert_eq!(step(&held, std::slice::from_ref(&steady)), Judged::Pass);
+        assert_eq!(
+            step(&held, std::slice::from_ref(&behind)),
+            Judged::Fail(figures.into())
+        );
+        assert_eq!(
+            step(&broke, std::slice::from_ref(&behind)),
+            Judged::Fail(format!("p99 412.0ms (SLO p99<300ms), {figures}"))
+        );
+        // Repeats: the majority decides, as the medians do for the SLO.
+        let two_of_three = [behind.clone(), steady.clone(), behind.clone()];
+        assert_eq!(not_steady(&two_of_three).as_deref(), Some(figures));
+        let one_of_three = [behind.clone(), steady.clone(), steady.clone()];
+        assert_eq!(not_steady(&one_of_three), None);
+        assert_eq!(not_steady(&[behind.clone(), steady]), None);
+        // Too short to judge is not unsteady.
+        assert_eq!(not_steady(&[report(SteadyVerdict::TooShort)]), None);
     }
 
     #[test]

@@ -88,6 +88,11 @@ pub(crate) struct Step {
     /// `pass`, `fail`, `generator`, `no_experiment` or `broken`.
     pub judged: String,
     pub passed: bool,
+    /// False when the target fell behind the arrivals (`NOT_STEADY`) in
+    /// more than half of the step's runs, which fails the step; `why`
+    /// then gives the figures.
+    #[serde(default = "yes")]
+    pub steady: bool,
     /// The rules broken, or why the step says nothing of the target.
     pub why: Option<String>,
     /// Each run's own pass or fail against the SLO.
@@ -107,6 +112,12 @@ pub(crate) struct Step {
     /// again (at most twice per step): kept, never judged.
     #[serde(default)]
     pub held_up: Vec<String>,
+}
+
+/// A search written before steps were judged on steadiness passed none
+/// for being unsteady.
+fn yes() -> bool {
+    true
 }
 
 /// A step's headline figures, as the report names them.
@@ -308,11 +319,13 @@ pub(crate) fn write_text(out: &mut impl Write, s: &SearchRecord) -> std::io::Res
         "unsent"
     )?;
     for st in &s.steps {
-        let result = if st.repeats_disagree {
-            format!("{} (split)", st.judged)
-        } else {
-            st.judged.clone()
-        };
+        let mut result = st.judged.clone();
+        if !st.steady {
+            result.push_str(" unsteady");
+        }
+        if st.repeats_disagree {
+            result.push_str(" (split)");
+        }
         let purpose = match st.purpose {
             Purpose::Ladder => "ladder",
             Purpose::Bisect => "bisect",

@@ -12,12 +12,13 @@ use browser::*;
 use common::*;
 
 /// Chart series colours, as html.rs draws them (chart strokes only).
-const SERIES: [(&str, [u8; 3]); 5] = [
+const SERIES: [(&str, [u8; 3]); 6] = [
     ("sent / p50 blue", [0x25, 0x63, 0xc9]),
     ("completed green", [0x1f, 0x9a, 0x4a]),
     ("p99 / unsent red", [0xd0, 0x34, 0x2c]),
     ("curve / in-flight purple", [0x7b, 0x3f, 0xc4]),
     ("max in flight orange", [0xe0, 0x7b, 0x00]),
+    ("arrivals − completions gap magenta", [0xa0, 0x30, 0x7a]),
 ];
 
 const WIDTH: u32 = 1280;
@@ -67,14 +68,15 @@ fn html_report_renders_in_a_browser_and_is_self_contained() {
         "p99.9",
         "<svg class=\"chart\"",
         "Latency by percentile",
+        "Arrivals vs completions per second, and the gap",
         "<h2>Agents</h2>",
     ] {
         assert!(html.contains(needle), "report.html lacks {needle:?}");
     }
     assert_eq!(
         html.matches("<svg class=\"chart\"").count(),
-        5,
-        "five charts"
+        6,
+        "six charts"
     );
     assert!(!html.contains("NaN"));
 

@@ -60,6 +60,7 @@ mod report_frictions;
 mod scale;
 mod search;
 mod sse;
+mod steady;
 mod survive;
 mod swarm;
 mod text_report;

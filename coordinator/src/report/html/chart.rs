@@ -23,6 +23,7 @@ const C_P99: &str = "#d0342c";
 const C_CURVE: &str = "#7b3fc4";
 const C_IN_FLIGHT: &str = "#7b3fc4";
 const C_MAX_IN_FLIGHT: &str = "#e07b00";
+const C_GAP: &str = "#a0307a";
 
 /// Each outcome class's stroke and the lighter fill of its layer in the
 /// stacked chart: 2xx the green of `completed`, 4xx amber, 5xx a deep red
@@ -92,6 +93,29 @@ pub(super) fn charts(r: &Report) -> Markup {
         ],
     };
 
+    // The gap is drawn while arrivals are due: in the drain it is only
+    // the answers coming home.
+    let mut arrivals = Series::line("arrivals", C_INTENDED, per_second(|iv| iv.intended));
+    arrivals.dashed = true;
+    let gap = ivs
+        .iter()
+        .map(|iv| {
+            let gap = iv.intended as f64 - iv.completed as f64;
+            (mid(iv.t), (iv.intended > 0).then_some(gap))
+        })
+        .collect();
+    let behind = Chart {
+        title: "Arrivals vs completions per second, and the gap",
+        y_label: "requests / s",
+        x: seconds,
+        bands: bands.clone(),
+        series: vec![
+            arrivals,
+            Series::line("completions", C_COMPLETED, per_second(|iv| iv.completed)),
+            Series::line("gap (arrivals − completions)", C_GAP, gap),
+        ],
+    };
+
     let by_class = Chart {
         title: "Completions per second by outcome class (stacked)",
         y_label: "completions / s",
@@ -133,6 +157,7 @@ pub(super) fn charts(r: &Report) -> Markup {
         h2 { "Charts" }
         (latency.render("no latency data: nothing completed"))
         (requests.render("no per-second data: no interval was reported"))
+        (behind.render("no per-second data: no interval was reported"))
         (by_class.render("no completions: nothing was answered or failed"))
         (distribution.render("no latency distribution: nothing completed"))
         (in_flight.render("no in-flight data: no interval was reported"))
@@ -324,8 +349,18 @@ impl Chart<'_> {
                 figure { figcaption { (self.title) } p class="nodata" { (no_data) } }
             };
         }
-        // 5% headroom, so a series at its maximum is not drawn on the frame.
-        let (y_top, y_step) = nice_scale(ys().fold(0.0, f64::max) * 1.05);
+        // 5% headroom, so a series at its maximum is not drawn on the
+        // frame. The axis starts at 0, or below it for a series that goes
+        // negative (a gap that closes), on the same round steps.
+        let (y_max, y_min) = (ys().fold(0.0, f64::max), ys().fold(0.0, f64::min));
+        let (top, y_step) = nice_scale((y_max - y_min) * 1.05);
+        let (y_low, y_top) = if y_min < 0.0 {
+            let low = (y_min * 1.05 / y_step).floor() * y_step;
+            let high = (y_max * 1.05 / y_step - 1e-9).ceil() * y_step;
+            (low, high.max(low + y_step))
+        } else {
+            (0.0, top)
+        };
         let (x0, x1, x_ticks): (f64, f64, Vec<(f64, String)>) = match self.x {
             XAxis::Seconds { end } | XAxis::Rate { end } | XAxis::Clients { end } => {
                 let (top, step) = nice_scale(end);
@@ -347,7 +382,8 @@ impl Chart<'_> {
         let plot_h = H - TOP - BOTTOM;
         let bottom = TOP + plot_h;
         let px = |x: f64| fin(LEFT + (fin(x) - x0) / (x1 - x0).max(1e-12) * plot_w);
-        let py = |y: f64| fin(TOP + plot_h - fin(y) / y_top.max(1e-12) * plot_h);
+        let py =
+            |y: f64| fin(TOP + plot_h - (fin(y) - y_low) / (y_top - y_low).max(1e-12) * plot_h);
         let bands: Vec<(f64, f64, &str)> = self
             .bands
             .iter()
@@ -390,9 +426,10 @@ impl Chart<'_> {
                         text x=(f1((a + b) / 2.0)) y=(f1(TOP + 12.0)) font-size="10" fill="#888"
                             text-anchor="middle" { (label) }
                     }
-                    @for v in ticks(y_top, y_step) {
+                    @for v in ticks_from(y_low, y_top, y_step) {
                         @let y = f1(py(v));
-                        line x1=(LEFT) y1=(y) x2=(f1(W - RIGHT)) y2=(y) stroke="#e6e6e6" {}
+                        line x1=(LEFT) y1=(y) x2=(f1(W - RIGHT)) y2=(y)
+                            stroke=(if v == 0.0 && y_low < 0.0 { "#888888" } else { "#e6e6e6" }) {}
                         text x=(f1(LEFT - 6.0)) y=(f1(py(v) + 4.0)) font-size="11" fill="#555"
                             text-anchor="end" { (tick_label(v, y_step)) }
                     }
@@ -518,8 +555,13 @@ pub(crate) fn nice_scale(max: f64) -> (f64, f64) {
 }
 
 fn ticks(top: f64, step: f64) -> Vec<f64> {
-    let n = (top / step).round() as usize;
-    (0..=n.min(50)).map(|i| i as f64 * step).collect()
+    ticks_from(0.0, top, step)
+}
+
+/// Ticks from `low` to `top` (both on the step), at most 51 of them.
+fn ticks_from(low: f64, top: f64, step: f64) -> Vec<f64> {
+    let n = ((top - low) / step).round().max(0.0) as usize;
+    (0..=n.min(50)).map(|i| low + i as f64 * step).collect()
 }
 
 fn tick_label(v: f64, step: f64) -> String {

@@ -127,6 +127,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             requests: Vec::new(),
             flows: None,
             steps: Vec::new(),
+            steadiness: None,
         }],
         totals: t,
         agents: vec![AgentReport {

@@ -1,6 +1,7 @@
 //! Every verdict the report makes about the run, in one place: whether the
-//! experiment happened, whether the generator kept up, whether clocks and
-//! hardware can be trusted. The codes and levels are documented in
+//! experiment happened, whether the generator kept up, whether the target
+//! kept up with the arrivals (`steady`), whether clocks and hardware can
+//! be trusted. The codes and levels are documented in
 //! docs/report.md; the exit status follows from them.
 
 use std::net::IpAddr;
@@ -10,11 +11,12 @@ use loadfleet_proto::vocab::{
 };
 
 use super::plan_info::{Placement, PlanInfo};
-use crate::report_model::{AgentReport, Report, Totals, Verdict};
+use crate::report_model::{AgentReport, Report, Scenario, Totals, Verdict};
 use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 
 mod offered;
 mod transport;
+pub(crate) mod steady;
 use crate::fleet::RunResult;
 use crate::plan::OnAgentLoss;
 use crate::units;
@@ -23,6 +25,7 @@ use crate::units;
 pub(crate) fn all(
     result: &RunResult,
     t: &Totals,
+    scenarios: &[Scenario],
     agents: &[AgentReport],
     info: &PlanInfo,
 ) -> Vec<Verdict> {
@@ -33,6 +36,7 @@ pub(crate) fn all(
     }
     v.extend(pool_verdict(t, agents, info));
     v.extend(failures_verdict(t, info.failure_limits));
+    v.extend(steady::verdicts(scenarios));
     v.extend(health_verdicts(result, t, agents, info));
     v.extend(localhost_verdicts(result, info));
     v.extend(delivery_clock_verdicts(result, info));

@@ -347,3 +347,92 @@ fn a_saturated_pool_is_generator_pool_with_its_figures() {
     let r = build(&result(100, 5_000, 50, 0.5, 1), &context(None));
     assert_eq!(level_of(&r, VerdictCode::GeneratorPool), None);
 }
+
+/// Ten seconds of one scenario: each second `sent` out and `completed`
+/// back, the latency of the second `i` at `latency_ms(i)`, and in flight
+/// growing by what did not come back; then a drain that answers the rest.
+fn seconds(sent: u64, completed: u64, latency_ms: fn(u64) -> u64) -> RunResult {
+    let mut r = result(0, 5_000, 50, 0.5, 1);
+    r.aggregate = Aggregate::new(1, 1);
+    for i in 0..10u64 {
+        let mut lat = new_histogram();
+        for _ in 0..completed {
+            lat.record(latency_ms(i) * 1000).unwrap();
+        }
+        let snapshot = v1::Snapshot {
+            interval_index: i,
+            seq: i + 1,
+            intended: sent,
+            sent,
+            completed,
+            completed_in_window: completed,
+            status: [(200, completed)].into_iter().collect(),
+            latency: [(OutcomeClass::Success.to_string(), encode(&lat).unwrap())]
+                .into_iter()
+                .collect(),
+            in_flight: 20 + (sent - completed) * (i + 1),
+            ..Default::default()
+        };
+        r.aggregate.add(0, &Snapshot::try_from(&snapshot).unwrap());
+    }
+    // The drain answers what was left.
+    let left = 10 * (sent - completed);
+    let mut lat = new_histogram();
+    for _ in 0..left {
+        lat.record(latency_ms(10) * 1000).unwrap();
+    }
+    let drain = v1::Snapshot {
+        interval_index: 10,
+        seq: 11,
+        completed: left,
+        status: [(200, left)].into_iter().collect(),
+        latency: [(OutcomeClass::Success.to_string(), encode(&lat).unwrap())]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    r.aggregate.add(0, &Snapshot::try_from(&drain).unwrap());
+    r
+}
+
+/// A target 12/s short of 412/s, its latency climbing 30 ms a second, is
+/// told NOT_STEADY with its figures, as a warning: the exit status stays
+/// 0. The same rate answered in full, at a flat latency, is steady.
+#[test]
+fn a_target_that_falls_behind_is_not_steady_and_warned() {
+    let r = build(&seconds(412, 400, |i| 50 + 30 * i), &context(None));
+    let st = r.scenarios[0].steadiness.as_ref().expect("judged");
+    assert_eq!(st.verdict, crate::report_model::SteadyVerdict::NotSteady);
+    assert_eq!((st.from_s, st.seconds, st.behind), (1.0, 9, 108));
+    assert_eq!((st.in_flight_start, st.in_flight_end), (32, 140));
+    let v = r
+        .verdicts
+        .iter()
+        .find(|v| v.code == VerdictCode::NotSteady)
+        .expect("NOT_STEADY");
+    assert_eq!(v.level, VerdictLevel::Warn);
+    assert!(
+        v.message.starts_with(
+            "completions 400/s of 412/s offered; p50 rising 30 ms per second (±0.0), p99 rising 30 ms per second (±0.0); in flight grew from 32 to 140"
+        ),
+        "{}",
+        v.message
+    );
+    assert_eq!(exit_status(&r), 0);
+
+    let r = build(&seconds(412, 412, |_| 50), &context(None));
+    let st = r.scenarios[0].steadiness.as_ref().expect("judged");
+    assert_eq!(st.verdict, crate::report_model::SteadyVerdict::Steady);
+    assert!(!r.verdicts.iter().any(|v| v.code == VerdictCode::NotSteady));
+}
+
+/// A run cut short is not judged: its last seconds are not whole.
+#[test]
+fn a_run_cut_short_is_not_judged_for_steadiness() {
+    let mut run = seconds(412, 400, |i| 50 + 30 * i);
+    run.cut_short = true;
+    run.elapsed = Duration::from_secs(10);
+    let r = build(&run, &context(None));
+    assert!(r.scenarios[0].steadiness.is_none());
+    assert!(!r.verdicts.iter().any(|v| v.code == VerdictCode::NotSteady));
+}

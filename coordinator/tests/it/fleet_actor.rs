@@ -134,7 +134,10 @@ async fn an_agent_that_leaves_mid_run_is_lost_and_the_others_finish() {
     assert_eq!(t.sent, 10 + 5);
     assert_eq!(t.intended, 20, "intended follows the plan");
     assert_eq!(t.unsent.get(UnsentReason::AgentLost), 5);
-    assert_eq!(run.agents[1].lost_arrivals, 5);
+    assert_eq!(
+        run.aggregate.agents[1].unsent.get(UnsentReason::AgentLost),
+        5
+    );
     assert_eq!(run.aggregate.agents[1].intended, 10);
     // Per second too: the second second's 10 are 5 sent and 5 agent_lost.
     let second = &run.aggregate.intervals[&1];

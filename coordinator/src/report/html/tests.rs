@@ -38,6 +38,7 @@ fn totals(completed: u64) -> Totals {
             late: 3,
             other: BTreeMap::new(),
         },
+        unreported: 0,
         status: if completed > 0 {
             [("200".to_string(), completed)].into_iter().collect()
         } else {
@@ -138,6 +139,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             share: 1.0,
             intended: completed + 10,
             sent: completed,
+            unreported: 0,
             unsent: 10,
             completed,
             cpu: 0.1,
@@ -167,6 +169,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 sent: 98,
                 unsent: 2,
                 unsent_by_reason: [(UnsentReason::Late.to_string(), 2)].into_iter().collect(),
+                unreported: 0,
                 completed: 97,
                 errors: 0,
                 classes: BTreeMap::new(),
@@ -432,6 +435,7 @@ fn a_flow_scenario_gets_its_flows_and_funnel() {
         intended: 110,
         started: 100,
         unsent: r.scenarios[0].totals.unsent.clone(),
+        unreported: 0,
         completed: 77,
         failed: 21,
         failed_by_reason: [("check".to_string(), 13), ("status".to_string(), 8)].into(),

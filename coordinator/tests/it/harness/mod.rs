@@ -366,6 +366,7 @@ async fn agent(
                 log.get().heartbeats.push(Instant::now());
                 Some(agent_message::Kind::Heartbeat(v1::Heartbeat {
                     now_ns: clock(),
+                    ..Default::default()
                 }))
             }
             Some(coordinator_message::Kind::Stop(s)) => {

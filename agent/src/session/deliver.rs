@@ -244,7 +244,7 @@ impl Session<'_> {
             return None;
         }
         self.say(&format!(
-            "stopped sending: {why}; delivering the run's last figures for up to {}",
+            "lost the coordinator ({why}); delivering the run's last figures for up to {}",
             humantime::format_duration(grace)
         ));
         let Phase::Running(mut run) =

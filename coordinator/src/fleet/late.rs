@@ -12,8 +12,8 @@
 //! before are ignored by their sequence numbers, so a delivery may come
 //! twice, or partly on its old stream.
 //!
-//! A run waits for a lost agent's figures a few seconds after the loss
-//! ([`return_wait`]), and takes none once it is over: they stay unreported.
+//! A run waits for a lost agent's figures a little after the loss
+//! ([`RETURN_WAIT`]), and takes none once it is over: they stay unreported.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::actor::Fleet;
-use super::registry::{Agent, DEAD_MAN_SECS};
+use super::registry::Agent;
 use super::unreported::Split;
 use super::validate::{Check, Rejection};
 use super::{AgentTx, LastSeen, LateFigures, Loss};
@@ -37,17 +37,11 @@ const MAX_PENDING: usize = 4096;
 
 /// How long after its loss a run waits for an agent's last figures before
 /// it may end without them. An agent whose stream broke noticed at once
-/// and dials again within a second or two if it lives; one lost to silence
-/// stops only when its own dead-man switch fires. A coordinator that was
-/// stalled itself finds them already waiting when it runs again.
-fn return_wait(loss: Option<&Loss>) -> Duration {
-    match loss {
-        Some(Loss::Silent(_) | Loss::NotReading) => {
-            Duration::from_secs(u64::from(DEAD_MAN_SECS) + 2)
-        }
-        _ => Duration::from_secs(2),
-    }
-}
+/// and dials again within a second if it lives; agents that stopped while
+/// the coordinator itself was stalled are already waiting when it runs
+/// again. One lost to silence can deliver only once its link works again,
+/// which a longer wait would seldom see: its figures stay unreported.
+const RETURN_WAIT: Duration = Duration::from_secs(2);
 
 impl Fleet {
     /// Whether the run should still wait for lost agent `a`'s last
@@ -61,7 +55,7 @@ impl Fleet {
         {
             return false;
         }
-        tokio::time::Instant::now() < start + lost_at + return_wait(a.loss())
+        tokio::time::Instant::now() < start + lost_at + RETURN_WAIT
     }
 
     /// Whether `msg` from agent `i` is part of its last figures, to take in.
@@ -90,6 +84,16 @@ impl Fleet {
         reply: oneshot::Sender<Result<u32, Status>>,
     ) {
         let i = d.agent_index as usize;
+        if let Some(a) = self.agents.get_mut(i) {
+            if let Some((_, merged)) = a.delivered.filter(|&(key, _)| key == d.run_key) {
+                // In already, perhaps in a run since over: confirmed again.
+                a.reconnect(tx, seen);
+                if reply.send(Ok(i as u32)).is_ok() {
+                    confirm(a, merged);
+                }
+                return;
+            }
+        }
         if let Err(why) = self.deliverable(i, d.run_key) {
             tracing::warn!("refused a delivery from {peer:?} ({}): {why}", d.agent_id);
             let _ = reply.send(Err(Status::failed_precondition(why)));
@@ -98,15 +102,9 @@ impl Fleet {
         if self.agents[i].alive() {
             self.declare_lost(vec![(i, Loss::StoppedAlone)]);
         }
-        let merged = self.checks.last_seq(i);
         let a = &mut self.agents[i];
         a.reconnect(tx, seen);
         if reply.send(Ok(i as u32)).is_err() {
-            return;
-        }
-        if matches!(a.late, LateFigures::Whole { .. }) {
-            // Delivered already (an earlier attempt got through): confirm.
-            confirm(a, merged);
             return;
         }
         self.out.console.line(&format!(
@@ -263,6 +261,7 @@ impl Fleet {
         let a = &mut self.agents[i];
         a.finished = Some(f);
         a.late = LateFigures::Whole { snapshots };
+        a.delivered = Some((a.run_key, merged));
         self.out.console.line(&format!(
             "agent {} delivered its last figures after its loss ({snapshots} snapshot(s)): every request it sent is counted",
             a.hello.agent_id

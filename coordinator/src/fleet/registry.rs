@@ -70,6 +70,10 @@ pub(super) struct Agent {
     /// Late figures that came before its share was booked, taken in once
     /// it is.
     pub(super) pending: Vec<v1::AgentMessage>,
+    /// The run key and last snapshot of the last figures it delivered
+    /// whole after a loss, kept past its run: delivered again (the answer
+    /// to the first was lost), they are confirmed, not refused.
+    pub(super) delivered: Option<(u64, u64)>,
     /// With `redistribute`: when the survivors took over its arrivals.
     pub(super) handed_over_at: Option<Duration>,
     /// Messages after its loss, ignored: it came back.
@@ -100,6 +104,7 @@ impl Agent {
             booking: Vec::new(),
             late: LateFigures::None,
             pending: Vec::new(),
+            delivered: None,
             handed_over_at: None,
             messages_after_loss: 0,
         }
@@ -111,14 +116,6 @@ impl Agent {
 
     pub(super) fn is_lost(&self) -> bool {
         matches!(self.link, Link::Lost(_))
-    }
-
-    /// Why it was lost, if it was.
-    pub(super) fn loss(&self) -> Option<&Loss> {
-        match &self.link {
-            Link::Lost(loss) => Some(loss),
-            _ => None,
-        }
     }
 
     /// Lost in a way it may come back from with its last figures (it went

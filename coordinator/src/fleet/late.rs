@@ -21,13 +21,11 @@ use std::time::Duration;
 
 use loadfleet_proto::bounds::MAX_LATE_SNAPSHOTS;
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
-use loadfleet_proto::vocab::UnsentReason;
 use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::actor::Fleet;
 use super::registry::Agent;
-use super::unreported::Split;
 use super::validate::{Check, Rejection};
 use super::{AgentTx, LastSeen, LateFigures, Loss};
 
@@ -189,7 +187,6 @@ impl Fleet {
             return self.refuse_late(i, r);
         }
         let sc = s.scenario as usize;
-        let f = &decoded.figures;
         let open = matches!(
             self.spec.scenarios.get(sc).and_then(|x| x.model.as_ref()),
             Some(v1::scenario_assignment::Model::Open(_))
@@ -199,32 +196,16 @@ impl Fleet {
         };
         // A closed-model share has no schedule to book against: its
         // requests follow the answers, as during the run.
-        let split = if open {
-            match booking.take(s.interval_index, f.intended) {
-                Ok(split) => split,
-                Err(beyond) => {
-                    let r = Rejection::new(
-                        "late_beyond_share",
-                        format!(
-                            "interval {} reports {} arrivals intended after its loss, but its share left {} unreported there",
-                            s.interval_index, f.intended, beyond.booked
-                        ),
-                    );
-                    return self.refuse_late(i, r);
-                }
-            }
-        } else {
-            Split::default()
-        };
-        let held_before = self.aggregate.held(i, sc);
-        let resolved = f.sent + f.unsent.total();
-        let from_held = booking.resolve_held(resolved.saturating_sub(held_before + f.intended));
-        let held_at = booking.held_at;
-        self.aggregate
-            .unbook(i, sc, s.interval_index, split.unreported, split.lost);
-        self.aggregate.add(i, &decoded);
-        self.aggregate
-            .settle_unreported(i, sc, held_at, from_held, None);
+        if let Err(beyond) = booking.take_in(&mut self.aggregate, i, &decoded, open) {
+            let r = Rejection::new(
+                "late_beyond_share",
+                format!(
+                    "interval {} reports {} arrivals intended after its loss, but its share left {} unreported there",
+                    s.interval_index, decoded.figures.intended, beyond.booked
+                ),
+            );
+            return self.refuse_late(i, r);
+        }
         self.agents[i].late = LateFigures::Partial {
             snapshots: taken + 1,
         };
@@ -237,21 +218,9 @@ impl Fleet {
             return self.refuse_late(i, r);
         }
         for sc in 0..self.spec.scenarios.len() {
-            let settled = self.agents[i]
-                .booking
-                .get_mut(sc)
-                .map(|b| b.settle())
-                .unwrap_or_default();
-            for (interval, n) in settled {
-                self.aggregate
-                    .settle_unreported(i, sc, interval, n, Some(UnsentReason::AgentLost));
+            if let Some(booking) = self.agents[i].booking.get_mut(sc) {
+                booking.close(&mut self.aggregate, i, sc);
             }
-            // An honest agent books what still waited for a connection as
-            // unsent itself; anything left was not sent either.
-            let held = self.aggregate.held(i, sc);
-            let last = self.aggregate.reported(i, sc).len().saturating_sub(1) as u64;
-            self.aggregate
-                .book_held_unsent(i, sc, last, held, UnsentReason::AgentLost);
         }
         let snapshots = match self.agents[i].late {
             LateFigures::Partial { snapshots } => snapshots,

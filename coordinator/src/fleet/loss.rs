@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::actor::Fleet;
 use super::registry::DEAD_MAN_SECS;
-use super::unreported::{Booking, Split};
+use super::unreported::Booking;
 use super::{intended, Loss, OnAgentLoss};
 
 /// With `redistribute`, the survivors take over at least this long
@@ -263,35 +263,22 @@ impl Fleet {
         let cut = self.agents[i]
             .unknown_until
             .map_or(0, |d| d.as_nanos() as u64);
-        let mut booking = Vec::with_capacity(self.spec.scenarios.len());
-        for sc in 0..self.spec.scenarios.len() {
-            let held_at = self.aggregate.reported(i, sc).len().saturating_sub(1) as u64;
-            let held = self.aggregate.book_held_unreported(i, sc, held_at);
-            let mut rows = Vec::new();
-            if let Some(Some(p)) = planned.get(sc) {
-                let row = p.counts.get(slot).map_or(&[][..], Vec::as_slice);
-                for (interval, &n) in row.iter().enumerate() {
-                    let reported = self
-                        .aggregate
-                        .reported(i, sc)
-                        .get(interval)
-                        .copied()
-                        .unwrap_or(0);
-                    let split = Split::of(n, reported, p.before(slot, interval, cut, interval_ns));
-                    let at = interval as u64;
-                    self.aggregate
-                        .book_unreported(i, sc, at, split.unreported, split.unreported);
-                    self.aggregate
-                        .book_unsent(i, sc, at, split.lost, UnsentReason::AgentLost);
-                    rows.push(split);
-                }
-            }
-            booking.push(Booking {
-                rows,
-                held,
-                held_at,
-            });
-        }
+        let booking = (0..self.spec.scenarios.len())
+            .map(|sc| {
+                let row = match planned.get(sc) {
+                    Some(Some(p)) => p.counts.get(slot).map_or(&[][..], Vec::as_slice),
+                    _ => &[],
+                };
+                let plan = row.iter().enumerate().map(|(interval, &n)| {
+                    let p = planned.get(sc).and_then(Option::as_ref);
+                    (
+                        n,
+                        p.map_or(0, |p| p.before(slot, interval, cut, interval_ns)),
+                    )
+                });
+                Booking::book(&mut self.aggregate, i, sc, plan)
+            })
+            .collect();
         self.agents[i].booking = booking;
     }
 

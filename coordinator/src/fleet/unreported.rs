@@ -5,8 +5,15 @@
 //! certainly not sent by it: unsent `agent_lost`. The agent's own figures,
 //! delivered after its loss, take arrivals back out of the booking, the
 //! unknown ones first; once they are whole (its `Finished`), whatever is
-//! still unknown was never sent. Plain arithmetic, property-tested: the
-//! parts always add up to what the agent left unreported.
+//! still unknown was never sent. The arithmetic ([`Split`], [`Booking`]) and
+//! its bookings in the merged state are here, property-tested: the parts
+//! always add up to what the agent left unreported, and `intended == sent
+//! + unsent + unreported` holds in every scope throughout.
+
+use loadfleet_proto::figures::Snapshot;
+use loadfleet_proto::vocab::UnsentReason;
+
+use crate::aggregate::Aggregate;
 
 /// One interval of a lost agent's booking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,11 +67,86 @@ pub(super) struct Booking {
 }
 
 impl Booking {
+    /// Books lost agent `agent`'s share of `scenario` that it never
+    /// reported into `agg`: `plan` gives, per interval, the arrivals of its
+    /// share and those due before it had certainly stopped (none for a
+    /// closed-model scenario, which has no schedule to count). What it
+    /// reported intended and never sent or unsent is unknown too, at its
+    /// last reported interval.
+    pub(super) fn book(
+        agg: &mut Aggregate,
+        agent: usize,
+        scenario: usize,
+        plan: impl Iterator<Item = (u64, u64)>,
+    ) -> Booking {
+        let held_at = agg.reported(agent, scenario).len().saturating_sub(1) as u64;
+        let held = agg.book_held_unreported(agent, scenario, held_at);
+        let mut rows = Vec::new();
+        for (interval, (planned, before)) in plan.enumerate() {
+            let reported = agg
+                .reported(agent, scenario)
+                .get(interval)
+                .copied()
+                .unwrap_or(0);
+            let split = Split::of(planned, reported, before);
+            let at = interval as u64;
+            agg.book_unreported(agent, scenario, at, split.unreported, split.unreported);
+            agg.book_unsent(agent, scenario, at, split.lost, UnsentReason::AgentLost);
+            rows.push(split);
+        }
+        Booking {
+            rows,
+            held,
+            held_at,
+        }
+    }
+
+    /// Adds one of lost agent `agent`'s late snapshots `s` (checked as any)
+    /// to `agg`: in an `open` scenario its arrivals come out of the booking
+    /// first, the unknown ones first ([`Booking::take`]), so they are
+    /// counted once; arrivals it resolves that were held when it was lost
+    /// leave the unknown. Refused, with nothing changed, when it reports
+    /// more arrivals of its interval than the booking holds.
+    pub(super) fn take_in(
+        &mut self,
+        agg: &mut Aggregate,
+        agent: usize,
+        s: &Snapshot,
+        open: bool,
+    ) -> Result<(), Beyond> {
+        let (sc, f) = (s.scenario as usize, &s.figures);
+        let split = if open {
+            self.take(s.interval_index, f.intended)?
+        } else {
+            Split::default()
+        };
+        let held_before = agg.held(agent, sc);
+        let resolved = f.sent + f.unsent.total();
+        let from_held = self.resolve_held(resolved.saturating_sub(held_before + f.intended));
+        agg.unbook(agent, sc, s.interval_index, split.unreported, split.lost);
+        agg.add(agent, s);
+        agg.settle_unreported(agent, sc, self.held_at, from_held, None);
+        Ok(())
+    }
+
+    /// Lost agent `agent`'s late figures are whole (its `Finished` came):
+    /// whatever of `scenario` is still unknown was never sent, nor what it
+    /// reported intended and never resolved. Both become unsent
+    /// `agent_lost` in `agg`.
+    pub(super) fn close(&mut self, agg: &mut Aggregate, agent: usize, scenario: usize) {
+        for (interval, n) in self.settle() {
+            agg.settle_unreported(agent, scenario, interval, n, Some(UnsentReason::AgentLost));
+        }
+        let held = agg.held(agent, scenario);
+        let last = agg.reported(agent, scenario).len().saturating_sub(1) as u64;
+        agg.book_held_unsent(agent, scenario, last, held, UnsentReason::AgentLost);
+    }
+
     /// A late snapshot reports `n` arrivals of interval `i` intended: they
     /// come out of the booking, the unknown ones first, and the split
     /// taken is returned. Refused when the booking holds fewer: the agent
     /// would add arrivals beyond its share.
-    pub(super) fn take(&mut self, i: u64, n: u64) -> Result<Split, Beyond> {
+    fn take(&mut self, i: u64, n: u64) -> Result<Split, Beyond> {
         if n == 0 {
             return Ok(Split::default());
         }
@@ -89,7 +171,7 @@ impl Booking {
     /// A late snapshot resolved (sent or unsent) `n` arrivals that were
     /// held when the agent was lost: they leave the unknown; returns how
     /// many the booking held.
-    pub(super) fn resolve_held(&mut self, n: u64) -> u64 {
+    fn resolve_held(&mut self, n: u64) -> u64 {
         let n = n.min(self.held);
         self.held -= n;
         n
@@ -98,7 +180,7 @@ impl Booking {
     /// The agent's figures are whole: every arrival still unknown was
     /// never sent. Returns them as (interval, count), held ones included;
     /// the rows keep theirs as lost.
-    pub(super) fn settle(&mut self) -> Vec<(u64, u64)> {
+    fn settle(&mut self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = self
             .rows
             .iter_mut()
@@ -150,7 +232,98 @@ mod tests {
         assert_eq!(Split::of(5, 9, 5), Split::default());
     }
 
+    fn snapshot(interval: u64, intended: u64, sent: u64, unsent: u64) -> Snapshot {
+        let s = loadfleet_proto::v1::Snapshot {
+            interval_index: interval,
+            intended,
+            sent,
+            unsent: [("late".to_string(), unsent)].into_iter().collect(),
+            ..Default::default()
+        };
+        Snapshot::try_from(&s).expect("a sound snapshot")
+    }
+
+    /// `intended == sent + unsent + unreported + held` for the agent, its
+    /// scenario and the totals, and the seconds add up to the totals.
+    fn books_balance(agg: &Aggregate, planned: u64) -> Result<(), TestCaseError> {
+        let held = agg.held(0, 0);
+        for (scope, f, unknown) in [
+            ("totals", &agg.totals, agg.unreported.total),
+            ("scenario", &agg.scenarios[0], agg.unreported.scenarios[0]),
+            ("agent", &agg.agents[0], agg.unreported.agents[0]),
+        ] {
+            prop_assert_eq!(f.intended, planned, "{} intended", scope);
+            prop_assert_eq!(
+                f.intended,
+                f.sent + f.unsent.total() + unknown + held,
+                "{}",
+                scope
+            );
+        }
+        let per_second: (u64, u64) = agg
+            .intervals
+            .values()
+            .fold((0, 0), |(i, u), iv| (i + iv.intended, u + iv.unreported));
+        prop_assert_eq!(per_second, (planned, agg.unreported.total));
+        Ok(())
+    }
+
     proptest! {
+        /// The books balance through everything a lost agent's share goes
+        /// through: what it reported before its loss (some of it still
+        /// waiting for its connections), the booking at the loss, late
+        /// snapshots taken in or refused (a refused one changes nothing),
+        /// and its `Finished`, after which nothing is of unknown fate.
+        #[test]
+        fn the_books_balance_from_loss_to_late_figures(
+            planned in prop::collection::vec(0u64..40, 1..8),
+            reported in 0usize..8,
+            cut in 0usize..9,
+            cut_part in 0u64..40,
+            resolve in prop::collection::vec((0u64..60, 0u64..10), 8),
+            late in prop::collection::vec((0u64..9, 0u64..60, 0u64..80, 0u64..5), 0..10),
+        ) {
+            let total: u64 = planned.iter().sum();
+            let mut agg = Aggregate::new(1, 1);
+            // Before the loss: its first intervals, whole as intended,
+            // resolving what it can of them and of earlier ones.
+            let mut held = 0u64;
+            for (i, &p) in planned.iter().enumerate().take(reported) {
+                let (sent, unsent) = resolve[i];
+                let sent = sent.min(held + p);
+                let unsent = unsent.min(held + p - sent);
+                held = held + p - sent - unsent;
+                agg.add(0, &snapshot(i as u64, p, sent, unsent));
+            }
+            let plan = planned.iter().enumerate().map(|(i, &p)| {
+                let before = match i.cmp(&cut) {
+                    std::cmp::Ordering::Less => p,
+                    std::cmp::Ordering::Equal => cut_part.min(p),
+                    std::cmp::Ordering::Greater => 0,
+                };
+                (p, before)
+            });
+            let mut booking = Booking::book(&mut agg, 0, 0, plan);
+            books_balance(&agg, total)?;
+            prop_assert_eq!(agg.held(0, 0), 0, "held arrivals are unknown now");
+            for (interval, intended, sent, unsent) in late {
+                let before = (agg.totals.clone(), agg.unreported.clone(), booking.clone());
+                let sent = sent.min(agg.held(0, 0) + booking.held + intended);
+                let unsent = unsent.min(agg.held(0, 0) + booking.held + intended - sent);
+                let s = snapshot(interval, intended, sent, unsent);
+                if booking.take_in(&mut agg, 0, &s, true).is_err() {
+                    prop_assert!(agg.totals == before.0, "a refusal changes nothing");
+                    prop_assert_eq!(agg.unreported.total, before.1.total);
+                    prop_assert_eq!(&booking, &before.2);
+                }
+                books_balance(&agg, total)?;
+            }
+            booking.close(&mut agg, 0, 0);
+            books_balance(&agg, total)?;
+            prop_assert_eq!(agg.unreported.total, 0);
+            prop_assert_eq!(agg.held(0, 0), 0);
+        }
+
         /// The split adds up exactly to what the agent left unreported, and
         /// nothing due after the cut is ever unknown.
         #[test]

@@ -373,3 +373,74 @@ fn late_figures_beyond_the_share_are_refused() {
     });
     assert!(named, "{output}");
 }
+
+/// In a flow scenario the unit is the flow: an agent killed mid-run leaves
+/// flows of unknown fate, booked `unreported` flows, so that `intended ==
+/// started + unsent.total + unreported` holds for the flows as for the
+/// totals; the text report's flows line and `compare` show them.
+#[test]
+fn a_killed_agents_flows_of_unknown_fate_are_unreported_flows() {
+    let (_testbed, addr) = start_testbed(&[]);
+    let dir = temp_dir("flows-unreported");
+    let plan = write_plan(
+        &dir,
+        &format!(
+            r#"
+[target]
+url = "http://{addr}"
+
+[[scenario]]
+name = "visit"
+rate = 100
+duration = "6s"
+
+[[scenario.step]]
+path = "/"
+
+[[scenario.step]]
+path = "/again"
+"#
+        ),
+    );
+    let out = dir.join("out");
+    let plan = plan.to_string_lossy().to_string();
+    let mut c = coordinator_with(&out, &[&plan]);
+    let control = control_url(&mut c);
+    let _a = start_agent(&control, "127.0.0.2");
+    let b = start_agent(&control, "127.0.0.3");
+    wait_for_run_second(&mut c, 2);
+    signal(b.pid(), libc::SIGKILL);
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(3), "{output}");
+    let r = read_report(&out);
+    let scenario = &r["scenarios"][0];
+    let flows = &scenario["flows"];
+    assert_eq!(u(&flows["intended"]), 600, "{flows}");
+    assert!(u(&flows["started"]) > 0, "{flows}");
+    let unreported = u(&flows["unreported"]);
+    assert!(unreported > 0, "{flows}");
+    assert_eq!(
+        u(&flows["started"]) + u(&flows["unsent"]["total"]) + unreported,
+        600,
+        "{flows}"
+    );
+    assert_eq!(u(&scenario["unreported"]), unreported, "{scenario}");
+    assert_eq!(u(&r["totals"]["unreported"]), unreported);
+    let line = output
+        .lines()
+        .find(|l| l.contains("flows of visit:"))
+        .unwrap_or_else(|| panic!("no flows line:\n{output}"));
+    assert!(line.contains(&format!("unreported {unreported}")), "{line}");
+    let mut cmd = coordinator();
+    cmd.arg("compare")
+        .arg(out.join("report.json"))
+        .arg(out.join("report.json"));
+    let (status, compared) = run(cmd, "compare", Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{compared}");
+    let row = compared
+        .lines()
+        .map(|l| l.trim_start_matches("[stdout]").trim())
+        .find(|l| l.starts_with("unreported  "))
+        .unwrap_or_else(|| panic!("no unreported row:\n{compared}"));
+    assert!(row.contains(&unreported.to_string()), "{row}");
+}

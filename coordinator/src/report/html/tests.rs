@@ -317,6 +317,20 @@ fn partial_runs_and_scenarios_show() {
         .contains("<h2>Scenarios</h2>"));
 }
 
+/// A lost agent's arrivals of unknown fate get a column of their own in
+/// the headline and the agents' table, and none when there are none.
+#[test]
+fn unreported_arrivals_show_only_when_an_agent_left_some() {
+    let mut r = report(3, 100);
+    let html = render(&r).unwrap();
+    assert!(!html.contains("<th>unreported</th>"), "{html}");
+    r.totals.unreported = 7;
+    r.agents[0].unreported = 7;
+    let html = render(&r).unwrap();
+    assert_eq!(html.matches("<th>unreported</th>").count(), 2, "{html}");
+    assert!(html.contains("lost agents' arrivals of unknown fate"));
+}
+
 #[test]
 fn scales_and_formats() {
     assert_eq!(nice_scale(0.0), (1.0, 0.2));

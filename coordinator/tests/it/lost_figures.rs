@@ -444,3 +444,21 @@ path = "/again"
         .unwrap_or_else(|| panic!("no unreported row:\n{compared}"));
     assert!(row.contains(&unreported.to_string()), "{row}");
 }
+
+/// A grace period past the bound is refused at the start, naming the flag
+/// and the limit.
+#[test]
+fn an_agent_refuses_a_deliver_grace_past_its_bound() {
+    for (grace, says) in [("2h", "at most 1h"), ("500000000years", "--deliver-grace")] {
+        let mut a = agent();
+        a.args(["--coordinator", "http://127.0.0.1:9", "--token", "t"])
+            .args(["--deliver-grace", grace]);
+        let (status, output) = run(a, "agent", Duration::from_secs(30));
+        assert_eq!(status.code(), Some(2), "{grace}: {output}");
+        assert!(
+            output.contains("--deliver-grace") && output.contains(says),
+            "{grace}: {output}"
+        );
+        assert!(!output.contains("panicked"), "{grace}: {output}");
+    }
+}

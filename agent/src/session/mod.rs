@@ -385,15 +385,17 @@ impl Session<'_> {
     }
 
     /// Streams closed intervals to the coordinator.
-    async fn on_snapshots(&mut self, snaps: Vec<v1::Snapshot>) -> Step {
-        for mut s in snaps {
-            if let Phase::Running(run) = &mut self.phase {
+    async fn on_snapshots(&mut self, mut snaps: Vec<v1::Snapshot>) -> Step {
+        if let Phase::Running(run) = &mut self.phase {
+            for s in &mut snaps {
                 run.snapshots += 1;
                 s.seq = run.snapshots;
                 // Kept until the coordinator confirms it, in case it is
-                // lost on the way.
-                run.undelivered.keep(&s);
+                // lost on the way, or never leaves because the stream did.
+                run.undelivered.keep(s);
             }
+        }
+        for s in snaps {
             // A coordinator that stopped reading fills the queue; waiting
             // on it must not outlast the dead-man switch.
             let sent = tokio::time::timeout(

@@ -940,4 +940,20 @@ mod tests {
         let e = check_welcome(&w(1_000_000)).unwrap_err().to_string();
         assert!(e.contains("dead_man_secs") && e.contains("30"), "{e}");
     }
+
+    /// A delivery names a run (a key of 0 names none) and a bounded id.
+    #[test]
+    fn a_delivery_names_its_run_and_a_short_id() {
+        let d = |id: &str, key| v1::Deliver {
+            agent_id: id.into(),
+            run_key: key,
+            ..Default::default()
+        };
+        assert!(check_deliver(&d("a", 42)).is_ok());
+        let e = check_deliver(&d("a", 0)).unwrap_err().to_string();
+        assert!(e.starts_with("deliver.run_key "), "{e}");
+        let long = "x".repeat(MAX_HELLO_STRING_BYTES + 1);
+        let e = check_deliver(&d(&long, 42)).unwrap_err().to_string();
+        assert!(e.starts_with("deliver.agent_id "), "{e}");
+    }
 }

@@ -330,6 +330,7 @@ mod tests {
             more_sources: Vec::new(),
             workers: 1,
             connect_timeout: Duration::from_secs(1),
+            deliver_grace: Duration::ZERO,
             wake_quantum: Duration::from_micros(500),
             allow_targets: AllowList::default(),
             target_roots: roots,

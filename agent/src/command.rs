@@ -56,6 +56,13 @@ struct Cli {
     /// How long to keep trying to reach the coordinator.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     connect_timeout: Duration,
+    /// After losing the coordinator mid-run (no word from it for the
+    /// dead-man window, a broken connection, this agent frozen), the agent
+    /// stops sending at once, then keeps trying this long to deliver what
+    /// it measured, so the report counts what it really sent. 0 gives up at
+    /// once.
+    #[arg(long, env = "LOADFLEET_DELIVER_GRACE", default_value = "60s", value_parser = humantime::parse_duration)]
+    deliver_grace: Duration,
     /// Shortest time between two wake-ups of a worker: arrivals closer
     /// together than this leave together, up to this late (shown in the
     /// lag figures). Smaller is more precise, larger costs less CPU at high
@@ -177,6 +184,13 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
             humantime::format_duration(loadfleet_proto::bounds::MAX_WAKE_QUANTUM)
         );
     }
+    if cli.deliver_grace > loadfleet_proto::bounds::MAX_DELIVERY_GRACE {
+        anyhow::bail!(
+            "--deliver-grace {} is too long: at most {} (the run the figures belong to is long over by then)",
+            humantime::format_duration(cli.deliver_grace),
+            humantime::format_duration(loadfleet_proto::bounds::MAX_DELIVERY_GRACE)
+        );
+    }
     let token = token(&cli)?;
     let client_identity = client_identity(&cli)?;
     let open_files = open_files();
@@ -191,6 +205,7 @@ fn config(cli: Cli) -> anyhow::Result<AgentConfig> {
         more_sources: cli.bind.iter().skip(1).copied().collect(),
         workers,
         connect_timeout: cli.connect_timeout,
+        deliver_grace: cli.deliver_grace,
         wake_quantum: cli.wake_quantum,
         allow_targets: AllowList::parse(&cli.allow_targets)?,
         target_roots: Arc::new(crate::client::tls::TargetRoots::new(

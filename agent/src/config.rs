@@ -20,6 +20,9 @@ pub(crate) struct AgentConfig {
     pub more_sources: Vec<IpAddr>,
     pub workers: usize,
     pub connect_timeout: Duration,
+    /// How long a run's last figures are offered to the coordinator after
+    /// the agent lost it mid-run; zero gives up at once.
+    pub deliver_grace: Duration,
     /// Shortest time between two wake-ups of a worker's open-model loop.
     pub wake_quantum: Duration,
     /// Targets this agent may be sent at (`host` or `host:port`); empty

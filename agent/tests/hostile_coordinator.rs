@@ -78,7 +78,10 @@ impl Control for RawCoordinator {
                         Ok(None) | Err(_) => return,
                     },
                     _ = beat.tick() => {
-                        send(coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns: 0 })).await;
+                        send(coordinator_message::Kind::Heartbeat(v1::Heartbeat {
+                            now_ns: 0,
+                            ..Default::default()
+                        })).await;
                     }
                 }
             }

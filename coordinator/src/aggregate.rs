@@ -47,6 +47,23 @@ pub struct Aggregate {
     pub requests: Vec<Vec<RequestFigures>>,
     /// Per scenario, what only flows have (`None` for other scenarios).
     pub flows: Vec<Option<FlowFigures>>,
+    /// Lost agents' arrivals whose fate is unknown, by scope.
+    pub unreported: Unreported,
+}
+
+/// Arrivals of lost agents' shares due between their last report and the
+/// instant they had certainly stopped: nobody can say whether they were
+/// sent, so they are neither `sent` nor `unsent`, and `intended == sent +
+/// unsent.total + unreported` holds in every scope (docs/report.md).
+/// Booked by the coordinator, never reported by an agent; it goes down
+/// when an agent's last figures arrive after its loss.
+#[derive(Debug, Clone, Default)]
+pub struct Unreported {
+    pub total: u64,
+    /// By scenario (flows, for a flow scenario: it counts flows).
+    pub scenarios: Vec<u64>,
+    /// By agent, as [`Aggregate::agents`].
+    pub agents: Vec<u64>,
 }
 
 /// One second of the run, all agents together.
@@ -56,6 +73,8 @@ pub struct IntervalAgg {
     pub sent: u64,
     pub unsent: u64,
     pub unsent_by_reason: UnsentCounts,
+    /// Lost agents' arrivals due in this second whose fate is unknown.
+    pub unreported: u64,
     pub completed: u64,
     pub classes: BTreeMap<OutcomeClass, u64>,
     pub errors: u64,
@@ -171,7 +190,27 @@ impl Aggregate {
             sse: vec![None; scenarios],
             requests: vec![Vec::new(); scenarios],
             flows: vec![None; scenarios],
+            unreported: Unreported {
+                total: 0,
+                scenarios: vec![0; scenarios],
+                agents: vec![0; agents],
+            },
         }
+    }
+
+    /// Keeps only the agents `keep` says, in order, in every per-agent
+    /// figure (the report lists agents by position).
+    pub fn keep_agents(&mut self, keep: &[bool]) {
+        let mut i = 0;
+        self.agents.retain(|_| {
+            i += 1;
+            keep.get(i - 1).copied().unwrap_or(true)
+        });
+        let mut i = 0;
+        self.unreported.agents.retain(|_| {
+            i += 1;
+            keep.get(i - 1).copied().unwrap_or(true)
+        });
     }
 
     /// What `agent` reported intended in `scenario`, interval by interval.
@@ -228,6 +267,116 @@ impl Aggregate {
             *h -= held;
         }
         self.book(agent, scenario, interval, 0, held, reason);
+    }
+
+    /// Books arrivals of a lost agent's share whose fate is unknown:
+    /// `intended` more planned arrivals it never reported, and `n`
+    /// unreported (those, and any it reported intended and never resolved),
+    /// in the totals, the scenario, the agent and the interval.
+    pub fn book_unreported(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        intended: u64,
+        n: u64,
+    ) {
+        if intended == 0 && n == 0 {
+            return;
+        }
+        self.revise(agent, scenario, |f| f.intended += intended);
+        self.shift_unreported(agent, scenario, interval, n, true);
+        self.intervals.entry(interval).or_default().intended += intended;
+    }
+
+    /// Takes the arrivals `agent` reported held (intended, neither sent nor
+    /// unsent) in `scenario`: it was lost, and they are booked unreported
+    /// at `interval`. Returns how many.
+    pub fn book_held_unreported(&mut self, agent: usize, scenario: usize, interval: u64) -> u64 {
+        let Some(h) = self.held.get_mut(agent).and_then(|a| a.get_mut(scenario)) else {
+            return 0;
+        };
+        let held = std::mem::take(h);
+        self.shift_unreported(agent, scenario, interval, held, true);
+        held
+    }
+
+    /// Takes back arrivals booked for a lost agent that its own late
+    /// figures now report: `unreported` of those booked unknown and `lost`
+    /// of those booked unsent `agent_lost`, intended with them (the
+    /// snapshot that reports them adds them again).
+    pub fn unbook(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        unreported: u64,
+        lost: u64,
+    ) {
+        let n = unreported + lost;
+        if n == 0 {
+            return;
+        }
+        self.revise(agent, scenario, |f| {
+            f.intended = f.intended.saturating_sub(n);
+            f.unsent.take(UnsentReason::AgentLost, lost);
+        });
+        self.shift_unreported(agent, scenario, interval, unreported, false);
+        let iv = self.intervals.entry(interval).or_default();
+        iv.intended = iv.intended.saturating_sub(n);
+        iv.unsent = iv.unsent.saturating_sub(lost);
+        iv.unsent_by_reason.take(UnsentReason::AgentLost, lost);
+    }
+
+    /// `n` arrivals booked unreported are known now: resolved by a
+    /// snapshot already added (`into` is `None`), or certainly never sent
+    /// (`Some(reason)`, booked unsent), at `interval`.
+    pub fn settle_unreported(
+        &mut self,
+        agent: usize,
+        scenario: usize,
+        interval: u64,
+        n: u64,
+        into: Option<UnsentReason>,
+    ) {
+        if n == 0 {
+            return;
+        }
+        self.shift_unreported(agent, scenario, interval, n, false);
+        if let Some(reason) = into {
+            self.book(agent, scenario, interval, 0, n, reason);
+        }
+    }
+
+    /// Adds (`up`) or takes `n` unreported in every scope.
+    fn shift_unreported(&mut self, agent: usize, scenario: usize, interval: u64, n: u64, up: bool) {
+        let shift = |v: &mut u64| {
+            *v = if up {
+                v.saturating_add(n)
+            } else {
+                v.saturating_sub(n)
+            }
+        };
+        let u = &mut self.unreported;
+        shift(&mut u.total);
+        if let Some(v) = u.scenarios.get_mut(scenario) {
+            shift(v);
+        }
+        if let Some(v) = u.agents.get_mut(agent) {
+            shift(v);
+        }
+        shift(&mut self.intervals.entry(interval).or_default().unreported);
+    }
+
+    /// Changes the counts of the totals, the scenario and the agent alike.
+    fn revise(&mut self, agent: usize, scenario: usize, change: impl Fn(&mut Figures)) {
+        change(&mut self.totals);
+        if let Some(a) = self.agents.get_mut(agent) {
+            change(a);
+        }
+        if let Some(sc) = self.scenarios.get_mut(scenario) {
+            change(sc);
+        }
     }
 
     /// Adds `intended` arrivals and `n` unsent for `reason` everywhere.

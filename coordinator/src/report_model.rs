@@ -40,6 +40,11 @@ pub struct Totals {
     /// (or on an agent lost before it reported them); `sent - completed`.
     pub in_flight_at_end: u64,
     pub unsent: Unsent,
+    /// Arrivals of lost agents' shares whose fate is unknown (due before
+    /// the agent had certainly stopped, never reported), neither sent nor
+    /// unsent: `intended == sent + unsent.total + unreported`.
+    #[serde(default)]
+    pub unreported: u64,
     pub status: BTreeMap<String, u64>,
     /// Transport errors (no HTTP status) by kind.
     pub errors: BTreeMap<String, u64>,
@@ -230,13 +235,17 @@ pub struct Trend {
 }
 
 /// A flow scenario's flows (`scenarios[].flows`):
-/// `intended == started + unsent.total` and
+/// `intended == started + unsent.total + unreported` and
 /// `started == completed + failed + in_flight_at_end`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowReport {
     pub intended: u64,
     pub started: u64,
     pub unsent: Unsent,
+    /// Flows of lost agents' shares whose fate is unknown:
+    /// `intended == started + unsent.total + unreported`.
+    #[serde(default)]
+    pub unreported: u64,
     /// Flows whose every step passed.
     pub completed: u64,
     pub failed: u64,
@@ -346,6 +355,10 @@ pub struct AgentReport {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
+    /// Arrivals of its share whose fate is unknown (it was lost before it
+    /// reported them).
+    #[serde(default)]
+    pub unreported: u64,
     pub completed: u64,
     /// Process CPU use as a fraction of the agent's CPUs (0..1).
     pub cpu: f64,
@@ -398,6 +411,9 @@ pub struct IntervalReport {
     pub sent: u64,
     pub unsent: u64,
     pub unsent_by_reason: BTreeMap<String, u64>,
+    /// Lost agents' arrivals due in the interval whose fate is unknown.
+    #[serde(default)]
+    pub unreported: u64,
     pub completed: u64,
     /// Transport errors completed in the interval.
     pub errors: u64,
@@ -650,6 +666,8 @@ pub struct Headline {
     pub throughput_ok_rps: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throughput_rps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreported: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsent: Option<HeadlineUnsent>,
 }

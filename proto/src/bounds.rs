@@ -50,6 +50,19 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
 /// this long without a word from its coordinator, whatever the coordinator
 /// says.
 pub const MAX_DEAD_MAN_SECS: u32 = 30;
+/// Longest an agent that lost its coordinator mid-run keeps trying to
+/// deliver its last figures (`--deliver-grace`): past an hour the run they
+/// belong to is long over.
+pub const MAX_DELIVERY_GRACE: Duration = Duration::from_secs(3600);
+/// Most snapshot bytes (encoded) an agent keeps for the coordinator to
+/// take in: normally a second's worth, and the whole dead-man window when
+/// the coordinator stalls. An agent that would keep more gives up its
+/// delivery rather than grow.
+pub const MAX_UNDELIVERED_BYTES: usize = 64 * 1024 * 1024;
+/// Most snapshots one agent may deliver after its loss in one run
+/// (`Deliver`): a minute of a busy agent's snapshots is a few thousand.
+/// The agent keeps no more; the coordinator refuses the rest.
+pub const MAX_LATE_SNAPSHOTS: u64 = 100_000;
 /// Latest common start after the assignment arrives (on the agent's clock):
 /// a start days away would hold the agent's workers idle but armed.
 pub const MAX_START_DELAY: Duration = Duration::from_secs(600);
@@ -256,6 +269,24 @@ pub fn check_hello(h: &v1::Hello) -> Result<(), BoundsError> {
         ));
     }
     within("hello.cpus", u64::from(h.cpus), 0, u64::from(MAX_CPUS))
+}
+
+/// Checks a delivery of a lost agent's last figures before the
+/// coordinator looks anything of it up.
+pub fn check_deliver(d: &v1::Deliver) -> Result<(), BoundsError> {
+    if d.agent_id.len() > MAX_HELLO_STRING_BYTES {
+        return Err(err(
+            "deliver.agent_id",
+            format!(
+                "is {} bytes, more than {MAX_HELLO_STRING_BYTES}",
+                d.agent_id.len()
+            ),
+        ));
+    }
+    if d.run_key == 0 {
+        return Err(err("deliver.run_key", "is 0; it names no run"));
+    }
+    Ok(())
 }
 
 /// Checks a welcome: the dead-man window must stay within
@@ -908,5 +939,21 @@ mod tests {
         assert!(check_welcome(&w(MAX_DEAD_MAN_SECS)).is_ok());
         let e = check_welcome(&w(1_000_000)).unwrap_err().to_string();
         assert!(e.contains("dead_man_secs") && e.contains("30"), "{e}");
+    }
+
+    /// A delivery names a run (a key of 0 names none) and a bounded id.
+    #[test]
+    fn a_delivery_names_its_run_and_a_short_id() {
+        let d = |id: &str, key| v1::Deliver {
+            agent_id: id.into(),
+            run_key: key,
+            ..Default::default()
+        };
+        assert!(check_deliver(&d("a", 42)).is_ok());
+        let e = check_deliver(&d("a", 0)).unwrap_err().to_string();
+        assert!(e.starts_with("deliver.run_key "), "{e}");
+        let long = "x".repeat(MAX_HELLO_STRING_BYTES + 1);
+        let e = check_deliver(&d(&long, 42)).unwrap_err().to_string();
+        assert!(e.starts_with("deliver.agent_id "), "{e}");
     }
 }

@@ -242,7 +242,10 @@ async fn session(
                 }
             }
             _ = heartbeat.tick() => {
-                let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat { now_ns: swarm.now_ns() }));
+                let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat {
+                    now_ns: swarm.now_ns(),
+                    ..Default::default()
+                }));
                 // A full queue means the coordinator is not reading; the
                 // next tick tries again, as a real agent does.
                 let _ = tx.try_send(hb);

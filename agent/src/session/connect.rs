@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use loadfleet_proto::bounds::MAX_MESSAGE_BYTES;
 use loadfleet_proto::v1::{self, agent_message, control_client::ControlClient};
+use loadfleet_proto::PROTOCOL_HEADER;
 use tokio::time::Instant;
 
 use super::error::SessionError;
@@ -25,41 +26,12 @@ impl Clock {
 pub(super) async fn connect(
     config: &AgentConfig,
 ) -> Result<ControlClient<tonic::transport::Channel>, SessionError> {
-    let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
-        .map_err(|source| SessionError::CoordinatorUrl {
-            url: config.coordinator.clone(),
-            source,
-        })?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(1))
-        .keep_alive_timeout(Duration::from_secs(3));
-    // https:// checks the coordinator's certificate against the system's
-    // trust store and --ca-cert: the token then never crosses the network
-    // in the clear, and nobody can pose as the coordinator.
-    let endpoint = if config.coordinator.starts_with("https://") {
-        let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
-        if let Some(pem) = &config.coordinator_ca {
-            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
-        }
-        if let Some((cert, key)) = &config.client_identity {
-            tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
-        }
-        endpoint
-            .tls_config(tls)
-            .map_err(SessionError::CoordinatorTls)?
-    } else {
-        endpoint
-    };
+    let endpoint = endpoint(config, KeepAlive::SESSION)?;
     let deadline = Instant::now() + config.connect_timeout;
     let mut backoff = Duration::from_millis(100);
     loop {
         match endpoint.connect().await {
-            // Assignments carry the plan's data tables (up to 16 MiB of
-            // CSV), well past tonic's 4 MiB default.
-            Ok(channel) => {
-                return Ok(ControlClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
-            }
+            Ok(channel) => return Ok(client(channel)),
             Err(e) if Instant::now() + backoff < deadline => {
                 tracing::info!("coordinator not reachable yet ({e}); retrying");
                 tokio::time::sleep(backoff).await;
@@ -74,6 +46,84 @@ pub(super) async fn connect(
             }
         }
     }
+}
+
+/// How soon a silent connection to the coordinator is given up.
+pub(super) struct KeepAlive {
+    interval: Duration,
+    timeout: Duration,
+}
+
+impl KeepAlive {
+    /// The run's session: a dead link must end it well within the
+    /// dead-man window.
+    pub(super) const SESSION: KeepAlive = KeepAlive {
+        interval: Duration::from_secs(1),
+        timeout: Duration::from_secs(3),
+    };
+    /// Delivering the last figures: a coordinator that stalled answers
+    /// once it runs again, so the connection waits for it longer.
+    pub(super) const DELIVERY: KeepAlive = KeepAlive {
+        interval: Duration::from_secs(5),
+        timeout: Duration::from_secs(20),
+    };
+}
+
+/// The coordinator's address as an endpoint, with TLS when it is https://.
+pub(super) fn endpoint(
+    config: &AgentConfig,
+    keep_alive: KeepAlive,
+) -> Result<tonic::transport::Endpoint, SessionError> {
+    let endpoint = tonic::transport::Endpoint::from_shared(config.coordinator.clone())
+        .map_err(|source| SessionError::CoordinatorUrl {
+            url: config.coordinator.clone(),
+            source,
+        })?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(keep_alive.interval)
+        .keep_alive_timeout(keep_alive.timeout);
+    // https:// checks the coordinator's certificate against the system's
+    // trust store and --ca-cert: the token then never crosses the network
+    // in the clear, and nobody can pose as the coordinator.
+    if !config.coordinator.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    let mut tls = tonic::transport::ClientTlsConfig::new().with_native_roots();
+    if let Some(pem) = &config.coordinator_ca {
+        tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+    }
+    if let Some((cert, key)) = &config.client_identity {
+        tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+    }
+    endpoint
+        .tls_config(tls)
+        .map_err(SessionError::CoordinatorTls)
+}
+
+/// A client on `channel`. Assignments carry the plan's data tables (up to
+/// 16 MiB of CSV), well past tonic's 4 MiB default.
+pub(super) fn client(
+    channel: tonic::transport::Channel,
+) -> ControlClient<tonic::transport::Channel> {
+    ControlClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+/// The call that opens a stream of `messages`, with the token and the
+/// protocol version as metadata.
+pub(super) fn call<S>(
+    config: &AgentConfig,
+    messages: S,
+) -> Result<tonic::Request<S>, SessionError> {
+    let mut request = tonic::Request::new(messages);
+    let bearer = format!("Bearer {}", config.token)
+        .parse()
+        .map_err(|_| SessionError::Token)?;
+    request.metadata_mut().insert("authorization", bearer);
+    request
+        .metadata_mut()
+        .insert(PROTOCOL_HEADER, config.protocol_version.into());
+    Ok(request)
 }
 
 /// Wraps one message for the stream.

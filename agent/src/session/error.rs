@@ -137,6 +137,21 @@ pub(crate) enum SessionError {
 }
 
 impl SessionError {
+    /// The agent lost its coordinator (silence, a broken or closed stream,
+    /// a freeze): a run it was carrying out stopped without the
+    /// coordinator's word, and its last figures are worth delivering.
+    pub(crate) fn lost_contact(&self) -> bool {
+        matches!(
+            self,
+            SessionError::Silent(_)
+                | SessionError::NotReading(_)
+                | SessionError::Frozen(_)
+                | SessionError::Closed
+                | SessionError::OutboundClosed
+                | SessionError::Stream { .. }
+        )
+    }
+
     /// The agent's exit status for this failure (see [`crate::exit`]).
     pub(crate) fn exit_code(&self) -> u8 {
         match self {

@@ -3,10 +3,13 @@
 //! the workers and stream their snapshots, then wait for the next repeat or
 //! the end of the session. Whatever the phase, the agent stops on its own
 //! when the coordinator goes quiet (the dead-man switch) or the stream
-//! breaks: it never fires without a coordinator.
+//! breaks: it never fires without a coordinator. Stopped so mid-run, it
+//! then delivers the run's last figures (`deliver`) for up to
+//! `--deliver-grace`.
 
 mod connect;
 mod cpu;
+mod deliver;
 mod error;
 
 use std::ops::ControlFlow;
@@ -17,7 +20,6 @@ use std::time::Duration;
 use loadfleet_proto::bounds;
 use loadfleet_proto::handover::Handover;
 use loadfleet_proto::v1::{self, agent_message, coordinator_message};
-use loadfleet_proto::PROTOCOL_HEADER;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -29,6 +31,7 @@ use crate::worker::{self, WorkerEvent, WorkerPlan};
 
 use connect::{connect, hello, message, Clock};
 use cpu::CpuSampler;
+use deliver::Undelivered;
 use error::refusal_or_tls;
 pub(crate) use error::{SessionEnd, SessionError};
 
@@ -59,14 +62,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError>
         .send(hello(&config, &clock))
         .await
         .map_err(|_| SessionError::OutboundClosed)?;
-    let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
-    let bearer = format!("Bearer {}", config.token)
-        .parse()
-        .map_err(|_| SessionError::Token)?;
-    request.metadata_mut().insert("authorization", bearer);
-    request
-        .metadata_mut()
-        .insert(PROTOCOL_HEADER, config.protocol_version.into());
+    let request = connect::call(&config, ReceiverStream::new(out_rx))?;
     let mut inbound = match client.session(request).await {
         Ok(r) => r.into_inner(),
         Err(status) => return Err(refusal_or_tls(status, &config.coordinator, true).await),
@@ -81,6 +77,7 @@ pub(crate) async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError>
         dead_man: Duration::from_secs(3),
         last_heard: Instant::now(),
         phase: Phase::Joining,
+        fleet_index: None,
     };
     let mut heartbeat = tokio::time::interval(Duration::from_millis(500));
     let result = loop {
@@ -95,7 +92,18 @@ pub(crate) async fn run(config: AgentConfig) -> Result<SessionEnd, SessionError>
             Err(e) => break Err(e),
         }
     };
+    // Stopped mid-run without its coordinator: the workers wind down here
+    // and the run's last figures go out on a fresh connection, once this
+    // one is closed.
+    let last = match &result {
+        Err(e) if e.lost_contact() => session.wind_down(e, &mut worker_events).await,
+        _ => None,
+    };
     session.close(&result, &mut inbound).await;
+    drop((inbound, client));
+    if let Some(last) = last {
+        deliver::report(&config, &last, deliver::deliver(&config, &last).await);
+    }
     result
 }
 
@@ -128,6 +136,11 @@ struct Run {
     /// The coordinator stopped this run early.
     cut_short: bool,
     cpu: CpuSampler,
+    /// `Assignment.run_key`, quoted when delivering the last figures.
+    run_key: u64,
+    /// Snapshots the coordinator has not confirmed yet (boxed: a run is
+    /// large enough as it is, and `Phase` holds one).
+    undelivered: Box<Undelivered>,
     /// The assignment's weights and this agent's index in them, to read
     /// hand-overs with.
     weights: Vec<u32>,
@@ -153,6 +166,9 @@ struct Session<'a> {
     dead_man: Duration,
     last_heard: Instant,
     phase: Phase,
+    /// `Welcome.agent_index`, which names this agent when it delivers a
+    /// run's last figures.
+    fleet_index: Option<u32>,
 }
 
 /// What a handler decides: carry on, or end the session well.
@@ -190,6 +206,7 @@ impl Session<'_> {
                 if w.dead_man_secs > 0 {
                     self.dead_man = Duration::from_secs(u64::from(w.dead_man_secs));
                 }
+                self.fleet_index = Some(w.agent_index);
                 if matches!(self.phase, Phase::Joining) {
                     self.phase = Phase::Ready { last_run: None };
                 }
@@ -221,7 +238,13 @@ impl Session<'_> {
                 tracing::warn!("standing by: {}", s.reason);
                 Ok(ControlFlow::Continue(()))
             }
-            Some(coordinator_message::Kind::Heartbeat(_)) | None => Ok(ControlFlow::Continue(())),
+            Some(coordinator_message::Kind::Heartbeat(hb)) => {
+                if let Phase::Running(run) = &mut self.phase {
+                    run.undelivered.merged(hb.snapshots_merged);
+                }
+                Ok(ControlFlow::Continue(()))
+            }
+            None => Ok(ControlFlow::Continue(())),
         }
     }
 
@@ -297,6 +320,8 @@ impl Session<'_> {
             in_flight_at_end: 0,
             cut_short: false,
             cpu,
+            run_key: a.run_key,
+            undelivered: Box::default(),
             weights: a.weights.clone(),
             agent_index: a.agent_index as usize,
             handovers,
@@ -360,12 +385,17 @@ impl Session<'_> {
     }
 
     /// Streams closed intervals to the coordinator.
-    async fn on_snapshots(&mut self, snaps: Vec<v1::Snapshot>) -> Step {
-        for mut s in snaps {
-            if let Phase::Running(run) = &mut self.phase {
+    async fn on_snapshots(&mut self, mut snaps: Vec<v1::Snapshot>) -> Step {
+        if let Phase::Running(run) = &mut self.phase {
+            for s in &mut snaps {
                 run.snapshots += 1;
                 s.seq = run.snapshots;
+                // Kept until the coordinator confirms it, in case it is
+                // lost on the way, or never leaves because the stream did.
+                run.undelivered.keep(s);
             }
+        }
+        for s in snaps {
             // A coordinator that stopped reading fills the queue; waiting
             // on it must not outlast the dead-man switch.
             let sent = tokio::time::timeout(
@@ -442,6 +472,7 @@ impl Session<'_> {
         }
         let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat {
             now_ns: self.clock.now_ns(),
+            snapshots_merged: 0,
         }));
         if self.outbound.try_send(hb).is_err() {
             tracing::debug!("outbound queue full; skipping a heartbeat");
@@ -457,12 +488,14 @@ impl Session<'_> {
                 // A snapshot that found the queue full is dropped without
                 // using up its sequence number, so the coordinator sees no
                 // gap (only this interval's CPU figure is missing).
+                let kept = cpu.clone();
                 if self
                     .outbound
                     .try_send(message(agent_message::Kind::Snapshot(cpu)))
                     .is_ok()
                 {
                     run.snapshots += 1;
+                    run.undelivered.keep(&kept);
                 }
                 run.next_cpu_interval += 1;
             }

@@ -28,8 +28,9 @@ fn sorted_codes(codes: BTreeSet<String>) -> Vec<String> {
     v
 }
 
-/// The rows, in the run report's order: intended / sent / unsent first (a
-/// table without them can make the worse configuration look better), then
+/// The rows, in the run report's order: intended / sent / unsent /
+/// unreported first (a table without them can make the worse
+/// configuration look better), then
 /// outcomes, latency and its phases, then subscription scenarios. Keyed
 /// figures (a status code, an error kind, a gRPC status, a scenario) get a
 /// row when any report has them.
@@ -39,6 +40,7 @@ fn lines(inputs: &[Input]) -> Vec<Line> {
         Line::totals(Figure::Sent),
         Line::totals(Figure::Unsent),
         Line::share(Figure::Unsent),
+        Line::totals(Figure::Unreported),
         Line::totals(Figure::Completed),
         Line::totals(Figure::CompletedInWindow),
         Line::totals(Figure::InFlightAtEnd),

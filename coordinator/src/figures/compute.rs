@@ -41,6 +41,7 @@ impl Figure {
             Figure::Intended => count(t.intended),
             Figure::Sent => count(t.sent),
             Figure::Unsent => count(t.unsent.total),
+            Figure::Unreported => count(t.unreported),
             Figure::Completed => count(t.completed),
             Figure::CompletedInWindow => count(t.completed_in_window),
             Figure::InFlightAtEnd => count(t.in_flight_at_end),
@@ -96,6 +97,7 @@ impl Figure {
             Figure::Intended
                 | Figure::Sent
                 | Figure::Unsent
+                | Figure::Unreported
                 | Figure::InFlightAtEnd
                 | Figure::ServiceTime(_)
                 | Figure::Phase(..)

@@ -101,6 +101,8 @@ pub enum Figure {
     Sent,
     /// Arrivals never sent, every reason together.
     Unsent,
+    /// Arrivals of lost agents' shares whose fate is unknown.
+    Unreported,
     Completed,
     CompletedInWindow,
     /// Sent and without an outcome when the drain ended (`incomplete`).
@@ -133,10 +135,11 @@ pub enum Figure {
 
 /// The headline figures: `--repeat` keeps their median, min and max, and
 /// `compare` quotes those for a repeated report.
-pub(crate) const HEADLINE: [Figure; 24] = [
+pub(crate) const HEADLINE: [Figure; 25] = [
     Figure::Intended,
     Figure::Sent,
     Figure::Unsent,
+    Figure::Unreported,
     Figure::Completed,
     Figure::CompletedInWindow,
     Figure::InFlightAtEnd,
@@ -228,6 +231,7 @@ impl Figure {
             Figure::Intended => "intended".into(),
             Figure::Sent => "sent".into(),
             Figure::Unsent => "unsent.total".into(),
+            Figure::Unreported => "unreported".into(),
             Figure::Completed => "completed".into(),
             Figure::CompletedInWindow => "completed_in_window".into(),
             Figure::InFlightAtEnd => "in_flight_at_end".into(),

@@ -180,6 +180,13 @@ impl Fleet {
                 self.agents
                     .admit(agent, reply, next_run, &self.spec, &self.out.console);
             }
+            FleetEvent::Deliver {
+                deliver,
+                peer,
+                tx,
+                seen,
+                reply,
+            } => self.on_deliver(deliver, peer, tx, seen, reply),
             FleetEvent::Message {
                 agent,
                 msg,
@@ -200,13 +207,17 @@ impl Fleet {
 
     fn on_message(&mut self, agent: usize, msg: v1::AgentMessage, received: Instant) {
         let now = received.saturating_duration_since(self.epoch).as_nanos() as u64;
+        // Lost stays lost for the run: it sends nothing more. Its last
+        // figures, delivered after the loss, are taken in (`late.rs`);
+        // whatever else it says now (it was frozen, or its link came back)
+        // is ignored, and the report says it came back.
+        if self.takes_late(agent, &msg) {
+            return self.on_late(agent, msg);
+        }
         let Some(a) = self.agents.get_mut(agent) else {
             return;
         };
         if a.is_lost() {
-            // Lost stays lost for the run: whatever it says now (it was
-            // frozen, or its link came back) is ignored, and the report
-            // says it came back.
             if a.messages_after_loss == 0 {
                 self.out.console.notice(&format!(
                     "agent {} came back after being declared lost; it takes no further part in this run",
@@ -272,6 +283,7 @@ impl Fleet {
             }
             Some(agent_message::Kind::Heartbeat(_))
             | Some(agent_message::Kind::Hello(_))
+            | Some(agent_message::Kind::Deliver(_))
             | None => {}
         }
     }

@@ -2,8 +2,9 @@
 //! every open scenario's schedule with the same interleave (and hand-overs)
 //! the agents use, so it knows each agent's count per second without
 //! trusting any agent to report it. A lost agent's arrivals that it never
-//! reported are then booked as unsent `agent_lost`, and `intended` follows
-//! the plan whatever happens to the fleet.
+//! reported are then booked (unreported, or unsent `agent_lost`, split at
+//! the instant it had certainly stopped), and `intended` follows the plan
+//! whatever happens to the fleet.
 //!
 //! Memory is one counter per (agent, interval) per open scenario, never one
 //! per arrival.
@@ -18,15 +19,54 @@ use loadfleet_proto::v1::{self, scenario_assignment};
 /// Arrivals intended per agent slot and interval, for one scenario:
 /// `counts[slot][interval]`. `None` for a closed-model scenario, whose
 /// requests follow the responses and so have no schedule to count.
-pub(super) type Counts = Option<Vec<Vec<u64>>>;
+pub(super) type Counts = Option<Planned>;
+
+/// One open scenario's arrivals by owner and interval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Planned {
+    /// `counts[slot][interval]`.
+    pub(super) counts: Vec<Vec<u64>>,
+    /// Per slot with a cut: of its arrivals in the interval that holds the
+    /// cut, those due before it.
+    before_cut: Vec<u64>,
+}
+
+impl Planned {
+    /// Of `slot`'s arrivals in `interval`, those due before the instant
+    /// `cut_ns` it was counted with (all of them when the interval ends
+    /// before the cut, none when it starts after).
+    pub(super) fn before(
+        &self,
+        slot: usize,
+        interval: usize,
+        cut_ns: u64,
+        interval_ns: u64,
+    ) -> u64 {
+        let planned = self
+            .counts
+            .get(slot)
+            .and_then(|row| row.get(interval))
+            .copied()
+            .unwrap_or(0);
+        let cut_interval = (cut_ns / interval_ns.max(1)) as usize;
+        match interval.cmp(&cut_interval) {
+            std::cmp::Ordering::Less => planned,
+            std::cmp::Ordering::Equal => self.before_cut.get(slot).copied().unwrap_or(0),
+            std::cmp::Ordering::Greater => 0,
+        }
+    }
+}
 
 /// Counts every open scenario's arrivals by owner and interval. `weights`
-/// are the slots' weights as assigned; `handovers` are in the order sent.
+/// are the slots' weights as assigned; `handovers` are in the order sent;
+/// `cuts[slot]`, when given, is an instant (ns after the common start)
+/// that slot's count is also split at ([`Planned::before`]).
 pub(super) fn planned(
     scenarios: &[v1::ScenarioAssignment],
     weights: &[u32],
     handovers: &[Handover],
     interval_ns: u64,
+    cuts: &[Option<u64>],
 ) -> Result<Vec<Counts>, String> {
     let base = Arc::new(Interleave::new(weights).map_err(|e| e.to_string())?);
     let handovers: Arc<[Handover]> = handovers.into();
@@ -40,6 +80,7 @@ pub(super) fn planned(
             let schedule = ArrivalSchedule::from_proto(p)
                 .map_err(|e| format!("scenario {:?}: {e}", sc.name))?;
             let mut counts = vec![Vec::new(); weights.len()];
+            let mut before_cut = vec![0; weights.len()];
             let mut owners = Owners::new(base.clone(), handovers.clone());
             for (k, t) in schedule.arrivals().enumerate() {
                 let at = sc.start_offset_ns.saturating_add(t);
@@ -50,8 +91,13 @@ pub(super) fn planned(
                     row.resize(interval + 1, 0);
                 }
                 row[interval] += 1;
+                if let Some(Some(cut)) = cuts.get(owner) {
+                    if at < *cut && at / interval_ns == cut / interval_ns {
+                        before_cut[owner] += 1;
+                    }
+                }
             }
-            Ok(Some(counts))
+            Ok(Some(Planned { counts, before_cut }))
         })
         .collect()
 }
@@ -104,8 +150,8 @@ mod tests {
         ) {
             let sc = scenario(stages, poisson, offset_ms);
             let interval = 1_000_000_000u64;
-            let counts = planned(std::slice::from_ref(&sc), &weights, &[], interval).unwrap();
-            let counts = counts[0].as_ref().unwrap();
+            let counts = planned(std::slice::from_ref(&sc), &weights, &[], interval, &[]).unwrap();
+            let counts = &counts[0].as_ref().unwrap().counts;
             let Some(scenario_assignment::Model::Open(p)) = &sc.model else { unreachable!() };
             let schedule = ArrivalSchedule::from_proto(p).unwrap();
             let offset = sc.start_offset_ns;
@@ -136,6 +182,37 @@ mod tests {
             }
         }
 
+        /// A cut splits a slot's interval exactly: the arrivals before it,
+        /// counted apart, are those of the slot's own slice due before the
+        /// cut in that interval.
+        #[test]
+        fn a_cut_counts_the_arrivals_before_it(
+            rate in 1.0f64..500.0,
+            weights in prop::collection::vec(1u32..6, 1..6),
+            slot in 0usize..6,
+            cut_ms in 0u64..4_000,
+        ) {
+            let sc = scenario(vec![(4_000, rate, rate)], Some(7), 0);
+            let interval = 1_000_000_000u64;
+            let slot = slot % weights.len();
+            let cut = cut_ms * 1_000_000;
+            let mut cuts = vec![None; weights.len()];
+            cuts[slot] = Some(cut);
+            let p = planned(std::slice::from_ref(&sc), &weights, &[], interval, &cuts).unwrap();
+            let p = p[0].as_ref().unwrap();
+            let Some(scenario_assignment::Model::Open(fs)) = &sc.model else { unreachable!() };
+            let schedule = ArrivalSchedule::from_proto(fs).unwrap();
+            let interleave = Interleave::new(&weights).unwrap();
+            let slice = AgentSlice::new(&schedule, &interleave, slot).unwrap();
+            for i in 0..5usize {
+                let honest = slice
+                    .arrivals()
+                    .filter(|&t| (t / interval) as usize == i && t < cut)
+                    .count() as u64;
+                prop_assert_eq!(p.before(slot, i, cut, interval), honest, "interval {}", i);
+            }
+        }
+
         /// With hand-overs, the counts still add up to the schedule, and a
         /// lost agent owns nothing from its hand-over interval on.
         #[test]
@@ -150,9 +227,9 @@ mod tests {
             let lost = lost % weights.len();
             let survivors: Vec<usize> = (0..weights.len()).filter(|&i| i != lost).collect();
             let h = [Handover::new(lost, from_s * interval, survivors, &weights).unwrap()];
-            let with = planned(std::slice::from_ref(&sc), &weights, &h, interval).unwrap();
-            let without = planned(std::slice::from_ref(&sc), &weights, &[], interval).unwrap();
-            let (with, without) = (with[0].as_ref().unwrap(), without[0].as_ref().unwrap());
+            let with = planned(std::slice::from_ref(&sc), &weights, &h, interval, &[]).unwrap();
+            let without = planned(std::slice::from_ref(&sc), &weights, &[], interval, &[]).unwrap();
+            let (with, without) = (&with[0].as_ref().unwrap().counts, &without[0].as_ref().unwrap().counts);
             let total = |c: &Vec<Vec<u64>>| -> u64 { c.iter().flatten().sum() };
             prop_assert_eq!(total(with), total(without));
             prop_assert!(with[lost].iter().skip(from_s as usize).all(|&n| n == 0));

@@ -1,7 +1,8 @@
 //! Lost agents: giving up on one, carrying out `--on-agent-loss` (go on,
 //! abort, or hand its arrivals to the survivors), and booking what its
 //! share never reported, so `intended` follows the plan whatever happens to
-//! the fleet.
+//! the fleet: unreported up to the instant it had certainly stopped,
+//! unsent `agent_lost` after (`unreported.rs`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -12,12 +13,35 @@ use loadfleet_proto::vocab::UnsentReason;
 use tokio::time::Instant;
 
 use super::actor::Fleet;
+use super::registry::DEAD_MAN_SECS;
+use super::unreported::Booking;
 use super::{intended, Loss, OnAgentLoss};
 
-/// With `redistribute`, the survivors take over this long (rounded up to
-/// the next interval) after the loss is noticed: time for the hand-over to
-/// reach them, and for a lost agent that can still hear us to stop.
+/// With `redistribute`, the survivors take over at least this long
+/// (rounded up to the next interval) after the loss is noticed: time for
+/// the hand-over to reach them. Never before the lost agent had certainly
+/// stopped ([`may_send_for`]), so no arrival it may have sent is sent again.
 const HANDOVER_AFTER: Duration = Duration::from_secs(1);
+
+/// How long after its loss was noticed a lost agent may still have sent.
+/// One that hears nothing from us (we stopped hearing it, or it stopped
+/// reading) goes on until its own dead-man switch fires: the window after
+/// the last word it had from us, which was at the latest now, and a second
+/// for its half-second check and its workers to stop. One whose stream
+/// broke or ended sees that too and stops at once; a second covers the
+/// noticing on its side. One that came back to deliver its figures had
+/// stopped already.
+fn may_send_for(loss: &Loss) -> Duration {
+    match loss {
+        Loss::Silent(_) | Loss::NotReading => Duration::from_secs(u64::from(DEAD_MAN_SECS) + 1),
+        Loss::StoppedAlone => Duration::ZERO,
+        Loss::NoClockAnswer
+        | Loss::Refused(_)
+        | Loss::StreamClosed
+        | Loss::StreamFailed(_)
+        | Loss::Protocol(_) => Duration::from_secs(1),
+    }
+}
 
 impl Fleet {
     /// Tells every agent still running to stop, and gives up on those
@@ -78,6 +102,7 @@ impl Fleet {
                     at.as_secs_f64()
                 ));
                 a.lost_at = Some(at);
+                a.unknown_until = Some(at + may_send_for(&loss));
             }
             let id = a.hello.agent_id.clone();
             a.lose(loss);
@@ -97,20 +122,25 @@ impl Fleet {
                         queue.extend(self.stop_running(&reason));
                     }
                 }
-                OnAgentLoss::Redistribute => queue.extend(self.hand_over(i, at)),
+                OnAgentLoss::Redistribute => {
+                    let stopped = self.agents[i].unknown_until.unwrap_or(at);
+                    queue.extend(self.hand_over(i, at, stopped))
+                }
             }
         }
     }
 
     /// `redistribute`: from the first interval boundary at least
-    /// [`HANDOVER_AFTER`] after the loss was noticed, the running survivors
-    /// share agent `i`'s arrivals. Returns survivors that could not be told.
-    fn hand_over(&mut self, i: usize, noticed: Duration) -> Vec<(usize, Loss)> {
+    /// [`HANDOVER_AFTER`] after the loss was noticed and not before the
+    /// agent had certainly `stopped`, the running survivors share agent
+    /// `i`'s arrivals: those it may have sent stay its own (unreported),
+    /// never sent twice. Returns survivors that could not be told.
+    fn hand_over(&mut self, i: usize, noticed: Duration, stopped: Duration) -> Vec<(usize, Loss)> {
         let Some(lost) = self.agents[i].slot else {
             return Vec::new();
         };
         let interval = self.spec.interval.as_nanos().max(1) as u64;
-        let earliest = (noticed + HANDOVER_AFTER).as_nanos() as u64;
+        let earliest = (noticed + HANDOVER_AFTER).max(stopped).as_nanos() as u64;
         let from_ns = earliest.div_ceil(interval) * interval;
         if from_ns >= self.spec.duration.as_nanos() as u64 {
             // The schedule ends before the hand-over: nothing to take over.
@@ -156,14 +186,18 @@ impl Fleet {
         deaf
     }
 
-    /// Sets what lost agents never reported against the plan: every
-    /// arrival their share held (hand-overs applied) that they did not
-    /// report is booked unsent `agent_lost`, per scenario and interval, once
-    /// per agent and as soon as it is lost (a lost agent reports nothing
-    /// more, and its hand-over is already made), so `report.partial.json`
-    /// carries it. At the end of an aborted run (`ended`), the same holds
-    /// for every other agent's share, booked `aborted`: they were stopped,
-    /// not lost. The counting walks the schedule off the control loop.
+    /// Sets what lost agents never reported against the plan, once per
+    /// agent and as soon as it is lost (a lost agent sends nothing more, and
+    /// its hand-over is already made), so `report.partial.json` carries it:
+    /// every arrival its share held (hand-overs applied) that it did not
+    /// report is booked per scenario and interval, unreported when due
+    /// before it had certainly stopped, unsent `agent_lost` after
+    /// ([`Split::of`]); what it reported intended but not yet sent (it
+    /// waited for its connections) is unreported too. At the end of an
+    /// aborted run (`ended`), every other agent's share left is booked
+    /// unsent `aborted`: they were stopped, not lost. The counting walks the
+    /// schedule off the control loop. Late figures that came before the
+    /// booking are taken in after it.
     pub(super) async fn book_lost_arrivals(&mut self, ended: bool) {
         let aborted = ended && self.aborted.is_some();
         let booked: Vec<(usize, usize)> = self
@@ -176,6 +210,12 @@ impl Fleet {
         if booked.is_empty() {
             return;
         }
+        let mut cuts = vec![None; self.weights.len()];
+        for &(i, slot) in &booked {
+            if let (Some(cut), Some(c)) = (self.agents[i].unknown_until, cuts.get_mut(slot)) {
+                *c = Some(cut.as_nanos() as u64);
+            }
+        }
         let (scenarios, weights, handovers, interval) = (
             self.spec.scenarios.clone(),
             self.weights.clone(),
@@ -183,7 +223,7 @@ impl Fleet {
             self.spec.interval.as_nanos() as u64,
         );
         let planned = tokio::task::spawn_blocking(move || {
-            intended::planned(&scenarios, &weights, &handovers, interval)
+            intended::planned(&scenarios, &weights, &handovers, interval, &cuts)
         })
         .await;
         let planned = match planned {
@@ -198,40 +238,78 @@ impl Fleet {
             }
         };
         for (i, slot) in booked {
-            let reason = if self.agents[i].is_lost() {
-                UnsentReason::AgentLost
+            if self.agents[i].is_lost() {
+                self.book_lost_share(i, slot, &planned, interval);
             } else {
-                UnsentReason::Aborted
-            };
-            let mut missing_total = 0;
-            // What it reported intended but not yet sent was waiting for
-            // its connections when it was lost: never sent either.
-            for sc in 0..self.spec.scenarios.len() {
-                let held = self.aggregate.held(i, sc);
-                let last = self.aggregate.reported(i, sc).len().saturating_sub(1);
-                self.aggregate
-                    .book_held_unsent(i, sc, last as u64, held, reason);
-                missing_total += held;
+                self.book_aborted_share(i, slot, &planned);
             }
-            for (sc, counts) in planned.iter().enumerate() {
-                let Some(row) = counts.as_ref().and_then(|c| c.get(slot)) else {
-                    continue;
-                };
-                for (interval, &planned) in row.iter().enumerate() {
-                    let reported = self
-                        .aggregate
-                        .reported(i, sc)
-                        .get(interval)
-                        .copied()
-                        .unwrap_or(0);
-                    let missing = planned.saturating_sub(reported);
-                    self.aggregate
-                        .book_unsent(i, sc, interval as u64, missing, reason);
-                    missing_total += missing;
-                }
-            }
-            self.agents[i].lost_arrivals = missing_total;
             self.agents[i].booked = true;
+            for msg in std::mem::take(&mut self.agents[i].pending) {
+                self.on_late(i, msg);
+            }
+        }
+    }
+
+    /// Books lost agent `i`'s share (in `slot`) that it never reported:
+    /// unreported before its `unknown_until`, unsent `agent_lost` after.
+    fn book_lost_share(
+        &mut self,
+        i: usize,
+        slot: usize,
+        planned: &[intended::Counts],
+        interval_ns: u64,
+    ) {
+        // Lost before the start: nothing of its share was sent by it.
+        let cut = self.agents[i]
+            .unknown_until
+            .map_or(0, |d| d.as_nanos() as u64);
+        let booking = (0..self.spec.scenarios.len())
+            .map(|sc| {
+                let row = match planned.get(sc) {
+                    Some(Some(p)) => p.counts.get(slot).map_or(&[][..], Vec::as_slice),
+                    _ => &[],
+                };
+                let plan = row.iter().enumerate().map(|(interval, &n)| {
+                    let p = planned.get(sc).and_then(Option::as_ref);
+                    (
+                        n,
+                        p.map_or(0, |p| p.before(slot, interval, cut, interval_ns)),
+                    )
+                });
+                Booking::book(&mut self.aggregate, i, sc, plan)
+            })
+            .collect();
+        self.agents[i].booking = booking;
+    }
+
+    /// Books agent `i`'s share left when the run was aborted: unsent
+    /// `aborted`, the arrivals waiting for its connections among them.
+    fn book_aborted_share(&mut self, i: usize, slot: usize, planned: &[intended::Counts]) {
+        for sc in 0..self.spec.scenarios.len() {
+            let held = self.aggregate.held(i, sc);
+            let last = self.aggregate.reported(i, sc).len().saturating_sub(1);
+            self.aggregate
+                .book_held_unsent(i, sc, last as u64, held, UnsentReason::Aborted);
+        }
+        for (sc, counts) in planned.iter().enumerate() {
+            let Some(row) = counts.as_ref().and_then(|c| c.counts.get(slot)) else {
+                continue;
+            };
+            for (interval, &planned) in row.iter().enumerate() {
+                let reported = self
+                    .aggregate
+                    .reported(i, sc)
+                    .get(interval)
+                    .copied()
+                    .unwrap_or(0);
+                self.aggregate.book_unsent(
+                    i,
+                    sc,
+                    interval as u64,
+                    planned.saturating_sub(reported),
+                    UnsentReason::Aborted,
+                );
+            }
         }
     }
 }

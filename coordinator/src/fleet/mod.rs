@@ -12,12 +12,14 @@
 mod actor;
 mod clock;
 mod intended;
+mod late;
 mod loss;
 mod phases;
 mod progress;
 mod refusals;
 mod registry;
 mod service;
+mod unreported;
 mod validate;
 
 use std::fmt;
@@ -83,6 +85,24 @@ pub enum Loss {
     StreamFailed(String),
     /// It broke the protocol (fleet::validate says how); dropped.
     Protocol(String),
+    /// It lost us and stopped on its own (its dead-man switch, a broken
+    /// stream), and came back on a new stream with its last figures.
+    StoppedAlone,
+}
+
+impl Loss {
+    /// Whether the agent may come back with its last figures: it went
+    /// silent or its stream ended, rather than being dropped or refusing.
+    pub fn may_deliver(&self) -> bool {
+        matches!(
+            self,
+            Loss::Silent(_)
+                | Loss::NotReading
+                | Loss::StreamClosed
+                | Loss::StreamFailed(_)
+                | Loss::StoppedAlone
+        )
+    }
 }
 
 impl fmt::Display for Loss {
@@ -102,6 +122,9 @@ impl fmt::Display for Loss {
                 "its connection to the coordinator broke before it finished (the process died, or the network between them failed: {message})"
             ),
             Loss::Protocol(reason) => write!(f, "protocol violation: {reason}"),
+            Loss::StoppedAlone => f.write_str(
+                "it lost the coordinator and stopped on its own, then delivered its last figures on a new connection",
+            ),
         }
     }
 }
@@ -119,9 +142,12 @@ pub struct AgentView {
     pub share: f64,
     /// When the loss was noticed, from the common start (zero when before it).
     pub lost_at: Option<Duration>,
-    /// Arrivals of its share that nobody sent because it was lost (booked
-    /// unsent `agent_lost`).
-    pub lost_arrivals: u64,
+    /// From when (after the common start) it had certainly stopped sending:
+    /// the arrivals of its share it never reported are unreported before,
+    /// unsent `agent_lost` after.
+    pub unknown_until: Option<Duration>,
+    /// What became of its last figures, delivered after its loss.
+    pub late: LateFigures,
     /// With `redistribute`: from when (after the common start) the survivors
     /// sent its arrivals.
     pub handed_over_at: Option<Duration>,
@@ -139,6 +165,24 @@ impl AgentView {
             None => AgentStatus::Unfinished,
         }
     }
+}
+
+/// What became of a lost agent's last figures, which it delivers on a new
+/// connection after stopping on its own (`Deliver`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LateFigures {
+    /// None came.
+    #[default]
+    None,
+    /// Some came, but not its `Finished`: what it sent is counted as far
+    /// as they go.
+    Partial { snapshots: u64 },
+    /// All came: every request it sent is counted, and what it never
+    /// reported was never sent.
+    Whole { snapshots: u64 },
+    /// Refused (the reason): they broke the protocol or reported more than
+    /// its share left.
+    Refused(String),
 }
 
 /// An agent that joined once the fleet was complete or its schedule
@@ -223,6 +267,8 @@ pub struct Progress {
     pub intended: u64,
     pub sent: u64,
     pub unsent: u64,
+    /// Lost agents' arrivals whose fate is unknown.
+    pub unreported: u64,
     pub completed: u64,
     pub errors: u64,
     /// Errors, 4xx and 5xx (and gRPC statuses other than OK): a target

@@ -216,7 +216,13 @@ impl Fleet {
             + self.spec.duration
             + self.spec.drain
             + OVERRUN;
-        let all_done = |f: &Fleet| f.agents.iter().all(|a| a.finished.is_some() || !a.alive());
+        // Done when every agent finished or was lost, and no lost agent
+        // may still come back with its last figures (`late.rs`).
+        let all_done = |f: &Fleet| {
+            f.agents
+                .iter()
+                .all(|a| a.finished.is_some() || (!a.alive() && !f.awaits_figures(a)))
+        };
         let ended = match self.pump(end, stop, all_done).await {
             PumpEnd::Done => (None, false),
             PumpEnd::Deadline => {
@@ -234,6 +240,7 @@ impl Fleet {
             }
         };
         self.book_lost_arrivals(true).await;
+        self.close_late();
         ended
     }
 
@@ -277,6 +284,8 @@ impl Fleet {
             let index = slot;
             slot += 1;
             a.slot = Some(index);
+            // Never 0, which names no run.
+            a.run_key = rand::random::<u64>().max(1);
             a.share = f64::from(weights[index]) / total.max(1) as f64;
             let offset = a.clock.map_or(0, |c| c.1);
             let assignment = v1::Assignment {
@@ -293,6 +302,7 @@ impl Fleet {
                 scenarios: self.spec.scenarios.clone(),
                 protocol: self.spec.protocol.as_str().to_string(),
                 tls: self.spec.tls.clone(),
+                run_key: a.run_key,
             };
             match a.offer(coordinator_message::Kind::Assignment(assignment)) {
                 Ok(()) => self.out.console.line(&format!(
@@ -317,7 +327,7 @@ impl Fleet {
             self.spec.interval.as_nanos() as u64,
         );
         let planned = tokio::task::spawn_blocking(move || {
-            super::intended::planned(&scenarios, &[1], &[], interval)
+            super::intended::planned(&scenarios, &[1], &[], interval, &[])
         })
         .await;
         let planned = match planned {
@@ -327,7 +337,7 @@ impl Fleet {
         };
         self.aggregate = Aggregate::new(self.agents.len(), self.spec.scenarios.len());
         for (sc, counts) in planned.iter().enumerate() {
-            let Some(row) = counts.as_ref().and_then(|c| c.first()) else {
+            let Some(row) = counts.as_ref().and_then(|c| c.counts.first()) else {
                 continue;
             };
             // Booked to no agent: none had a share.
@@ -363,12 +373,8 @@ impl Fleet {
             Aggregate::new(self.agents.len(), self.spec.scenarios.len()),
         );
         // The report lists agents by position: drop those it leaves out.
-        let mut position = 0;
-        let unused: Vec<bool> = self.agents.iter().map(Agent::unused).collect();
-        aggregate.agents.retain(|_| {
-            position += 1;
-            !unused.get(position - 1).copied().unwrap_or(false)
-        });
+        let keep: Vec<bool> = self.agents.iter().map(|a| !a.unused()).collect();
+        aggregate.keep_agents(&keep);
         let joined = self.agents.iter().filter(|a| a.slot.is_some()).count();
         self.results.push(RunResult {
             agents_expected: self.expected,

@@ -26,7 +26,11 @@ impl Fleet {
                 lost.push((i, Loss::Silent(AGENT_SILENCE)));
                 continue;
             }
-            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns: now });
+            // With what it has sent that is in, so it need keep no more.
+            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat {
+                now_ns: now,
+                snapshots_merged: self.checks.last_seq(i),
+            });
             if let Err(loss) = a.offer(hb) {
                 lost.push((i, loss));
             }
@@ -116,6 +120,7 @@ impl Fleet {
             intended: t.intended,
             sent: t.sent,
             unsent: t.unsent.total(),
+            unreported: self.aggregate.unreported.total,
             completed: t.completed,
             errors: t.errors.total(),
             failures: t.failures(),

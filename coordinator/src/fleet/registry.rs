@@ -12,7 +12,8 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-use super::{AgentTx, AgentView, LastSeen, LateAgent, Loss, RunSpec};
+use super::unreported::Booking;
+use super::{AgentTx, AgentView, LastSeen, LateAgent, LateFigures, Loss, RunSpec};
 use crate::console::Console;
 
 /// An agent that stays silent this long is lost. Agents heartbeat twice a
@@ -20,7 +21,7 @@ use crate::console::Console;
 /// this limit.
 pub(super) const AGENT_SILENCE: Duration = Duration::from_millis(2500);
 /// Agents stop on their own after this long without hearing from us.
-const DEAD_MAN_SECS: u32 = 3;
+pub(super) const DEAD_MAN_SECS: u32 = 3;
 
 /// Whether an agent's stream still carries a run.
 #[derive(Debug)]
@@ -51,13 +52,28 @@ pub(super) struct Agent {
     pub(super) share: f64,
     /// Its index in the current run's interleave, when it was dealt a share.
     pub(super) slot: Option<usize>,
+    /// Names its part of the current run (`Assignment.run_key`), so its
+    /// last figures, delivered after its loss, find their run.
+    pub(super) run_key: u64,
     /// When its loss was noticed in the current run, from the common start.
     pub(super) lost_at: Option<Duration>,
-    /// Arrivals of its share booked unsent `agent_lost` in the current run.
-    pub(super) lost_arrivals: u64,
-    /// Its lost share is booked unsent (`agent_lost`): once, as soon as it
-    /// is lost, so a partial report written during the run carries it.
+    /// From when (after the common start) it had certainly stopped
+    /// sending: what it never reported before is unknown, after is unsent.
+    pub(super) unknown_until: Option<Duration>,
+    /// Its lost share is booked: once, as soon as it is lost, so a partial
+    /// report written during the run carries it.
     pub(super) booked: bool,
+    /// That booking, per scenario, as its late figures revise it.
+    pub(super) booking: Vec<Booking>,
+    /// What became of its last figures, delivered after its loss.
+    pub(super) late: LateFigures,
+    /// Late figures that came before its share was booked, taken in once
+    /// it is.
+    pub(super) pending: Vec<v1::AgentMessage>,
+    /// The run key and last snapshot of the last figures it delivered
+    /// whole after a loss, kept past its run: delivered again (the answer
+    /// to the first was lost), they are confirmed, not refused.
+    pub(super) delivered: Option<(u64, u64)>,
     /// With `redistribute`: when the survivors took over its arrivals.
     pub(super) handed_over_at: Option<Duration>,
     /// Messages after its loss, ignored: it came back.
@@ -81,9 +97,14 @@ impl Agent {
             link: Link::Up,
             share: 0.0,
             slot: None,
+            run_key: 0,
             lost_at: None,
-            lost_arrivals: 0,
+            unknown_until: None,
             booked: false,
+            booking: Vec::new(),
+            late: LateFigures::None,
+            pending: Vec::new(),
+            delivered: None,
             handed_over_at: None,
             messages_after_loss: 0,
         }
@@ -95,6 +116,12 @@ impl Agent {
 
     pub(super) fn is_lost(&self) -> bool {
         matches!(self.link, Link::Lost(_))
+    }
+
+    /// Lost in a way it may come back from with its last figures (it went
+    /// silent or its stream ended), rather than dropped for what it said.
+    pub(super) fn may_deliver(&self) -> bool {
+        matches!(&self.link, Link::Lost(loss) if loss.may_deliver())
     }
 
     fn standing_by(&self) -> bool {
@@ -128,6 +155,19 @@ impl Agent {
         }
     }
 
+    /// A new stream from the agent after its loss, to deliver its last
+    /// figures: what the fleet says to it now goes there.
+    pub(super) fn reconnect(&mut self, tx: AgentTx, seen: Arc<LastSeen>) {
+        self.tx = tx;
+        self.seen = seen;
+    }
+
+    /// Ends its stream with `status`, which says why.
+    pub(super) fn refuse(&mut self, status: Status) {
+        let _ = self.tx.try_send(Err(status));
+        self.hang_up();
+    }
+
     /// Ends its stream: the fleet has nothing more to say to it.
     pub(super) fn hang_up(&mut self) {
         let (closed, _) = mpsc::channel(1);
@@ -146,7 +186,8 @@ impl Agent {
             },
             share: self.share,
             lost_at: self.lost_at,
-            lost_arrivals: self.lost_arrivals,
+            unknown_until: self.unknown_until,
+            late: self.late.clone(),
             handed_over_at: self.handed_over_at,
             messages_after_loss: self.messages_after_loss,
         }
@@ -156,9 +197,13 @@ impl Agent {
     fn new_run(&mut self) {
         self.finished = None;
         self.slot = None;
+        self.run_key = 0;
         self.lost_at = None;
-        self.lost_arrivals = 0;
+        self.unknown_until = None;
         self.booked = false;
+        self.booking = Vec::new();
+        self.late = LateFigures::None;
+        self.pending = Vec::new();
         self.handed_over_at = None;
         self.messages_after_loss = 0;
     }
@@ -352,7 +397,10 @@ impl Registry {
     /// those that went silent or stopped reading.
     pub(super) fn beat_standby(&mut self, now_ns: u64) {
         for a in self.agents.iter_mut().filter(|a| a.standing_by()) {
-            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat { now_ns });
+            let hb = coordinator_message::Kind::Heartbeat(v1::Heartbeat {
+                now_ns,
+                snapshots_merged: 0,
+            });
             if a.seen.silence() > AGENT_SILENCE || a.offer(hb).is_err() {
                 a.link = Link::Dropped;
                 a.hang_up();

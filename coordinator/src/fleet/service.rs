@@ -1,5 +1,5 @@
-//! The thin tonic service: authenticate, read the hello, then hand the
-//! stream to the fleet actor. All run state lives in the actor; this file
+//! The thin tonic service: authenticate, read the hello (or a lost agent's
+//! `Deliver`), then hand the stream to the fleet actor. All run state lives in the actor; this file
 //! only translates between gRPC and the actor's events.
 
 use std::net::SocketAddr;
@@ -56,6 +56,15 @@ pub enum FleetEvent {
         peer: Option<SocketAddr>,
         tx: AgentTx,
         /// Stamped by the stream's reader on every message.
+        seen: Arc<LastSeen>,
+        reply: oneshot::Sender<Result<u32, Status>>,
+    },
+    /// An agent the fleet lost comes back on a new stream to deliver its
+    /// last figures (`Deliver`); the reply is its index, or why not.
+    Deliver {
+        deliver: v1::Deliver,
+        peer: Option<SocketAddr>,
+        tx: AgentTx,
         seen: Arc<LastSeen>,
         reply: oneshot::Sender<Result<u32, Status>>,
     },
@@ -162,9 +171,10 @@ impl Control for ControlService {
             .map_err(|_| Status::deadline_exceeded("no hello within 10s"))??;
         let hello = match first.and_then(|m| m.kind) {
             Some(agent_message::Kind::Hello(h)) => h,
+            Some(agent_message::Kind::Deliver(d)) => return self.deliver(d, peer, inbound).await,
             _ => {
                 return Err(Status::invalid_argument(
-                    "the first message must be a hello",
+                    "the first message must be a hello (or a lost agent's delivery)",
                 ))
             }
         };
@@ -175,11 +185,7 @@ impl Control for ControlService {
                 Status::invalid_argument(format!("hello refused, protocol violation: {e}"));
             return Err(self.refuse(peer, status).await);
         }
-        if hello.protocol_version != PROTOCOL_VERSION {
-            let status = Status::failed_precondition(format!(
-                "agent speaks protocol version {} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both",
-                hello.protocol_version
-            ));
+        if let Err(status) = check_version(hello.protocol_version) {
             return Err(self.refuse(peer, status).await);
         }
         let (tx, rx) = mpsc::channel(1024);
@@ -198,6 +204,63 @@ impl Control for ControlService {
         let agent = joined
             .await
             .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
+        self.forward(agent, seen, inbound);
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+fn check_version(version: u32) -> Result<(), Status> {
+    if version == PROTOCOL_VERSION {
+        return Ok(());
+    }
+    Err(Status::failed_precondition(format!(
+        "agent speaks protocol version {version} but this coordinator speaks {PROTOCOL_VERSION}; run the same loadfleet release on both"
+    )))
+}
+
+impl ControlService {
+    /// A lost agent's stream that delivers its last figures: checked, then
+    /// handed to the fleet, which says whether it awaits them; what follows
+    /// on the stream is forwarded like any agent's messages.
+    async fn deliver(
+        &self,
+        deliver: v1::Deliver,
+        peer: Option<SocketAddr>,
+        inbound: Streaming<v1::AgentMessage>,
+    ) -> Result<Response<ReceiverStream<Result<v1::CoordinatorMessage, Status>>>, Status> {
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+        if let Err(e) = loadfleet_proto::bounds::check_deliver(&deliver) {
+            tracing::warn!("refused a delivery from {from}: it breaks the protocol: {e}");
+            return Err(Status::invalid_argument(format!(
+                "delivery refused, protocol violation: {e}"
+            )));
+        }
+        if let Err(status) = check_version(deliver.protocol_version) {
+            return Err(self.refuse(peer, status).await);
+        }
+        let (tx, rx) = mpsc::channel(16);
+        let (reply, taken) = oneshot::channel();
+        let seen = LastSeen::new();
+        self.events
+            .send(FleetEvent::Deliver {
+                deliver,
+                peer,
+                tx,
+                seen: seen.clone(),
+                reply,
+            })
+            .await
+            .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
+        let agent = taken
+            .await
+            .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
+        self.forward(agent, seen, inbound);
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    /// Forwards agent `agent`'s messages to the fleet as they arrive, then
+    /// the end of its stream.
+    fn forward(&self, agent: u32, seen: Arc<LastSeen>, mut inbound: Streaming<v1::AgentMessage>) {
         let events = self.events.clone();
         tokio::spawn(async move {
             let loss = loop {
@@ -226,7 +289,6 @@ impl Control for ControlService {
             };
             let _ = events.send(FleetEvent::Gone { agent, loss }).await;
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 

@@ -183,6 +183,12 @@ impl Checks {
         Check::Accept(Box::new(decoded))
     }
 
+    /// The last snapshot of `agent`'s taken in this run (0 for none), which
+    /// heartbeats confirm to it.
+    pub(super) fn last_seq(&self, agent: usize) -> u64 {
+        self.ledgers.get(agent).map_or(0, |l| l.last_seq)
+    }
+
     /// Checks `Finished.snapshots` against the snapshots that arrived.
     pub(super) fn finished(&self, agent: usize, f: &v1::Finished) -> Result<(), Rejection> {
         let arrived = self.ledgers.get(agent).map_or(0, |l| l.last_seq);

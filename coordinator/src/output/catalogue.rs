@@ -104,6 +104,14 @@ pub(crate) static UNSENT: Metric = Metric {
     influx: "unsent_",
     help: "Arrivals never sent, by reason (every reason, zeros included)",
 };
+pub(crate) static UNREPORTED: Metric = Metric {
+    name: "loadfleet.requests.unreported",
+    kind: Kind::Gauge,
+    unit: REQUEST,
+    labels: SCENARIO,
+    influx: "unreported",
+    help: "Lost agents' arrivals whose fate is unknown (due before the agent had certainly stopped, never reported); goes down when its last figures arrive",
+};
 pub(crate) static COMPLETED: Metric = Metric {
     name: "loadfleet.requests.completed",
     kind: Kind::Counter,
@@ -311,6 +319,7 @@ pub(crate) static ALL: &[&Metric] = &[
     &INTENDED,
     &SENT,
     &UNSENT,
+    &UNREPORTED,
     &COMPLETED,
     &RESPONSES,
     &ERRORS,
@@ -434,6 +443,7 @@ pub(crate) fn counts<'f>(scenario: &str, c: &Counts) -> Vec<Point<'f>> {
             out.push(point(&UNSENT, by(reason), n(*v)));
         }
     }
+    out.push(point(&UNREPORTED, sc(), n(c.unreported)));
     out.push(point(&COMPLETED, sc(), n(c.completed)));
     for (code, v) in &c.status {
         out.push(point(&RESPONSES, by(&code.to_string()), n(*v)));

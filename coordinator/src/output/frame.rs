@@ -96,6 +96,9 @@ pub(crate) struct Counts {
     pub intended: u64,
     pub sent: u64,
     pub unsent: BTreeMap<String, u64>,
+    /// Lost agents' arrivals whose fate is unknown: a gauge, which goes
+    /// down when an agent's last figures arrive after its loss.
+    pub unreported: u64,
     pub completed: u64,
     pub status: BTreeMap<u32, u64>,
     pub errors: BTreeMap<String, u64>,
@@ -105,11 +108,12 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    fn of(m: &Figures) -> Self {
+    fn of(m: &Figures, unreported: u64) -> Self {
         Self {
             intended: m.intended,
             sent: m.sent,
             unsent: m.unsent.by_word(),
+            unreported,
             completed: m.completed,
             status: m.status.iter().map(|(c, n)| (u32::from(c), n)).collect(),
             errors: m.errors.by_word(),
@@ -119,7 +123,8 @@ impl Counts {
         }
     }
 
-    /// What was added since `before` (counters never go down within a run).
+    /// What was added since `before` (counters never go down within a
+    /// run); a gauge keeps its value now.
     fn since(&self, before: &Counts) -> Counts {
         let sub = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
             a.iter()
@@ -130,6 +135,7 @@ impl Counts {
             intended: self.intended.saturating_sub(before.intended),
             sent: self.sent.saturating_sub(before.sent),
             unsent: sub(&self.unsent, &before.unsent),
+            unreported: self.unreported,
             completed: self.completed.saturating_sub(before.completed),
             status: self
                 .status
@@ -259,7 +265,7 @@ impl Framer {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let totals = Counts::of(m);
+                let totals = Counts::of(m, agg.unreported.scenarios.get(i).copied().unwrap_or(0));
                 let step = totals.since(self.previous.get(i).unwrap_or(&Counts::default()));
                 let mut step_latency = new_histogram();
                 for (_, iv) in agg.intervals.range(seconds.clone()) {

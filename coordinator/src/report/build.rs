@@ -75,7 +75,9 @@ fn union_length(windows: &[Window]) -> f64 {
     total
 }
 
-fn totals_of(m: &Figures, window_s: f64, warmup_s: f64) -> Totals {
+/// The totals of merged figures `m`, of which `unreported` arrivals have
+/// an unknown fate (booked apart from the figures, `Aggregate::unreported`).
+fn totals_of(m: &Figures, unreported: u64, window_s: f64, warmup_s: f64) -> Totals {
     // Every request sent either completed (with a status or an error) or
     // has no outcome: that is what is left in flight, the same way for the
     // totals, each scenario and each agent, so they add up.
@@ -90,6 +92,7 @@ fn totals_of(m: &Figures, window_s: f64, warmup_s: f64) -> Totals {
         completed_ok_in_window: m.completed_ok_in_window,
         in_flight_at_end,
         unsent: unsent_of(&m.unsent),
+        unreported,
         status: m.status.by_word(),
         errors: m.errors.by_word(),
         grpc: grpc_of(m),
@@ -170,7 +173,13 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
     let window_s = union_length(&windows);
     let elapsed_s = result.elapsed.as_secs_f64();
     let warmup_total: f64 = ctx.scenarios.iter().map(|s| s.warmup.as_secs_f64()).sum();
-    let mut totals = totals_of(&result.aggregate.totals, window_s, warmup_total);
+    let unreported = &result.aggregate.unreported;
+    let mut totals = totals_of(
+        &result.aggregate.totals,
+        unreported.total,
+        window_s,
+        warmup_total,
+    );
     let mut scenarios: Vec<Scenario> = ctx
         .scenarios
         .iter()
@@ -183,6 +192,7 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 .cloned()
                 .unwrap_or_default();
             let w = clip(info.window());
+            let unreported = unreported.scenarios.get(i).copied().unwrap_or(0);
             Scenario {
                 name: info.name.clone(),
                 model: info.model.to_string(),
@@ -193,7 +203,12 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                 load: String::new(),
                 process: info.process.clone(),
                 offered_rps: info.offered_rps,
-                totals: totals_of(&m, w.end_s - w.start_s, info.warmup.as_secs_f64()),
+                totals: totals_of(
+                    &m,
+                    unreported,
+                    w.end_s - w.start_s,
+                    info.warmup.as_secs_f64(),
+                ),
                 sse: info.sse_send_time.as_ref().map(|send_time| {
                     let merged = result
                         .aggregate
@@ -209,7 +224,7 @@ pub(crate) fn build(result: &RunResult, ctx: &PlanInfo) -> Report {
                     .flows
                     .get(i)
                     .and_then(Option::as_ref)
-                    .map(|f| super::flows::flows_of(&m, f, w.end_s - w.start_s)),
+                    .map(|f| super::flows::flows_of(&m, f, unreported, w.end_s - w.start_s)),
                 steps: super::flows::steps_of(
                     &info.steps,
                     result.aggregate.requests.get(i).map_or(&[], Vec::as_slice),
@@ -334,6 +349,13 @@ fn agent_reports(result: &RunResult, elapsed_s: f64) -> Vec<AgentReport> {
                 intended: m.intended,
                 sent: m.sent,
                 unsent: m.unsent.total(),
+                unreported: result
+                    .aggregate
+                    .unreported
+                    .agents
+                    .get(i)
+                    .copied()
+                    .unwrap_or(0),
                 completed: m.completed,
                 cpu: cores / f64::from(cpus),
                 cpu_cores: cores,
@@ -392,6 +414,7 @@ pub(crate) fn interval_report(i: u64, iv: &IntervalAgg) -> IntervalReport {
         sent: iv.sent,
         unsent: iv.unsent,
         unsent_by_reason: iv.unsent_by_reason.by_word(),
+        unreported: iv.unreported,
         completed: iv.completed,
         errors: iv.errors,
         classes: OutcomeClass::ALL

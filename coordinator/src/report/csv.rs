@@ -1,5 +1,6 @@
 //! `intervals.csv`: the per-second series for spreadsheets and plotting
-//! tools, one column per outcome class and one per unsent reason, always.
+//! tools, one column per outcome class and one per unsent reason, always,
+//! and the lost agents' arrivals whose fate is unknown (`unreported`).
 //! The header and each row are written apart, so the live output
 //! (`run::folder::live`) can append a row as each second settles.
 
@@ -24,7 +25,7 @@ pub(crate) fn write_header(out: &mut impl Write) -> std::io::Result<()> {
     for reason in UnsentReason::ALL {
         write!(out, ",unsent_{reason}")?;
     }
-    write!(out, ",completed,errors")?;
+    write!(out, ",unreported,completed,errors")?;
     for c in OutcomeClass::ALL {
         write!(out, ",completed_{c}")?;
     }
@@ -39,7 +40,7 @@ pub(crate) fn write_row(out: &mut impl Write, iv: &IntervalReport) -> std::io::R
     for r in UnsentReason::ALL {
         write!(out, ",{}", reason(r.as_str()))?;
     }
-    write!(out, ",{},{}", iv.completed, iv.errors)?;
+    write!(out, ",{},{},{}", iv.unreported, iv.completed, iv.errors)?;
     for c in OutcomeClass::ALL {
         write!(
             out,

@@ -10,8 +10,9 @@ use super::plan_info::StepInfo;
 use crate::report_model::{CheckReport, FlowReport, StepReport};
 
 /// The flows of a scenario whose merged figures are `m` (they count
-/// flows) and whose flow figures are `f`.
-pub(super) fn flows_of(m: &Figures, f: &FlowFigures, window_s: f64) -> FlowReport {
+/// flows), whose flow figures are `f` and of which `unreported` have an
+/// unknown fate (lost agents').
+pub(super) fn flows_of(m: &Figures, f: &FlowFigures, unreported: u64, window_s: f64) -> FlowReport {
     let failed = f.failed.total();
     let ended = m.completed;
     // Failed flows that ended inside the window are in
@@ -20,6 +21,7 @@ pub(super) fn flows_of(m: &Figures, f: &FlowFigures, window_s: f64) -> FlowRepor
         intended: m.intended,
         started: m.sent,
         unsent: unsent_of(&m.unsent),
+        unreported,
         completed: ended.saturating_sub(failed),
         failed,
         failed_by_reason: f.failed.by_word(),

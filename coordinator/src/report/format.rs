@@ -41,6 +41,17 @@ pub(crate) fn fin(v: f64) -> f64 {
     }
 }
 
+/// ` unreported N` after a line's unsent count, when lost agents left
+/// arrivals of unknown fate (`intended == sent + unsent + unreported`);
+/// nothing otherwise, so a run without losses reads as before.
+pub(crate) fn unreported(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" unreported {n}")
+    }
+}
+
 pub(crate) fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0

@@ -124,10 +124,18 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
     writeln!(out)?;
     writeln!(
         out,
-        "  intended {}   sent {}   unsent {}",
+        "  intended {}   sent {}   unsent {}{}",
         t.intended,
         t.sent,
-        super::format::unsent(&t.unsent)
+        super::format::unsent(&t.unsent),
+        if t.unreported > 0 {
+            format!(
+                "   unreported {} (lost agents' arrivals of unknown fate: sent or not, nobody can say)",
+                t.unreported
+            )
+        } else {
+            String::new()
+        }
     )?;
     writeln!(
         out,
@@ -230,12 +238,13 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
             let t = &s.totals;
             writeln!(
                 out,
-                "  {:<16} {:<6} intended {} sent {} unsent {} completed {} in flight at end {} failures {} throughput {:.1} req/s ({:.1} ok)",
+                "  {:<16} {:<6} intended {} sent {} unsent {}{} completed {} in flight at end {} failures {} throughput {:.1} req/s ({:.1} ok)",
                 s.name,
                 s.model,
                 t.intended,
                 t.sent,
                 t.unsent.total,
+                super::format::unreported(t.unreported),
                 t.completed,
                 t.in_flight_at_end,
                 t.failures,
@@ -271,14 +280,15 @@ pub fn write_text(out: &mut impl Write, r: &Report, color: bool) -> std::io::Res
         };
         writeln!(
             out,
-            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}{pool}",
+            "  {:<18} {:<9} intended {:>7} sent {:>7} unsent {:>6} cpu {:>5.1}% lag {}{pool}{}",
             a.id,
             a.status.as_str(),
             a.intended,
             a.sent,
             a.unsent,
             a.cpu * 100.0,
-            lag
+            lag,
+            super::format::unreported(a.unreported)
         )?;
     }
     for a in &r.late_agents {

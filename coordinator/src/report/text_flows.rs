@@ -24,11 +24,12 @@ pub(super) fn write(out: &mut impl Write, s: &Scenario, f: &FlowReport) -> std::
         .collect();
     writeln!(
         out,
-        "  flows of {}: intended {} started {} unsent {} completed {} failed {}{} in flight at end {} · {:.1} flows/s completed",
+        "  flows of {}: intended {} started {} unsent {}{} completed {} failed {}{} in flight at end {} · {:.1} flows/s completed",
         s.name,
         f.intended,
         f.started,
         f.unsent.total,
+        super::format::unreported(f.unreported),
         f.completed,
         f.failed,
         if reasons.is_empty() {

@@ -13,12 +13,13 @@ pub(super) fn print(console: &Console, p: &Progress, drain: Duration) {
     let elapsed = p.elapsed.as_secs_f64();
     let total = p.duration.as_secs_f64().max(1e-9);
     let figures = format!(
-        "sent {}/s done {}/s · intended {} sent {} unsent {} · failures {} (errors {}) · in flight {} · p99 {} · agents {}",
+        "sent {}/s done {}/s · intended {} sent {} unsent {}{} · failures {} (errors {}) · in flight {} · p99 {} · agents {}",
         p.sent_rps,
         p.completed_rps,
         p.intended,
         p.sent,
         p.unsent,
+        crate::report::format::unreported(p.unreported),
         p.failures,
         p.errors,
         p.in_flight,

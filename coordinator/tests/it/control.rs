@@ -207,22 +207,32 @@ fn running_fleet(test: &str) -> (Proc, Proc, Proc, std::path::PathBuf) {
 }
 
 /// A frozen coordinator (connection open, nothing said): the agent's
-/// dead-man switch stops it within 5 s.
+/// dead-man switch stops it within 5 s; once the coordinator runs again,
+/// the agent delivers the figures it had not (`--deliver-grace`), and
+/// exits 4.
 #[test]
 fn agent_stops_when_coordinator_goes_silent() {
-    let (c, a, _testbed, _) = running_fleet("deadman-stop");
+    let (c, mut a, _testbed, out) = running_fleet("deadman-stop");
     signal(c.pid(), libc::SIGSTOP);
     let frozen = Instant::now();
-    let (status, output) = a.wait(Duration::from_secs(10));
+    let line = a.wait_for_line("lost the coordinator", Duration::from_secs(10));
     let took = frozen.elapsed();
     signal(c.pid(), libc::SIGCONT);
-    drop(c);
-    assert_eq!(status.code(), Some(4), "the dead-man switch: {output}");
     assert!(
         took < Duration::from_secs(5),
-        "agent took {took:?} to stop:\n{output}"
+        "agent took {took:?} to stop: {line}"
     );
-    assert!(output.contains("dead-man"), "{output}");
+    assert!(line.contains("dead-man"), "{line}");
+    let (status, output) = a.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(4), "the dead-man switch: {output}");
+    assert!(
+        output.contains("delivered the run's last figures"),
+        "{output}"
+    );
+    let (status, output) = c.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(3), "{output}");
+    let t = &read_report(&out)["totals"];
+    assert_eq!(u(&t["unreported"]), 0, "every figure came: {t}");
 }
 
 /// A killed coordinator: the stream breaks and the agent stops at once.

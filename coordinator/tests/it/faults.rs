@@ -4,7 +4,9 @@
 //! the target. An agent is killed (SIGKILL), frozen (SIGSTOP), cut off
 //! (its network namespace's veth link taken down) or joins late;
 //! the report must keep `intended` at the plan's count and account for every
-//! arrival nobody sent.
+//! arrival: sent, unsent, or unreported (its fate unknown) — and what the
+//! target received from a lost agent beyond its `sent` must lie within its
+//! `unreported`.
 //!
 //! Exit status: a lost agent makes a run degraded whatever the mode, so
 //! `run` exits 3: AGENT_LOST is an error verdict, as a run with agents
@@ -51,17 +53,24 @@ fn start_agent(control: &str, source: &str) -> Proc {
 }
 
 /// What every mode must show: the plan's count intended, every arrival
-/// sent or unsent, the lost agent's remainder counted `agent_lost`, and
-/// exit 3.
+/// sent, unsent or unreported (exactly, in the totals and per agent), the
+/// lost agent's remainder counted `agent_lost`, and exit 3.
 fn check_accounting(report: &serde_json::Value, status: std::process::ExitStatus, output: &str) {
     assert_eq!(status.code(), Some(3), "{output}");
     let t = &report["totals"];
     assert_eq!(u(&t["intended"]), PLANNED, "intended follows the plan: {t}");
     assert_eq!(
-        u(&t["sent"]) + u(&t["unsent"]["total"]),
+        u(&t["sent"]) + u(&t["unsent"]["total"]) + u(&t["unreported"]),
         PLANNED,
-        "every arrival is sent or unsent: {t}"
+        "every arrival is sent, unsent or unreported: {t}"
     );
+    for a in report["agents"].as_array().expect("agents") {
+        assert_eq!(
+            u(&a["intended"]),
+            u(&a["sent"]) + u(&a["unsent"]) + u(&a["unreported"]),
+            "{a}"
+        );
+    }
     assert!(u(&t["unsent"]["agent_lost"]) > 0, "{t}");
     let per_second: u64 = report["intervals"]
         .as_array()
@@ -90,6 +99,27 @@ fn check_accounting(report: &serde_json::Value, status: std::process::ExitStatus
         text.contains("s into the run") && text.contains("agent_lost"),
         "{text}"
     );
+}
+
+/// What the target received from the lost agent (on 127.0.0.3) beyond
+/// what it reported sent: those it sent in its last moments without living
+/// to report them. None can be missing, and all must lie within its
+/// `unreported`, the arrivals whose fate the report says it cannot know.
+fn check_target_agrees(report: &serde_json::Value, addr: &str) -> u64 {
+    let lost = by_source(report, "127.0.0.3");
+    let received = testbed_counts(addr).get("127.0.0.3").copied().unwrap_or(0);
+    let sent = u(&lost["sent"]);
+    assert!(sent > 0, "it sent before it was killed: {lost}");
+    assert!(
+        received >= sent,
+        "the target got {received}, fewer than the {sent} reported sent: {lost}"
+    );
+    assert!(
+        received - sent <= u(&lost["unreported"]),
+        "the target got {received}, {} more than reported sent, beyond the unreported: {lost}",
+        received - sent
+    );
+    received - sent
 }
 
 fn by_source<'a>(report: &'a serde_json::Value, source: &str) -> &'a serde_json::Value {
@@ -134,35 +164,50 @@ fn kill_one(
     (report, output, (testbed, addr), out)
 }
 
+/// The sum of `intervals.csv`'s column `name`.
+fn csv_sum(out: &std::path::Path, name: &str) -> u64 {
+    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
+    let header = csv.lines().next().unwrap_or_default();
+    let column = header
+        .split(',')
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no {name} column: {header}"));
+    csv.lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(column)?.parse::<u64>().ok())
+        .sum()
+}
+
 #[test]
 fn sigkill_with_continue_counts_the_lost_share_unsent() {
-    let (report, output, _, out) = kill_one("kill-continue", "continue");
-    // Every headline names the lost share: the text report's unsent line
-    // and intervals.csv's column, as the verdict and the page do.
-    let lost = report["totals"]["unsent"]["agent_lost"]
-        .as_u64()
-        .unwrap_or(0);
+    let (report, output, (_testbed, addr), out) = kill_one("kill-continue", "continue");
+    let beyond = check_target_agrees(&report, &addr);
+    // Every headline names the lost share, in its two parts: the text
+    // report's line and intervals.csv's columns, as the verdict and the
+    // page do.
+    let t = &report["totals"];
+    let (lost, unreported) = (u(&t["unsent"]["agent_lost"]), u(&t["unreported"]));
     assert!(lost > 0, "{output}");
+    assert!(unreported > 0, "its last second is of unknown fate: {t}");
     let headline = output
         .lines()
         .find(|l| l.contains("intended ") && l.contains("   unsent "))
         .unwrap_or_default();
     assert!(
-        headline.contains(&format!("agent_lost {lost}")),
+        headline.contains(&format!("agent_lost {lost}"))
+            && headline.contains(&format!("unreported {unreported}")),
         "{headline}\n{output}"
     );
-    let csv = std::fs::read_to_string(out.join("intervals.csv")).expect("intervals.csv");
-    let header = csv.lines().next().unwrap_or_default();
-    let column = header
-        .split(',')
-        .position(|c| c == "unsent_agent_lost")
-        .unwrap_or_else(|| panic!("no unsent_agent_lost column: {header}"));
-    let booked: u64 = csv
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split(',').nth(column)?.parse::<u64>().ok())
-        .sum();
-    assert_eq!(booked, lost, "{csv}");
+    assert_eq!(csv_sum(&out, "unsent_agent_lost"), lost);
+    assert_eq!(csv_sum(&out, "unreported"), unreported);
+    let verdict = verdict(&report, "AGENT_LOST").expect("AGENT_LOST");
+    assert!(
+        verdict["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("{unreported} arrival(s) due before"))),
+        "{verdict}"
+    );
+    eprintln!("the killed agent's last moments: {beyond} sent without living to report them, {unreported} unreported, {lost} agent_lost");
     assert!(
         !has_verdict(&report, "PARTIAL"),
         "nothing cut the run short: {output}"
@@ -186,24 +231,20 @@ fn sigkill_with_redistribute_hands_the_rest_over_and_the_target_agrees() {
     // What the target received from each source: the survivor exactly what
     // it reported sent; the killed agent at least what it reported (it may
     // have sent some in its last second without living to report them,
-    // which the report counts unsent agent_lost).
+    // which the report counts unreported).
     let counts = testbed_counts(&addr);
     assert_eq!(
         counts.get("127.0.0.2").copied().unwrap_or(0),
         u(&survivor["sent"]),
         "{counts:?}"
     );
-    let lost_at_target = counts.get("127.0.0.3").copied().unwrap_or(0);
-    assert!(lost_at_target >= u(&lost["sent"]), "{counts:?} {lost}");
+    let beyond = check_target_agrees(&report, &addr);
     let t = &report["totals"];
+    assert_eq!(counts["total"], u(&t["sent"]) + beyond, "{counts:?}");
     assert_eq!(
-        counts["total"],
-        u(&t["sent"]) + (lost_at_target - u(&lost["sent"])),
-        "{counts:?}"
-    );
-    assert!(
-        lost_at_target - u(&lost["sent"]) <= u(&t["unsent"]["agent_lost"]),
-        "unreported sends are among the agent_lost"
+        u(&lost["unreported"]),
+        u(&t["unreported"]),
+        "only the lost agent has arrivals of unknown fate"
     );
 }
 
@@ -246,6 +287,15 @@ fn a_frozen_agent_is_lost_within_3_s_and_sends_nothing_after_sigcont() {
     let report = read_report(&out);
     check_accounting(&report, status, &output);
     assert!(!has_verdict(&report, "PARTIAL"), "{output}");
+    // Woken, it delivered the figures it had not: its sent is the
+    // target's count, and nothing of its share is of unknown fate.
+    assert!(
+        agent_output.contains("delivered the run's last figures"),
+        "{agent_output}"
+    );
+    let frozen = by_source(&report, "127.0.0.3");
+    assert_eq!(u(&frozen["sent"]), after, "{frozen}");
+    assert_eq!(u(&frozen["unreported"]), 0, "{frozen}");
 }
 
 #[test]
@@ -431,15 +481,17 @@ fn a_network_cut_is_noticed_by_both_sides_and_the_agent_stops() {
         .arg(bin("loadfleet-agent"))
         .args(["--coordinator", &control, "--token", TOKEN])
         .args(["--id", "inside", "--workers", "1"]);
-    let agent = Proc::spawn(inside, "agent in the namespace");
+    let mut agent = Proc::spawn(inside, "agent in the namespace");
     wait_for_run_second(&mut c, 3);
     ns.cut();
     let cut = Instant::now();
     c.wait_for_line("agent inside lost", Duration::from_secs(10));
     let coordinator_noticed = cut.elapsed();
-    let (_, agent_output) = agent.wait(Duration::from_secs(10));
+    // It stops sending, then keeps trying to deliver its last figures
+    // (--deliver-grace) through a link that stays down.
+    let agent_output = agent.wait_for_line("lost the coordinator", Duration::from_secs(10));
     let agent_stopped = cut.elapsed();
-    eprintln!("cut noticed by the coordinator after {coordinator_noticed:?}, agent exited after {agent_stopped:?}");
+    eprintln!("cut noticed by the coordinator after {coordinator_noticed:?}, the agent stopped sending after {agent_stopped:?}");
     assert!(
         coordinator_noticed < Duration::from_secs(5),
         "coordinator noticed after {coordinator_noticed:?}"
@@ -453,8 +505,27 @@ fn a_network_cut_is_noticed_by_both_sides_and_the_agent_stops() {
     assert_eq!(status.code(), Some(3), "{output}");
     let t = &report["totals"];
     assert_eq!(u(&t["intended"]), PLANNED, "intended follows the plan: {t}");
-    assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), PLANNED, "{t}");
-    assert!(u(&t["unsent"]["agent_lost"]) > 0, "{t}");
+    assert_eq!(
+        u(&t["sent"]) + u(&t["unsent"]["total"]) + u(&t["unreported"]),
+        PLANNED,
+        "{t}"
+    );
+    // Silent, it may have sent until its own dead-man switch fired, 4 s
+    // after the loss was noticed (here about when the schedule ends): what
+    // it never reported until then is of unknown fate, not unsent. Its
+    // link stays down, so no late figures change that.
+    let inside = report["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["id"] == "inside")
+        .expect("the agent inside");
+    assert!(u(&inside["unreported"]) > 0, "{inside}");
+    assert_eq!(
+        u(&inside["intended"]),
+        u(&inside["sent"]) + u(&inside["unsent"]) + u(&inside["unreported"]),
+        "{inside}"
+    );
     assert!(has_verdict(&report, "AGENT_LOST"), "{output}");
 }
 

@@ -134,7 +134,10 @@ async fn an_agent_that_leaves_mid_run_is_lost_and_the_others_finish() {
     assert_eq!(t.sent, 10 + 5);
     assert_eq!(t.intended, 20, "intended follows the plan");
     assert_eq!(t.unsent.get(UnsentReason::AgentLost), 5);
-    assert_eq!(run.agents[1].lost_arrivals, 5);
+    assert_eq!(
+        run.aggregate.agents[1].unsent.get(UnsentReason::AgentLost),
+        5
+    );
     assert_eq!(run.aggregate.agents[1].intended, 10);
     // Per second too: the second second's 10 are 5 sent and 5 agent_lost.
     let second = &run.aggregate.intervals[&1];
@@ -209,12 +212,12 @@ async fn repeats_run_on_the_same_session() {
 #[tokio::test(start_paused = true)]
 async fn a_frozen_agent_is_lost_within_3_s_and_its_share_is_booked() {
     let mut spec = spec(2);
-    spec.duration = Duration::from_secs(8);
-    spec.scenarios[0].duration_ns = 8_000_000_000;
+    spec.duration = Duration::from_secs(12);
+    spec.scenarios[0].duration_ns = 12_000_000_000;
     if let Some(loadfleet_proto::v1::scenario_assignment::Model::Open(p)) =
         &mut spec.scenarios[0].model
     {
-        p.stages[0].duration_ns = 8_000_000_000;
+        p.stages[0].duration_ns = 12_000_000_000;
     }
     let mut fleet = Fleet::start(spec, never());
     let _honest = fleet.join(Script::new("honest")).await;
@@ -239,13 +242,64 @@ async fn a_frozen_agent_is_lost_within_3_s_and_its_share_is_booked() {
         at > Duration::from_secs(2) && at <= Duration::from_secs(5),
         "frozen at 2 s, noticed at {at:?}"
     );
+    // Silent, it may have sent until its own dead-man switch fired: 3 s
+    // after the last word it had from us, and a second to stop.
+    let until = lost.unknown_until.expect("an unknown window");
+    assert_eq!(until, at + Duration::from_secs(4));
     assert!(!run.cut_short);
     let t = &run.aggregate.totals;
-    // 10 req/s for 8 s: the plan's 80, the frozen agent's unreported 35
-    // (it reported only its first second) booked agent_lost.
-    assert_eq!(t.intended, 80);
-    assert_eq!(t.sent, 40 + 5);
-    assert_eq!(t.unsent.get(UnsentReason::AgentLost), 35);
+    // 10 req/s for 12 s: the plan's 120. The frozen agent reported its
+    // first second's 5 of its 60: the 55 left are unreported up to the
+    // instant it had certainly stopped (5 a second, 5 per 1 s interval),
+    // unsent agent_lost after.
+    assert_eq!(t.intended, 120);
+    assert_eq!(t.sent, 60 + 5);
+    let unknown = run.aggregate.unreported.total;
+    let lost_after = t.unsent.get(UnsentReason::AgentLost);
+    assert_eq!(unknown + lost_after, 55);
+    let before = (until.as_secs_f64() * 5.0).ceil() as u64 - 5;
+    assert!(
+        unknown.abs_diff(before) <= 1,
+        "{unknown} unreported, {before} due in 1 s..{until:?}"
+    );
+    assert_eq!(t.intended, t.sent + t.unsent.total() + unknown);
+    assert_eq!(run.aggregate.unreported.agents[1], unknown);
+}
+
+/// An agent that froze and was lost comes back with what it had not
+/// reported: its figures come out of the arrivals booked unreported, so
+/// its `sent` is whole and nothing is left of unknown fate.
+#[tokio::test(start_paused = true)]
+async fn a_lost_agents_late_figures_make_its_sent_whole() {
+    let mut fleet = Fleet::start(spec(2), never());
+    let _honest = fleet.join(Script::new("honest")).await;
+    let late = fleet
+        .join(Script {
+            on_assignment: OnAssignment::FreezeThenDeliver(Duration::from_millis(500)),
+            ..Script::new("late")
+        })
+        .await;
+    let results = fleet.finish().await;
+    let [run] = results.as_slice() else {
+        panic!("one run: {results:?}")
+    };
+    let lost = &run.agents[1];
+    assert_eq!(lost.status(), AgentStatus::Lost);
+    assert_eq!(lost.late, fleet::LateFigures::Whole { snapshots: 1 });
+    // Its first snapshot, the one delivered late, then Finished.
+    assert_eq!(late.get().deliveries, [Some(2)]);
+    let t = &run.aggregate.totals;
+    assert_eq!((t.intended, t.sent), (20, 20));
+    assert_eq!(t.unsent.total(), 0);
+    assert_eq!(run.aggregate.unreported.total, 0);
+    assert_eq!(run.aggregate.agents[1].sent, 10);
+    assert_eq!(run.aggregate.unreported.agents[1], 0);
+    // Per second too: the late second is whole.
+    let second = &run.aggregate.intervals[&1];
+    assert_eq!(
+        (second.intended, second.sent, second.unreported),
+        (10, 10, 0)
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -226,7 +226,10 @@ async fn hostile(url: String, attack: Attack, attacked: mpsc::Sender<Attack>) {
     let mut heartbeat = tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat { now_ns: 1 }));
+            let hb = message(agent_message::Kind::Heartbeat(v1::Heartbeat {
+                now_ns: 1,
+                ..Default::default()
+            }));
             if beat.send(hb).await.is_err() {
                 return;
             }

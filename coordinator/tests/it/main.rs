@@ -42,6 +42,7 @@ mod honest_figures;
 mod hostile_agent;
 mod html;
 mod http2;
+mod lost_figures;
 mod open_model;
 mod outputs_catalogue;
 mod outputs_dead;

@@ -160,7 +160,11 @@ fn agent_killed(swarm: &mut Swarm, name: &str) {
     assert_eq!(runs.len(), 2, "{logs}");
     for t in runs {
         assert_eq!(u(&t["intended"]), 900, "{t}\n{logs}");
-        assert_eq!(u(&t["sent"]) + u(&t["unsent"]["total"]), 900, "{t}");
+        assert_eq!(
+            u(&t["sent"]) + u(&t["unsent"]["total"]) + u(&t["unreported"]),
+            900,
+            "{t}"
+        );
     }
     let booked = count_of(&runs[0]["unsent"], "agent_lost");
     assert!(

@@ -198,6 +198,13 @@ impl<K: Word, const N: usize> Counts<K, N> {
         self.add(word, 1);
     }
 
+    /// Counts `n` fewer of `word`, never below none: a booking revised
+    /// when later figures show what it guessed.
+    pub fn take(&mut self, word: K, n: u64) {
+        let c = &mut self.counts[word.index()];
+        *c = c.saturating_sub(n);
+    }
+
     pub fn get(&self, word: K) -> u64 {
         self.counts[word.index()]
     }

@@ -45,7 +45,9 @@ pub(super) fn headline(r: &Report) -> Markup {
         }
         table class="headline" {
             tr {
-                th { "intended" } th { "sent" } th { "unsent" } th { "completed" }
+                th { "intended" } th { "sent" } th { "unsent" }
+                @if t.unreported > 0 { th { "unreported" } }
+                th { "completed" }
                 th { "completed in window" } th { "in flight at end" } th { "failures" }
                 th { "throughput" }
             }
@@ -55,6 +57,14 @@ pub(super) fn headline(r: &Report) -> Markup {
                 td class=[(t.unsent.total > 0).then_some("unsent")] {
                     (count(t.unsent.total)) " (" (num(share(t.unsent.total, t.intended) * 100.0, 1)) "%)"
                     span class="sub" { (unsent_reasons(t)) }
+                }
+                // Only after a loss: lost agents' arrivals nobody can say
+                // were sent or not (intended = sent + unsent + unreported).
+                @if t.unreported > 0 {
+                    td class="unsent" {
+                        (count(t.unreported)) " (" (num(share(t.unreported, t.intended) * 100.0, 1)) "%)"
+                        span class="sub" { "lost agents' arrivals of unknown fate: sent or not, nobody can say" }
+                    }
                 }
                 td { (count(t.completed)) }
                 td { (count(t.completed_in_window)) }

@@ -24,11 +24,14 @@ pub(super) fn flows(r: &Report) -> Markup {
     if flow_scenarios.is_empty() {
         return html! {};
     }
+    // Only after a loss: lost agents' flows of unknown fate.
+    let unknown = flow_scenarios.iter().any(|(_, f)| f.unreported > 0);
     html! {
         h2 { "Flows" }
         table class="flows" {
             tr {
                 th class="l" { "scenario" } th { "intended" } th { "started" } th { "unsent" }
+                @if unknown { th { "unreported" } }
                 th { "completed" } th { "failed" } th class="l" { "failed by reason" }
                 th { "in flight at end" } th { "completed (flows/s)" }
                 th { "p50" } th { "p95" } th { "p99" } th { "p99.9" }
@@ -42,6 +45,9 @@ pub(super) fn flows(r: &Report) -> Markup {
                     td class=[(f.unsent.total > 0).then_some("unsent")] {
                         (count(f.unsent.total)) " ("
                         (num(share(f.unsent.total, f.intended) * 100.0, 1)) "%)"
+                    }
+                    @if unknown {
+                        td class=[(f.unreported > 0).then_some("unsent")] { (count(f.unreported)) }
                     }
                     td { (count(f.completed)) }
                     td class=[(f.failed > 0).then_some("fail")] { (count(f.failed)) }

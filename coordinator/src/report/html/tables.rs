@@ -268,13 +268,17 @@ pub(super) fn agents(r: &Report) -> Markup {
             p class="nodata" { "no agents took part" }
         };
     }
+    // Only after a loss: the arrivals a lost agent left of unknown fate.
+    let unknown = r.agents.iter().any(|a| a.unreported > 0);
     html! {
         h2 { "Agents" }
         table class="agents" {
             tr {
                 th class="l" { "id" } th class="l" { "host" } th class="l" { "source" }
                 th class="l" { "status" } th { "share" } th { "intended" } th { "sent" }
-                th { "unsent" } th { "completed" } th { "cpu" } th { "lag p50" } th { "lag p99" }
+                th { "unsent" }
+                @if unknown { th { "unreported" } }
+                th { "completed" } th { "cpu" } th { "lag p50" } th { "lag p99" }
                 th { "lag max" } th { "pool busy" } th { "in flight at end" }
                 th { "clock ± (ms)" } th { "clock rtt (ms)" }
             }
@@ -299,6 +303,9 @@ pub(super) fn agents(r: &Report) -> Markup {
                     td { (count(a.intended)) }
                     td { (count(a.sent)) }
                     td class=[(a.unsent > 0).then_some("unsent")] { (count(a.unsent)) }
+                    @if unknown {
+                        td class=[(a.unreported > 0).then_some("unsent")] { (count(a.unreported)) }
+                    }
                     td { (count(a.completed)) }
                     td {
                         (num(a.cpu * 100.0, 1)) "%"

@@ -38,6 +38,7 @@ fn totals(completed: u64) -> Totals {
             late: 3,
             other: BTreeMap::new(),
         },
+        unreported: 0,
         status: if completed > 0 {
             [("200".to_string(), completed)].into_iter().collect()
         } else {
@@ -139,6 +140,7 @@ fn report(intervals: usize, completed: u64) -> Report {
             share: 1.0,
             intended: completed + 10,
             sent: completed,
+            unreported: 0,
             unsent: 10,
             completed,
             cpu: 0.1,
@@ -168,6 +170,7 @@ fn report(intervals: usize, completed: u64) -> Report {
                 sent: 98,
                 unsent: 2,
                 unsent_by_reason: [(UnsentReason::Late.to_string(), 2)].into_iter().collect(),
+                unreported: 0,
                 completed: 97,
                 errors: 0,
                 classes: BTreeMap::new(),
@@ -315,6 +318,20 @@ fn partial_runs_and_scenarios_show() {
         .contains("<h2>Scenarios</h2>"));
 }
 
+/// A lost agent's arrivals of unknown fate get a column of their own in
+/// the headline and the agents' table, and none when there are none.
+#[test]
+fn unreported_arrivals_show_only_when_an_agent_left_some() {
+    let mut r = report(3, 100);
+    let html = render(&r).unwrap();
+    assert!(!html.contains("<th>unreported</th>"), "{html}");
+    r.totals.unreported = 7;
+    r.agents[0].unreported = 7;
+    let html = render(&r).unwrap();
+    assert_eq!(html.matches("<th>unreported</th>").count(), 2, "{html}");
+    assert!(html.contains("lost agents' arrivals of unknown fate"));
+}
+
 #[test]
 fn scales_and_formats() {
     assert_eq!(nice_scale(0.0), (1.0, 0.2));
@@ -433,6 +450,7 @@ fn a_flow_scenario_gets_its_flows_and_funnel() {
         intended: 110,
         started: 100,
         unsent: r.scenarios[0].totals.unsent.clone(),
+        unreported: 0,
         completed: 77,
         failed: 21,
         failed_by_reason: [("check".to_string(), 13), ("status".to_string(), 8)].into(),

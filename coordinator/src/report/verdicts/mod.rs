@@ -15,9 +15,9 @@ use crate::report_model::{AgentReport, Report, Scenario, Totals, Verdict};
 use offered::{completeness_verdicts, failures_verdict, pool_verdict};
 
 mod offered;
-mod transport;
 pub(crate) mod steady;
-use crate::fleet::RunResult;
+mod transport;
+use crate::fleet::{LateFigures, RunResult};
 use crate::plan::OnAgentLoss;
 use crate::units;
 
@@ -348,15 +348,21 @@ fn run_verdicts(
             format!("the run could not be carried out: {f}"),
         );
     }
-    for (a, view) in agents
+    for (i, (a, view)) in agents
         .iter()
         .zip(&result.agents)
-        .filter(|(a, _)| a.status == AgentStatus::Lost)
+        .enumerate()
+        .filter(|(_, (a, _))| a.status == AgentStatus::Lost)
     {
+        let lost = result
+            .aggregate
+            .agents
+            .get(i)
+            .map_or(0, |m| m.unsent.get(UnsentReason::AgentLost));
         say(
             VerdictLevel::Error,
             VerdictCode::AgentLost,
-            agent_lost_message(a, view, result),
+            agent_lost_message(a, view, lost, result.on_agent_loss),
         );
     }
     let served: u64 = t
@@ -473,38 +479,59 @@ fn run_verdicts(
     v
 }
 
-/// When the loss was noticed, what it cost, and what the fleet did about
-/// it, in one sentence.
+/// When the loss was noticed, what it cost (what of its share has an
+/// unknown fate and what was certainly not sent, or that its last figures
+/// came after all), and what the fleet did about it, in one sentence.
 fn agent_lost_message(
     a: &AgentReport,
     view: &crate::fleet::AgentView,
-    result: &RunResult,
+    lost: u64,
+    on_agent_loss: OnAgentLoss,
 ) -> String {
     let reason = a.lost_reason.as_deref().unwrap_or("unknown");
-    let mut text = match view.lost_at {
-        Some(at) => format!(
-            "agent {} was lost {:.1}s into the run ({reason}); {} of its intended arrivals were never reported sent and are counted unsent agent_lost",
-            a.id,
-            at.as_secs_f64(),
-            view.lost_arrivals
-        ),
-        None => format!("agent {} was lost before this run ({reason}) and had no share in it", a.id),
+    let Some(at) = view.lost_at else {
+        return format!(
+            "agent {} was lost before this run ({reason}) and had no share in it",
+            a.id
+        );
     };
-    if view.lost_at.is_some() {
-        match (result.on_agent_loss, view.handed_over_at) {
-            (OnAgentLoss::Redistribute, Some(from)) => text.push_str(&format!(
-                "; the other agents sent its arrivals from {:.1}s on (--on-agent-loss redistribute)",
-                from.as_secs_f64()
-            )),
-            (OnAgentLoss::Redistribute, None) => {
-                text.push_str("; no agent was left to take over its arrivals before the schedule ended")
+    let mut text = format!(
+        "agent {} was lost {:.1}s into the run ({reason}); ",
+        a.id,
+        at.as_secs_f64()
+    );
+    let until = view.unknown_until.unwrap_or(at).as_secs_f64();
+    match &view.late {
+        LateFigures::Whole { snapshots } => text.push_str(&format!(
+            "it delivered its last figures afterwards ({snapshots} snapshot(s)), so every request it sent is counted, and the {lost} arrival(s) of its share it never reached are unsent agent_lost"
+        )),
+        late => {
+            text.push_str(&format!(
+                "of its share, {} arrival(s) due before {until:.1}s that it never reported are unreported (it may or may not have sent them: nobody can say), and {lost} due after, when it had certainly stopped, are unsent agent_lost",
+                a.unreported
+            ));
+            match late {
+                LateFigures::Partial { snapshots } => text.push_str(&format!(
+                    "; its last figures came only in part ({snapshots} snapshot(s), without their end)"
+                )),
+                LateFigures::Refused(why) => {
+                    text.push_str(&format!("; its last figures were refused ({why})"))
+                }
+                LateFigures::None | LateFigures::Whole { .. } => {}
             }
-            (OnAgentLoss::Abort, _) => {
-                text.push_str("; the run was aborted (--on-agent-loss abort)")
-            }
-            (OnAgentLoss::Continue, _) => text.push_str(
-                "; the others kept to their own shares (--on-agent-loss continue)",
-            ),
+        }
+    }
+    match (on_agent_loss, view.handed_over_at) {
+        (OnAgentLoss::Redistribute, Some(from)) => text.push_str(&format!(
+            "; the other agents sent its arrivals from {:.1}s on (--on-agent-loss redistribute), none of those it may have sent",
+            from.as_secs_f64()
+        )),
+        (OnAgentLoss::Redistribute, None) => {
+            text.push_str("; no agent was left to take over its arrivals before the schedule ended")
+        }
+        (OnAgentLoss::Abort, _) => text.push_str("; the run was aborted (--on-agent-loss abort)"),
+        (OnAgentLoss::Continue, _) => {
+            text.push_str("; the others kept to their own shares (--on-agent-loss continue)")
         }
     }
     if view.messages_after_loss > 0 {

@@ -208,6 +208,10 @@ pub(crate) enum OnAssignment {
     /// Reports its first interval, then goes silent (a frozen process)
     /// this long after the common start, keeping its stream open.
     FreezeAfter(Duration),
+    /// Like `FreezeAfter`, and once the coordinator has given up on it and
+    /// ended its stream, delivers the rest of its slice on a new stream
+    /// (`Deliver`, the snapshots, `Finished`).
+    FreezeThenDeliver(Duration),
     /// Like `Finish`, but first sends this many extra empty snapshots as
     /// fast as it can.
     Flood(usize),
@@ -239,6 +243,9 @@ pub(crate) struct Seen {
     pub heartbeats: Vec<Instant>,
     /// How the session ended, if the service refused it.
     pub refused: Option<tonic::Status>,
+    /// Each delivery of its last figures: the `snapshots_merged` the
+    /// coordinator confirmed, or `None` when it did not.
+    pub deliveries: Vec<Option<u64>>,
 }
 
 impl Log {
@@ -335,11 +342,17 @@ async fn agent(
     let mut seq = 0u64;
     // Silent from this instant on (FreezeAfter), on the coordinator's clock.
     let mut frozen_from: Option<Instant> = None;
+    // What it did not report before it froze, for FreezeThenDeliver.
+    let mut rest: Vec<(u32, u64, u64)> = Vec::new();
     while let Ok(Some(m)) = inbound.message().await {
         if frozen_from.is_some_and(|f| Instant::now() >= f) {
             // Frozen: it says nothing more and ignores what comes, until
             // the coordinator ends the stream.
             while let Ok(Some(_)) = inbound.message().await {}
+            if let OnAssignment::FreezeThenDeliver(_) = script.on_assignment {
+                let merged = deliver(&mut client, &log, &rest, seq).await;
+                log.get().deliveries.push(merged);
+            }
             return;
         }
         let reply = match m.kind {
@@ -366,6 +379,7 @@ async fn agent(
                 log.get().heartbeats.push(Instant::now());
                 Some(agent_message::Kind::Heartbeat(v1::Heartbeat {
                     now_ns: clock(),
+                    ..Default::default()
                 }))
             }
             Some(coordinator_message::Kind::Stop(s)) => {
@@ -384,6 +398,7 @@ async fn agent(
                     epoch + Duration::from_nanos(a.start_at_agent_ns.saturating_sub(1_000_000_000));
                 log.get().assignments.push(a);
                 let first: Vec<_> = counts.iter().filter(|c| c.1 == 0).collect();
+                rest = counts.iter().filter(|c| c.1 > 0).copied().collect();
                 let to_send: Vec<_> = match script.on_assignment {
                     OnAssignment::Finish | OnAssignment::Flood(_) => counts.iter().collect(),
                     _ => first,
@@ -423,7 +438,7 @@ async fn agent(
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         return;
                     }
-                    OnAssignment::FreezeAfter(d) => {
+                    OnAssignment::FreezeAfter(d) | OnAssignment::FreezeThenDeliver(d) => {
                         frozen_from = Some(start + d);
                         None
                     }
@@ -445,4 +460,60 @@ async fn agent(
             }
         }
     }
+}
+
+/// Delivers `rest` (scenario, interval, arrivals) as a lost agent does:
+/// `Deliver` naming its place and run, the snapshots numbered on from
+/// `seq`, then `Finished`. Returns what the coordinator confirmed.
+async fn deliver(
+    client: &mut ControlClient<tonic::transport::Channel>,
+    log: &Log,
+    rest: &[(u32, u64, u64)],
+    mut seq: u64,
+) -> Option<u64> {
+    let (index, key) = {
+        let seen = log.get();
+        (
+            seen.welcome.as_ref()?.agent_index,
+            seen.assignments.last()?.run_key,
+        )
+    };
+    let (out, rx) = mpsc::channel(rest.len() + 2);
+    let _ = out.try_send(send(agent_message::Kind::Deliver(v1::Deliver {
+        protocol_version: PROTOCOL_VERSION,
+        agent_id: "late".into(),
+        agent_index: index,
+        run_key: key,
+    })));
+    for &(sc, iv, n) in rest {
+        seq += 1;
+        let s = v1::Snapshot {
+            seq,
+            ..snapshot(sc, iv, n)
+        };
+        let _ = out.try_send(send(agent_message::Kind::Snapshot(s)));
+    }
+    let _ = out.try_send(send(agent_message::Kind::Finished(v1::Finished {
+        cut_short: true,
+        snapshots: seq,
+        ..Default::default()
+    })));
+    drop(out);
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let meta = request.metadata_mut();
+    meta.insert(
+        PROTOCOL_HEADER,
+        PROTOCOL_VERSION.to_string().parse().expect("version"),
+    );
+    meta.insert(
+        "authorization",
+        format!("Bearer {TOKEN}").parse().expect("token"),
+    );
+    let mut inbound = client.session(request).await.ok()?.into_inner();
+    while let Ok(Some(m)) = inbound.message().await {
+        if let Some(coordinator_message::Kind::Heartbeat(hb)) = m.kind {
+            return Some(hb.snapshots_merged);
+        }
+    }
+    None
 }

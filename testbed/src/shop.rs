@@ -216,7 +216,7 @@ fn session(state: &mut State, headers: &HeaderMap) -> Result<Id, &'static str> {
 fn bearer(state: &mut State, session: Id, headers: &HeaderMap) -> Result<(), &'static str> {
     match bearer_token(headers) {
         Some(token) if state.token_matches(session, token) => Ok(()),
-        _ => Err("no token: send Authorization: Bearer with the token login gave this session"),
+        _ => Err("no token: send Authorization: Bearer with the token login gave with this cookie"),
     }
 }
 

@@ -247,7 +247,7 @@ async fn a_purchase_journey_by_hand() {
 }
 
 /// Without the session cookie, or without the bearer token login gave
-/// that same session, every step after login answers 401.
+/// with that same cookie, every step after login answers 401.
 #[tokio::test]
 async fn steps_without_cookie_or_token_are_unauthorized() {
     let testbed = Testbed::start(&["--shop"]);

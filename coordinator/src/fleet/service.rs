@@ -188,24 +188,14 @@ impl Control for ControlService {
         if let Err(status) = check_version(hello.protocol_version) {
             return Err(self.refuse(peer, status).await);
         }
-        let (tx, rx) = mpsc::channel(1024);
-        let (reply, joined) = oneshot::channel();
-        let seen = LastSeen::new();
-        self.events
-            .send(FleetEvent::Join {
-                hello,
-                peer,
-                tx,
-                seen: seen.clone(),
-                reply,
-            })
-            .await
-            .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
-        let agent = joined
-            .await
-            .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
-        self.forward(agent, seen, inbound);
-        Ok(Response::new(ReceiverStream::new(rx)))
+        self.hand_to_fleet(1024, inbound, |tx, seen, reply| FleetEvent::Join {
+            hello,
+            peer,
+            tx,
+            seen,
+            reply,
+        })
+        .await
     }
 }
 
@@ -238,22 +228,34 @@ impl ControlService {
         if let Err(status) = check_version(deliver.protocol_version) {
             return Err(self.refuse(peer, status).await);
         }
-        let (tx, rx) = mpsc::channel(16);
-        let (reply, taken) = oneshot::channel();
+        self.hand_to_fleet(16, inbound, |tx, seen, reply| FleetEvent::Deliver {
+            deliver,
+            peer,
+            tx,
+            seen,
+            reply,
+        })
+        .await
+    }
+
+    /// Hands a checked stream to the fleet as the event `event` makes, with
+    /// an outbox of `capacity` messages; once the fleet names the agent,
+    /// what follows on the stream is forwarded as its messages.
+    async fn hand_to_fleet(
+        &self,
+        capacity: usize,
+        inbound: Streaming<v1::AgentMessage>,
+        event: impl FnOnce(AgentTx, Arc<LastSeen>, oneshot::Sender<Result<u32, Status>>) -> FleetEvent,
+    ) -> Result<Response<ReceiverStream<Result<v1::CoordinatorMessage, Status>>>, Status> {
+        let gone = || Status::unavailable("the coordinator is shutting down");
+        let (tx, rx) = mpsc::channel(capacity);
+        let (reply, answered) = oneshot::channel();
         let seen = LastSeen::new();
         self.events
-            .send(FleetEvent::Deliver {
-                deliver,
-                peer,
-                tx,
-                seen: seen.clone(),
-                reply,
-            })
+            .send(event(tx, seen.clone(), reply))
             .await
-            .map_err(|_| Status::unavailable("the coordinator is shutting down"))?;
-        let agent = taken
-            .await
-            .map_err(|_| Status::unavailable("the coordinator is shutting down"))??;
+            .map_err(|_| gone())?;
+        let agent = answered.await.map_err(|_| gone())??;
         self.forward(agent, seen, inbound);
         Ok(Response::new(ReceiverStream::new(rx)))
     }
